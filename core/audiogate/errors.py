@@ -1,0 +1,240 @@
+"""One root exception and narrow typed subclasses.
+
+Every message says what was wrong, the value received, the allowed values where there
+are any, and which clip, key or file it concerns. Servers map the classes to status
+codes (bad input → 400, limits → 413, queue full → 429, worker unavailable → 503);
+the ``reason`` class attribute is the metrics label a rejection is counted under.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+__all__ = [
+    "AcquisitionError",
+    "AudioGateError",
+    "AudioInputError",
+    "ContextLimitError",
+    "DecodeError",
+    "EmptyAudioError",
+    "FeatureError",
+    "LimitError",
+    "MemoryLimitError",
+    "NonFiniteSampleError",
+    "PlaceholderError",
+    "PluginError",
+    "PolicyError",
+    "PreprocessCancelled",
+    "QueueFullError",
+    "SizeOverflowError",
+    "WorkerUnavailableError",
+]
+
+
+class AudioGateError(Exception):
+    """Root of every error audiogate raises on purpose."""
+
+    #: Rejection reason label (``audiogate_audio_preprocess_rejections_total``).
+    reason: ClassVar[str] = "waveform"
+
+
+# --- start-up errors -----------------------------------------------------------------
+
+
+class PolicyError(AudioGateError):
+    """A checkpoint's audio policy cannot be loaded; model start-up must fail.
+
+    :param file: the config file concerned (``config.json``, ...), or ``None``.
+    :param json_path: JSON pointer of the offending key (``/feature_extractor/max_length``).
+    :param value: the value found there.
+    :param rule: the rule it breaks, with the allowed values.
+    """
+
+    reason = "waveform"
+
+    def __init__(
+        self,
+        rule: str,
+        *,
+        file: str | None = None,
+        json_path: str | None = None,
+        value: Any = None,
+        has_value: bool = False,
+    ) -> None:
+        self.rule = rule
+        self.file = file
+        self.json_path = json_path
+        self.value = value
+        where = file or "audio policy"
+        if json_path is not None:
+            where = f"{where} at {json_path}"
+        shown = f" (got {value!r})" if has_value or value is not None else ""
+        super().__init__(f"invalid audio policy in {where}: {rule}{shown}")
+
+
+class PluginError(AudioGateError):
+    """A family plugin failed to load or registered something unusable.
+
+    The message names the entry point and its distribution where they are known.
+    """
+
+    reason = "worker_unavailable"
+
+
+# --- per-request errors --------------------------------------------------------------
+
+
+class AudioInputError(AudioGateError):
+    """Base for errors in one clip of a request; ``clip_index`` is zero-based."""
+
+    def __init__(self, message: str, *, clip_index: int | None = None) -> None:
+        self.clip_index = clip_index
+        super().__init__(message)
+
+
+class DecodeError(AudioInputError):
+    """The encoded audio of a clip is not acceptable.
+
+    :param code: a stable machine-readable name of the rule that failed
+        (``"not_riff"``, ``"truncated_chunk"``, ``"unsupported_format"``, ...).
+    """
+
+    def __init__(self, reason: str, *, clip_index: int, code: str = "corrupt") -> None:
+        self.code = code
+        self.detail = reason
+        super().__init__(f"audio clip {clip_index} is corrupt: {reason}", clip_index=clip_index)
+
+
+class EmptyAudioError(DecodeError):
+    """A clip has no bytes or no sample frames."""
+
+    def __init__(self, *, clip_index: int, detail: str = "") -> None:
+        AudioInputError.__init__(
+            self,
+            f"audio clip {clip_index} is empty" + (f": {detail}" if detail else ""),
+            clip_index=clip_index,
+        )
+        self.code = "empty"
+        self.detail = detail or "empty"
+
+
+class NonFiniteSampleError(DecodeError):
+    """A float sample is NaN or infinite; ``frame`` is its zero-based frame index."""
+
+    def __init__(self, *, clip_index: int, frame: int) -> None:
+        AudioInputError.__init__(
+            self,
+            f"audio clip {clip_index} contains a non-finite sample at frame {frame}",
+            clip_index=clip_index,
+        )
+        self.code = "non_finite"
+        self.detail = f"non-finite sample at frame {frame}"
+        self.frame = frame
+
+
+class AcquisitionError(AudioInputError):
+    """A source could not be turned into encoded bytes.
+
+    :param origin: ``"inline base64"``, ``"data URI"``, ``"URL"``, ``"file"`` or ``"bytes"``.
+    """
+
+    def __init__(self, reason: str, *, clip_index: int | None, origin: str) -> None:
+        self.origin = origin
+        self.detail = reason
+        where = f"audio clip {clip_index}" if clip_index is not None else "audio request"
+        super().__init__(
+            f"{where} ({origin}) could not be acquired: {reason}", clip_index=clip_index
+        )
+
+
+class LimitError(AudioGateError):
+    """A budget was exceeded; the request is refused before the work is done.
+
+    :param limit: the limit's name (``"encoded bytes per request"``).
+    :param actual: the value the request would reach.
+    :param maximum: the configured maximum.
+    """
+
+    reason = "waveform"
+
+    def __init__(
+        self,
+        limit: str,
+        *,
+        actual: int | float,
+        maximum: int | float,
+        clip_index: int | None = None,
+    ) -> None:
+        self.limit = limit
+        self.actual = actual
+        self.maximum = maximum
+        self.clip_index = clip_index
+        where = f" (clip {clip_index})" if clip_index is not None else ""
+        super().__init__(f"audio {limit} limit exceeded{where}: actual {actual}, maximum {maximum}")
+
+
+class MemoryLimitError(LimitError):
+    """A host-memory or queued-bytes budget of the bounded worker was exceeded."""
+
+    reason = "memory_limit"
+
+
+class ContextLimitError(LimitError):
+    """The expanded prompt is longer than the model's prefill capacity."""
+
+    reason = "context_limit"
+
+
+class SizeOverflowError(AudioGateError):
+    """A size computation left the representable range (int64)."""
+
+    reason = "overflow"
+
+    def __init__(self, context: str) -> None:
+        self.context = context
+        super().__init__(f"audio size calculation overflowed while computing {context}")
+
+
+class PlaceholderError(AudioGateError):
+    """Placeholders or sentinels in a prompt do not match the request's media."""
+
+    reason = "waveform"
+
+    def __init__(self, reason: str) -> None:
+        self.detail = reason
+        super().__init__(f"audio placeholder mapping is invalid: {reason}")
+
+
+class FeatureError(AudioInputError):
+    """A family frontend refused a clip (too short for one frame, ...)."""
+
+    reason = "feature"
+
+    def __init__(self, reason: str, *, clip_index: int | None = None) -> None:
+        self.detail = reason
+        where = f"audio clip {clip_index}" if clip_index is not None else "audio"
+        super().__init__(f"{where} cannot be turned into features: {reason}", clip_index=clip_index)
+
+
+class PreprocessCancelled(AudioGateError):
+    """The request was cancelled; ``checkpoint`` names where it was noticed."""
+
+    reason = "cancelled"
+
+    def __init__(self, *, checkpoint: str, clip_index: int | None = None) -> None:
+        self.checkpoint = checkpoint
+        self.clip_index = clip_index
+        clip = f"clip {clip_index}" if clip_index is not None else "the request"
+        super().__init__(f"audio preprocessing cancelled during {checkpoint} for {clip}")
+
+
+class QueueFullError(AudioGateError):
+    """The bounded worker's job queue is full; retry later."""
+
+    reason = "queue_full"
+
+
+class WorkerUnavailableError(AudioGateError):
+    """The bounded worker is shut down or its thread died."""
+
+    reason = "worker_unavailable"

@@ -1,0 +1,210 @@
+"""Hook specifications: the whole plugin surface, in pipeline order.
+
+Every hook is named ``audiogate_<verb>_<object>`` and documented with one template:
+summary; whether the first non-``None`` result wins; ``:param:`` per argument;
+``:returns:``. Stage hooks receive the request's :class:`~audiogate.policy.AudioPolicy`
+and return ``None`` when ``policy.family`` is not theirs. Budgets, admission, decoding
+and acquisition are core code, not hooks.
+
+Plugins import the marker as ``from audiogate import hookimpl``. Hooks are called only
+through :class:`audiogate.host.FamilyHost`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Final
+
+import pluggy
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+    from audiogate.cancel import CancelToken
+    from audiogate.family import FamilySpec
+    from audiogate.policy import AudioPolicy, CheckpointConfigs
+    from audiogate.records import (
+        ClipFeatures,
+        ClipSlot,
+        ExpandedPrompt,
+        FeatureBatch,
+        FeaturePlan,
+        PromptSegment,
+        ResamplePlan,
+    )
+
+__all__ = ["PROJECT_NAME", "hookimpl", "hookspec"]
+
+#: The pluggy project name and the prefix of every hook.
+PROJECT_NAME: Final = "audiogate"
+
+hookspec = pluggy.HookspecMarker(PROJECT_NAME)
+#: Decorate family hook implementations with this marker.
+hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
+
+
+# --- registration --------------------------------------------------------------------
+
+
+@hookspec
+def audiogate_register_families(register: Callable[[FamilySpec], None]) -> None:
+    """Register the model families this plugin provides.
+
+    Every implementation is called once, when the host loads; results are ignored.
+
+    :param register: call it once per family with a :class:`~audiogate.family.FamilySpec`.
+        It refuses a family name or model type that is already taken, naming both
+        distributions.
+    :returns: nothing.
+    """
+
+
+# --- policy --------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def audiogate_parse_policy(family: FamilySpec, configs: CheckpointConfigs) -> AudioPolicy | None:
+    """Build the effective audio policy of a checkpoint from its config files.
+
+    The first non-``None`` result wins; the core default (``trylast``) applies the
+    family's declared keys to its pinned defaults (:func:`audiogate.policy.apply_keys`).
+
+    :param family: the registered family the checkpoint's ``model_type`` selected.
+    :param configs: the parsed ``config.json`` and processor file.
+    :returns: the policy, or ``None`` if ``family.name`` is not this plugin's.
+    :raises PolicyError: a recognized key is invalid; model start-up must fail.
+    """
+
+
+# --- resampling ----------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def audiogate_plan_resample(
+    policy: AudioPolicy, source_rate_hz: int, source_samples: int, clip_index: int
+) -> ResamplePlan | None:
+    """Plan one clip's resampling before anything is allocated.
+
+    The first non-``None`` result wins; the core default (``trylast``) plans the
+    ``"soxr_hq"`` algorithm and the identity.
+
+    :param policy: the request's policy.
+    :param source_rate_hz: the decoded clip's sample rate.
+    :param source_samples: the decoded clip's mono sample frames.
+    :param clip_index: zero-based clip index, for error messages.
+    :returns: output length, effective rate and working bytes, or ``None`` if not this
+        plugin's family or algorithm.
+    :raises LimitError: the work would exceed the family's resampling bounds.
+    :raises DecodeError: the rate is outside what the family's resampler accepts.
+    """
+
+
+@hookspec(firstresult=True)
+def audiogate_resample(
+    policy: AudioPolicy,
+    plan: ResamplePlan,
+    samples: npt.NDArray[np.float32],
+    clip_index: int,
+    cancel: CancelToken,
+) -> npt.NDArray[np.float32] | None:
+    """Resample one clip as planned.
+
+    The first non-``None`` result wins; the core default (``trylast``) runs ``"soxr_hq"``
+    and the identity.
+
+    :param policy: the request's policy.
+    :param plan: the plan from :func:`audiogate_plan_resample`.
+    :param samples: read-only mono float32 ``[shape=(plan.source_samples,)]``.
+    :param clip_index: zero-based clip index.
+    :param cancel: polled at the ``Resample`` checkpoint inside the loop.
+    :returns: read-only float32 ``[shape=(plan.output_samples,)]``, or ``None`` if not
+        this plugin's.
+    """
+
+
+# --- features ------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def audiogate_plan_features(
+    policy: AudioPolicy, rate_hz: int, samples: int, clip_index: int
+) -> FeaturePlan | None:
+    """Count one clip's feature frames and prompt tokens, before extraction.
+
+    The first non-``None`` result wins; there is no core default. The same arithmetic
+    must shape the features that :func:`audiogate_extract_features` returns.
+
+    :param policy: the request's policy.
+    :param rate_hz: the effective rate of the normalized waveform.
+    :param samples: normalized samples.
+    :param clip_index: zero-based clip index.
+    :returns: the plan, or ``None`` if not this plugin's family.
+    :raises FeatureError: the clip cannot produce features (too short, ...).
+    """
+
+
+@hookspec(firstresult=True)
+def audiogate_extract_features(
+    policy: AudioPolicy,
+    plan: FeaturePlan,
+    waveform: npt.NDArray[np.float32],
+    rate_hz: int,
+    clip_index: int,
+    cancel: CancelToken,
+) -> ClipFeatures | None:
+    """Compute one clip's features exactly as planned.
+
+    The first non-``None`` result wins; there is no core default.
+
+    :param policy: the request's policy.
+    :param plan: the plan from :func:`audiogate_plan_features`.
+    :param waveform: read-only mono float32 ``[shape=(samples,)]`` at ``rate_hz``.
+    :param rate_hz: the effective rate.
+    :param clip_index: zero-based clip index.
+    :param cancel: polled at the ``Feature`` checkpoint every few hundred frames.
+    :returns: features of ``plan.feature_shape`` and ``plan.frames`` / ``plan.tokens``, or
+        ``None`` if not this plugin's family.
+    """
+
+
+@hookspec(firstresult=True)
+def audiogate_collate_features(
+    policy: AudioPolicy, clips: Sequence[ClipFeatures]
+) -> FeatureBatch | None:
+    """Assemble a request's clips into the model's batched inputs.
+
+    The first non-``None`` result wins; there is no core default.
+
+    :param policy: the request's policy.
+    :param clips: per-clip features in clip order.
+    :returns: named model inputs (padded, with masks) and per-clip tokens, or ``None`` if
+        not this plugin's family.
+    """
+
+
+# --- prompt --------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def audiogate_expand_prompt(
+    policy: AudioPolicy,
+    segments: Sequence[PromptSegment],
+    clips: Sequence[ClipSlot],
+    tokenizer: Any,
+) -> ExpandedPrompt | None:
+    """Turn a prompt with media positions into the family's placeholders and token ids.
+
+    The first non-``None`` result wins; there is no core default. ``segments`` comes
+    either from a rendered chat template (each media part a
+    :class:`~audiogate.records.MediaSegment`, in order) or from a plain prompt (text
+    only; the family applies its own placeholder rules, and inserts them where absent).
+    Every clip's run must have exactly ``clip.tokens`` audio token ids.
+
+    :param policy: the request's policy (token ids in ``policy.options``).
+    :param segments: text and media positions in prompt order.
+    :param clips: per clip, in order: ordinal, tokens, frames, source digest.
+    :param tokenizer: a :class:`~audiogate.records.TokenizerLike` for the text.
+    :returns: the expanded prompt, or ``None`` if not this plugin's family.
+    :raises PlaceholderError: missing, duplicated, reordered, reserved or extra placeholders.
+    """

@@ -1,0 +1,406 @@
+"""The plugin host: loads family plugins and is the only caller of hooks.
+
+Entry points in the group ``audiogate.families`` load explicitly, when a host is
+created, never at import time. ``AUDIOGATE_DISABLE_PLUGIN_AUTOLOAD=1`` skips them;
+``plugins=`` registers plugin objects directly (tests, servers embedding their own
+family). A plugin that fails to import, registers a taken family name or model type,
+or registers something malformed fails loudly, naming the entry point and distribution.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata as metadata
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Final, TypeVar
+
+import attrs
+import numpy as np
+import numpy.typing as npt
+import pluggy
+
+from audiogate import hookspecs
+from audiogate.cancel import CancelToken
+from audiogate.errors import PluginError, PolicyError
+from audiogate.family import FAMILY_NAME_RE, FamilySpec, RegisteredFamily
+from audiogate.policy import AudioPolicy, CheckpointConfigs, read_checkpoint_configs
+from audiogate.policy.model import ValueSource
+from audiogate.records import (
+    ClipFeatures,
+    ClipSlot,
+    ExpandedPrompt,
+    FeatureBatch,
+    FeaturePlan,
+    PromptSegment,
+    ResamplePlan,
+)
+
+__all__ = [
+    "DISABLE_AUTOLOAD_ENV",
+    "ENTRY_POINT_GROUP",
+    "FamilyHost",
+    "create_host",
+]
+
+ENTRY_POINT_GROUP: Final = "audiogate.families"
+DISABLE_AUTOLOAD_ENV: Final = "AUDIOGATE_DISABLE_PLUGIN_AUTOLOAD"
+_DIRECT: Final = "<direct>"
+_T = TypeVar("_T")
+
+
+def _autoload_disabled() -> bool:
+    return os.environ.get(DISABLE_AUTOLOAD_ENV, "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+@attrs.frozen
+class _Origin:
+    distribution: str
+    version: str | None
+    entry_point: str | None
+
+
+class FamilyHost:
+    """Typed façade over the plugin manager; the pipeline calls hooks only through this.
+
+    Create one with :func:`create_host`.
+    """
+
+    def __init__(self, pm: pluggy.PluginManager, origins: Mapping[str, _Origin]) -> None:
+        self._pm = pm
+        self._origins = dict(origins)
+        self._families: dict[str, RegisteredFamily] = {}
+        self._by_model_type: dict[str, str] = {}
+        self._collect_families()
+
+    # --- registration --------------------------------------------------------------
+
+    def _origin(self, plugin_name: str) -> _Origin:
+        return self._origins.get(plugin_name, _Origin(_DIRECT, None, None))
+
+    def _describe(self, plugin_name: str) -> str:
+        origin = self._origin(plugin_name)
+        if origin.entry_point is None:
+            return f"plugin {plugin_name!r} (registered directly)"
+        return (
+            f"entry point {origin.entry_point!r} of distribution {origin.distribution!r}"
+            f" (group {ENTRY_POINT_GROUP})"
+        )
+
+    def _collect_families(self) -> None:
+        caller = self._pm.hook.audiogate_register_families
+        # Call each implementation with its own ``register`` so errors name the plugin.
+        for impl in caller.get_hookimpls():
+            plugin_name = impl.plugin_name
+
+            def register(spec: FamilySpec, _plugin_name: str = plugin_name) -> None:
+                self._register(spec, _plugin_name)
+
+            try:
+                impl.function(register=register)
+            except PluginError:
+                raise
+            except Exception as exc:
+                raise PluginError(
+                    f"{self._describe(plugin_name)} failed while registering families: "
+                    f"{type(exc).__name__}: {exc}"
+                ) from exc
+
+    def _register(self, spec: Any, plugin_name: str) -> None:
+        where = self._describe(plugin_name)
+        if not isinstance(spec, FamilySpec):
+            raise PluginError(
+                f"{where} registered a {type(spec).__name__}, expected audiogate.FamilySpec"
+            )
+        problems = []
+        if not FAMILY_NAME_RE.match(spec.name):
+            problems.append(f"name {spec.name!r} must match {FAMILY_NAME_RE.pattern}")
+        if not spec.model_types or not all(isinstance(t, str) and t for t in spec.model_types):
+            problems.append(f"model_types {spec.model_types!r} must be non-empty strings")
+        if not isinstance(spec.defaults, AudioPolicy) or spec.defaults.family != spec.name:
+            problems.append("defaults must be an AudioPolicy whose family is the spec's name")
+        if not spec.schema or spec.schema.get("type") != "object":
+            problems.append("schema must be a JSON schema object")
+        if not spec.revision or not spec.version:
+            problems.append("revision and version must be non-empty")
+        if problems:
+            raise PluginError(
+                f"{where} registered a malformed family {spec.name!r}: " + "; ".join(problems)
+            )
+        origin = self._origin(plugin_name)
+        if spec.name in self._families:
+            taken = self._families[spec.name]
+            raise PluginError(
+                f"family {spec.name!r} from {where} is already registered by distribution "
+                f"{taken.distribution!r} (plugin {taken.plugin_name!r}); uninstall one of "
+                f"them or set {DISABLE_AUTOLOAD_ENV}=1 and register plugins directly"
+            )
+        for model_type in spec.model_types:
+            if model_type in self._by_model_type:
+                other = self._families[self._by_model_type[model_type]]
+                raise PluginError(
+                    f"model type {model_type!r} of family {spec.name!r} from {where} is "
+                    f"already handled by family {other.spec.name!r} of distribution "
+                    f"{other.distribution!r}"
+                )
+        self._families[spec.name] = RegisteredFamily(
+            spec=spec,
+            distribution=origin.distribution,
+            distribution_version=origin.version,
+            plugin_name=plugin_name,
+        )
+        for model_type in spec.model_types:
+            self._by_model_type[model_type] = spec.name
+
+    # --- families --------------------------------------------------------------------
+
+    @property
+    def families(self) -> Mapping[str, RegisteredFamily]:
+        """Registered families by name, in registration order."""
+        return dict(self._families)
+
+    def family(self, name: str) -> RegisteredFamily:
+        """The family called ``name``.
+
+        :raises PolicyError: no such family is installed (the message lists them).
+        """
+        try:
+            return self._families[name]
+        except KeyError:
+            raise PolicyError(
+                f"unknown audio family {name!r}; installed families: {self._installed()}"
+            ) from None
+
+    def family_for_model_type(self, model_type: str | None) -> RegisteredFamily:
+        """The family that handles a ``config.json`` ``model_type``.
+
+        :raises PolicyError: no installed family declares it (the message lists them).
+        """
+        name = self._by_model_type.get(model_type or "")
+        if name is None:
+            raise PolicyError(
+                f"model type {model_type!r} has no audio family; installed families: "
+                f"{self._installed()}",
+                file="config.json",
+                json_path="/model_type",
+                value=model_type,
+            )
+        return self._families[name]
+
+    def _installed(self) -> str:
+        if not self._families:
+            return f"none (is {DISABLE_AUTOLOAD_ENV} set?)"
+        return ", ".join(
+            f"{n} ({', '.join(f.spec.model_types)})" for n, f in self._families.items()
+        )
+
+    # --- policy ----------------------------------------------------------------------
+
+    def parse_policy(self, family: str, configs: CheckpointConfigs) -> AudioPolicy:
+        """The effective policy of ``configs`` under ``family``."""
+        spec = self.family(family).spec
+        result = self._pm.hook.audiogate_parse_policy(family=spec, configs=configs)
+        return self._require(result, AudioPolicy, "audiogate_parse_policy", family)
+
+    def default_policy(self, family: str) -> AudioPolicy:
+        """The family's pinned defaults, with every source marked pinned."""
+        spec = self.family(family).spec
+        return attrs.evolve(
+            spec.defaults,
+            sources={
+                f.name: ValueSource("pinned", spec.revision)
+                for f in attrs.fields(AudioPolicy)
+                if f.name not in {"sources", "options"}
+            }
+            | {f"options.{k}": ValueSource("pinned", spec.revision) for k in spec.defaults.options},
+        )
+
+    def load_model_policy(self, model_dir: str | os.PathLike[str]) -> AudioPolicy:
+        """Read a model directory's configs, pick its family and build its policy."""
+        configs = read_checkpoint_configs(model_dir)
+        family = self.family_for_model_type(configs.model_type)
+        return self.parse_policy(family.spec.name, configs)
+
+    # --- stages ----------------------------------------------------------------------
+
+    def plan_resample(
+        self, policy: AudioPolicy, *, source_rate_hz: int, source_samples: int, clip_index: int
+    ) -> ResamplePlan:
+        """See :func:`audiogate.hookspecs.audiogate_plan_resample`."""
+        result = self._pm.hook.audiogate_plan_resample(
+            policy=policy,
+            source_rate_hz=source_rate_hz,
+            source_samples=source_samples,
+            clip_index=clip_index,
+        )
+        return self._require(result, ResamplePlan, "audiogate_plan_resample", policy.family)
+
+    def resample(
+        self,
+        policy: AudioPolicy,
+        plan: ResamplePlan,
+        samples: npt.NDArray[np.float32],
+        *,
+        clip_index: int,
+        cancel: CancelToken,
+    ) -> npt.NDArray[np.float32]:
+        """See :func:`audiogate.hookspecs.audiogate_resample`."""
+        result = self._pm.hook.audiogate_resample(
+            policy=policy, plan=plan, samples=samples, clip_index=clip_index, cancel=cancel
+        )
+        out: npt.NDArray[np.float32] = self._require(
+            result, np.ndarray, "audiogate_resample", policy.family
+        )
+        if out.shape != (plan.output_samples,) or out.dtype != np.float32:
+            raise PluginError(
+                f"family {policy.family!r} resampler returned {out.dtype}{list(out.shape)}, "
+                f"planned float32[{plan.output_samples}]"
+            )
+        return out
+
+    def plan_features(
+        self, policy: AudioPolicy, *, rate_hz: int, samples: int, clip_index: int
+    ) -> FeaturePlan:
+        """See :func:`audiogate.hookspecs.audiogate_plan_features`."""
+        result = self._pm.hook.audiogate_plan_features(
+            policy=policy, rate_hz=rate_hz, samples=samples, clip_index=clip_index
+        )
+        return self._require(result, FeaturePlan, "audiogate_plan_features", policy.family)
+
+    def extract_features(
+        self,
+        policy: AudioPolicy,
+        plan: FeaturePlan,
+        waveform: npt.NDArray[np.float32],
+        *,
+        rate_hz: int,
+        clip_index: int,
+        cancel: CancelToken,
+    ) -> ClipFeatures:
+        """See :func:`audiogate.hookspecs.audiogate_extract_features`."""
+        result = self._pm.hook.audiogate_extract_features(
+            policy=policy,
+            plan=plan,
+            waveform=waveform,
+            rate_hz=rate_hz,
+            clip_index=clip_index,
+            cancel=cancel,
+        )
+        features = self._require(result, ClipFeatures, "audiogate_extract_features", policy.family)
+        if (
+            tuple(features.features.shape) != plan.feature_shape
+            or features.tokens != plan.tokens
+            or features.frames != plan.frames
+        ):
+            raise PluginError(
+                f"family {policy.family!r} produced features {tuple(features.features.shape)} "
+                f"with {features.frames} frames / {features.tokens} tokens for clip "
+                f"{clip_index}, but planned {plan.feature_shape} with {plan.frames} frames / "
+                f"{plan.tokens} tokens"
+            )
+        return features
+
+    def collate_features(self, policy: AudioPolicy, clips: Sequence[ClipFeatures]) -> FeatureBatch:
+        """See :func:`audiogate.hookspecs.audiogate_collate_features`."""
+        result = self._pm.hook.audiogate_collate_features(policy=policy, clips=list(clips))
+        return self._require(result, FeatureBatch, "audiogate_collate_features", policy.family)
+
+    def expand_prompt(
+        self,
+        policy: AudioPolicy,
+        segments: Sequence[PromptSegment],
+        clips: Sequence[ClipSlot],
+        tokenizer: Any,
+    ) -> ExpandedPrompt:
+        """See :func:`audiogate.hookspecs.audiogate_expand_prompt`."""
+        result = self._pm.hook.audiogate_expand_prompt(
+            policy=policy, segments=list(segments), clips=list(clips), tokenizer=tokenizer
+        )
+        return self._require(result, ExpandedPrompt, "audiogate_expand_prompt", policy.family)
+
+    # ---------------------------------------------------------------------------------
+
+    @staticmethod
+    def _require(result: Any, kind: type[_T], hook: str, family: str) -> _T:
+        if result is None:
+            raise PluginError(f"no installed plugin implements {hook} for family {family!r}")
+        if not isinstance(result, kind):
+            raise PluginError(
+                f"{hook} for family {family!r} returned {type(result).__name__}, "
+                f"expected {kind.__name__}"
+            )
+        return result
+
+    def hook_names(self) -> list[str]:
+        """Names of every hook specification (for meta-tests and docs)."""
+        return sorted(n for n in dir(self._pm.hook) if n.startswith("audiogate_"))
+
+    def plugins(self) -> list[tuple[str, str, list[str]]]:
+        """``(plugin name, distribution, hooks it implements)`` for every plugin."""
+        out = []
+        for name, plugin in self._pm.list_name_plugin():
+            hooks = sorted(caller.name for caller in self._pm.get_hookcallers(plugin) or [])
+            out.append((name, self._origin(name).distribution, hooks))
+        return out
+
+
+def _load_entry_points(pm: pluggy.PluginManager) -> dict[str, _Origin]:
+    origins: dict[str, _Origin] = {}
+    for ep in sorted(metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+        dist = ep.dist.name if ep.dist is not None else "<unknown distribution>"
+        version = ep.dist.version if ep.dist is not None else None
+        try:
+            plugin = ep.load()
+        except Exception as exc:
+            raise PluginError(
+                f"failed to load audiogate family plugin: entry point {ep.name!r} = "
+                f"{ep.value!r} of distribution {dist!r} (group {ENTRY_POINT_GROUP}): "
+                f"{type(exc).__name__}: {exc}; set {DISABLE_AUTOLOAD_ENV}=1 to start without "
+                f"installed plugins"
+            ) from exc
+        if pm.get_plugin(ep.name) is not None:
+            raise PluginError(
+                f"entry point {ep.name!r} of distribution {dist!r} uses a plugin name that "
+                f"distribution {origins[ep.name].distribution!r} already uses"
+            )
+        try:
+            pm.register(plugin, name=ep.name)
+        except (ValueError, pluggy.PluginValidationError) as exc:
+            raise PluginError(
+                f"entry point {ep.name!r} of distribution {dist!r} is not a valid audiogate "
+                f"plugin: {exc}"
+            ) from exc
+        origins[ep.name] = _Origin(dist, version, ep.name)
+    return origins
+
+
+def create_host(
+    *, plugins: Iterable[object] = (), load_entry_points: bool | None = None
+) -> FamilyHost:
+    """Create a plugin host.
+
+    :param plugins: plugin objects (modules or instances) to register directly.
+    :param load_entry_points: load the ``audiogate.families`` entry points; by default
+        yes unless ``AUDIOGATE_DISABLE_PLUGIN_AUTOLOAD=1``.
+    :raises PluginError: a plugin failed to load or registered something unusable.
+    """
+    from audiogate import defaults
+
+    pm = pluggy.PluginManager(hookspecs.PROJECT_NAME)
+    pm.add_hookspecs(hookspecs)
+    pm.register(defaults, name="audiogate.defaults")
+    origins: dict[str, _Origin] = {}
+    if load_entry_points is None:
+        load_entry_points = not _autoload_disabled()
+    if load_entry_points:
+        origins.update(_load_entry_points(pm))
+    for plugin in plugins:
+        name = getattr(plugin, "__name__", None) or f"{type(plugin).__name__}@{id(plugin):x}"
+        try:
+            pm.register(plugin, name=name)
+        except (ValueError, pluggy.PluginValidationError) as exc:
+            raise PluginError(f"plugin {name!r} cannot be registered: {exc}") from exc
+    try:
+        pm.check_pending()
+    except pluggy.PluginValidationError as exc:
+        raise PluginError(f"a plugin implements an unknown hook: {exc}") from exc
+    return FamilyHost(pm, origins)

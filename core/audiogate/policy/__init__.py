@@ -1,0 +1,41 @@
+"""Checkpoint audio policies: the model, the recognized keys, the schema and the loader."""
+
+from __future__ import annotations
+
+from audiogate.policy.checkpoint import (
+    MODEL_CONFIG,
+    PROCESSOR_CONFIGS,
+    CheckpointConfigs,
+    apply_keys,
+    read_checkpoint_configs,
+)
+from audiogate.policy.keys import LIMIT_NAMESPACES, PolicyKey, standard_keys
+from audiogate.policy.model import (
+    MICROS_PER_SECOND,
+    AudioPolicy,
+    OverflowMode,
+    PlaceholderKind,
+    ValueSource,
+    frozen_mapping,
+)
+from audiogate.policy.schema import build_schema, dump_schema, load_packaged_schema
+
+__all__ = [
+    "LIMIT_NAMESPACES",
+    "MICROS_PER_SECOND",
+    "MODEL_CONFIG",
+    "PROCESSOR_CONFIGS",
+    "AudioPolicy",
+    "CheckpointConfigs",
+    "OverflowMode",
+    "PlaceholderKind",
+    "PolicyKey",
+    "ValueSource",
+    "apply_keys",
+    "build_schema",
+    "dump_schema",
+    "frozen_mapping",
+    "load_packaged_schema",
+    "read_checkpoint_configs",
+    "standard_keys",
+]

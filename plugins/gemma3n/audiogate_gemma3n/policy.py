@@ -1,0 +1,123 @@
+"""Gemma 3n: pinned policy defaults, recognized keys and the family spec.
+
+Pinned constants live here once, next to their source: transformers revision
+``181beb3ba4c47098ed8cbc97ee250d1d45ae0107`` (``Gemma3nAudioFeatureExtractor``,
+``Gemma3nProcessor``) and ``Gemma3nConfig`` defaults, as the seed system pins them
+(``mlxcel-audio-boundary.md`` §3.2).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from audiogate.family import FamilySpec
+from audiogate.policy import AudioPolicy, PolicyKey, load_packaged_schema, standard_keys
+from audiogate_gemma3n._version import __version__
+
+__all__ = ["FAMILY", "MODEL_TYPES", "PINNED", "POLICY_KEYS", "REVISION", "spec"]
+
+FAMILY: Final = "gemma3n"
+REVISION: Final = "181beb3ba4c47098ed8cbc97ee250d1d45ae0107"
+MODEL_TYPES: Final = ("gemma3n",)
+
+MIB: Final = 1 << 20
+SAMPLE_RATE_HZ: Final = 16_000
+MAX_SECONDS: Final = 30
+MAX_SAMPLES: Final = SAMPLE_RATE_HZ * MAX_SECONDS  # 480,000
+MAX_SOURCE_RATE_HZ: Final = 192_000
+SOFT_TOKENS_PER_CLIP: Final = 188  # audio_seq_length / audio_soft_tokens_per_image
+BOA_TOKEN_ID: Final = 256_000  # <start_of_audio>
+EOA_TOKEN_ID: Final = 262_272  # <end_of_audio>
+AUDIO_TOKEN_ID: Final = 262_273  # <audio_soft_token>
+#: ``Gemma3nAudioFeatureExtractor.frame_length``: 32 ms at 16 kHz. Framing reads one more
+#: sample for the pre-emphasis, so the frontend's analysis frame is 513 samples.
+DECLARED_FRAME_LENGTH: Final = 512
+
+PINNED: Final = AudioPolicy(
+    family=FAMILY,
+    revision=REVISION,
+    target_rate_hz=SAMPLE_RATE_HZ,
+    resampling="linear",
+    min_source_rate_hz=1,
+    max_source_rate_hz=MAX_SOURCE_RATE_HZ,
+    max_source_channels=8,
+    max_duration_seconds=MAX_SECONDS,
+    max_samples_per_clip=MAX_SAMPLES,
+    max_encoded_bytes_per_clip=64 * MIB,
+    max_frames_per_clip=2_997,
+    max_clips=16,
+    max_encoded_bytes_per_request=64 * MIB,
+    max_source_samples_per_request=MAX_SOURCE_RATE_HZ * MAX_SECONDS,
+    max_normalized_samples_per_request=MAX_SAMPLES,
+    max_source_duration_us_per_request=MAX_SECONDS * 1_000_000,
+    max_frames_per_request=2_997,
+    max_waveform_result_bytes_per_request=2 * MIB,
+    max_waveform_working_bytes_per_request=32 * MIB,
+    max_prepared_result_bytes_per_request=64 * MIB,
+    frame_length_samples=DECLARED_FRAME_LENGTH + 1,
+    frame_hop_samples=160,
+    pad_multiple_samples=128,
+    placeholder="fixed_soft_tokens_per_clip",
+    soft_tokens_per_clip=SOFT_TOKENS_PER_CLIP,
+    options={
+        "boa_token_id": BOA_TOKEN_ID,
+        "eoa_token_id": EOA_TOKEN_ID,
+        "audio_token_id": AUDIO_TOKEN_ID,
+        "padding_side": "right",
+    },
+)
+
+_TOKEN_ID_MAX: Final = 2**31 - 1
+
+POLICY_KEYS: Final = standard_keys(
+    PINNED,
+    declared_frame_length=DECLARED_FRAME_LENGTH,
+    overflow_modes=("reject", "truncate"),
+    extra=(
+        PolicyKey(
+            target="soft_tokens_per_clip",
+            paths=("/audio_seq_length", "/audio_soft_tokens_per_image"),
+            const=SOFT_TOKENS_PER_CLIP,
+            description="soft tokens per clip (what the audio tower is padded to)",
+        ),
+        PolicyKey(
+            target="options.boa_token_id",
+            paths=("/boa_token_id",),
+            maximum=_TOKEN_ID_MAX,
+            description="<start_of_audio> id",
+        ),
+        PolicyKey(
+            target="options.eoa_token_id",
+            paths=("/eoa_token_id",),
+            maximum=_TOKEN_ID_MAX,
+            description="<end_of_audio> id",
+        ),
+        PolicyKey(
+            target="options.audio_token_id",
+            paths=("/audio_token_id",),
+            maximum=_TOKEN_ID_MAX,
+            description="<audio_soft_token> id",
+        ),
+        PolicyKey(
+            target="options.padding_side",
+            paths=("/padding_side", "/feature_extractor/padding_side"),
+            kind="string",
+            enum=("right", "left"),
+            description="which side the batch view pads shorter clips on",
+        ),
+    ),
+)
+
+
+def spec() -> FamilySpec:
+    """The family registration record."""
+    return FamilySpec(
+        name=FAMILY,
+        model_types=MODEL_TYPES,
+        defaults=PINNED,
+        keys=POLICY_KEYS,
+        schema=load_packaged_schema(__package__ or "audiogate_gemma3n"),
+        revision=REVISION,
+        version=__version__,
+        summary="Gemma 3n: linear resampler, 128-bin USM log-mel, 188 soft tokens per clip",
+    )

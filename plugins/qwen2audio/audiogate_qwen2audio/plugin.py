@@ -1,0 +1,17 @@
+"""The ``audiogate.families`` entry point of Qwen2-Audio: its hook implementations."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from audiogate import hookimpl
+from audiogate.family import FamilySpec
+from audiogate_qwen2audio.policy import spec
+
+__all__ = ["audiogate_register_families"]
+
+
+@hookimpl
+def audiogate_register_families(register: Callable[[FamilySpec], None]) -> None:
+    """Register the ``qwen2audio`` family."""
+    register(spec())
