@@ -73,12 +73,14 @@ class PolicyError(AudioGateError):
 
 
 class PluginError(AudioGateError):
-    """A family plugin failed to load or registered something unusable.
+    """A family plugin failed to load, registered something unusable, or misbehaved.
 
-    The message names the entry point and its distribution where they are known.
+    The message names the entry point and its distribution where they are known. During
+    a request it is counted as ``feature_panic``: the plugin broke its contract or raised
+    something that is not an audiogate error.
     """
 
-    reason = "worker_unavailable"
+    reason = "feature_panic"
 
 
 # --- per-request errors --------------------------------------------------------------

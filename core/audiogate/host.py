@@ -402,5 +402,8 @@ def create_host(
     try:
         pm.check_pending()
     except pluggy.PluginValidationError as exc:
-        raise PluginError(f"a plugin implements an unknown hook: {exc}") from exc
+        name = pm.get_name(exc.plugin) or repr(exc.plugin)
+        where = origins.get(name)
+        source = f" of distribution {where.distribution!r}" if where else ""
+        raise PluginError(f"plugin {name!r}{source} implements an unknown hook: {exc}") from exc
     return FamilyHost(pm, origins)

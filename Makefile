@@ -1,0 +1,42 @@
+# The two quick-start commands (see README): `make demo` and `make test`.
+# Both create .venv with the core and the three family plugins; nothing else is needed
+# but Python 3.11 and access to the package registries.
+
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+PIP    := $(BIN)/python -m pip --disable-pip-version-check
+PACKAGES := -e . -e plugins/phi4mm -e plugins/gemma3n -e plugins/qwen2audio
+
+.PHONY: demo test install install-test lint typecheck pytest clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+
+install: $(BIN)/python
+	$(PIP) install --quiet $(PACKAGES) "transformers==5.24.0" "jinja2==3.1.6"
+
+# torch only for the reference processors and tiny models; the CPU wheel, never CUDA.
+install-test: $(BIN)/python
+	$(PIP) install --quiet "torch==2.13.0"
+	$(PIP) install --quiet $(PACKAGES) -r requirements/test.txt
+
+demo: install
+	$(BIN)/audiogate families
+	$(BIN)/audiogate policy examples/models/gemma-3n-e4b-it
+
+lint:
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck:
+	$(BIN)/mypy
+
+pytest:
+	$(BIN)/python -m pytest
+
+test: install-test lint typecheck pytest
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,319 @@
+"""The decode stage: :func:`inspect` (header only) and :func:`decode` (samples).
+
+``inspect`` is the preflight: it reads the header (or the raw declaration), applies the
+per-clip policy and returns a :class:`~audiogate.decode.ClipGeometry` without touching or
+copying sample data and without allocating in proportion to any declared size.
+``decode`` turns the samples that geometry describes into one read-only float32 mono
+waveform, block by block, into a single preallocated array.
+
+For any input bytes, both raise only audiogate errors. Every ``DecodeError`` carries a
+stable ``code``:
+
+``buffer_not_contiguous``
+    a ``memoryview`` that is not C-contiguous.
+``too_short``
+    fewer than 12 bytes (no room for the RIFF/WAVE header).
+``not_riff_wave``
+    bytes 0..4 are not ``RIFF`` or bytes 8..12 are not ``WAVE``.
+``riff_size_mismatch``
+    the RIFF size field + 8 is not the buffer length.
+``too_many_chunks``
+    more than 256 chunks after the RIFF header.
+``truncated_chunk_header``
+    fewer than 8 bytes left where a chunk header should start.
+``chunk_past_end``
+    a chunk's declared size runs past the end of the buffer (never clamped;
+    ``0xFFFFFFFF`` is not a streaming sentinel).
+``missing_pad_byte``
+    an odd-sized chunk ends the buffer without its pad byte (a truncation).
+``duplicate_fmt`` / ``duplicate_data``
+    a second ``fmt `` or ``data`` chunk.
+``missing_fmt`` / ``missing_data``
+    no ``fmt `` or no ``data`` chunk.
+``fmt_too_short``
+    a ``fmt `` chunk under 16 bytes.
+``unsupported_format``
+    a format tag, sub-format or bit depth other than PCM/16 or IEEE float/32.
+``fmt_size_mismatch``
+    a ``fmt `` chunk of a size other than 16 or 18 (PCM, float) or 40 (extensible).
+``bad_cb_size``
+    ``cbSize`` other than 0 (18-byte ``fmt ``) or 22 (extensible).
+``unsupported_subformat``
+    an extensible sub-format GUID other than PCM or IEEE float.
+``extensible_valid_bits``
+    an extensible ``wValidBitsPerSample`` other than the container bits.
+``zero_channels_or_rate``
+    zero channels or a zero rate (for raw sources: not positive).
+``block_align_mismatch`` / ``byte_rate_mismatch``
+    header fields inconsistent with channels, bits and rate.
+``partial_frame``
+    sample data that is not a whole number of frames (WAV or raw).
+``rate_below_minimum`` / ``rate_not_allowed``
+    the source rate is below the policy minimum or not one of its allowed rates.
+``geometry_mismatch``
+    ``decode`` was given a geometry that does not describe the buffer.
+``all_zero``
+    ``refuse_all_zero`` is set and every decoded sample is exactly 0.0.
+
+The subclasses carry fixed codes: :class:`~audiogate.errors.EmptyAudioError` is
+``empty`` (no bytes, empty ``data`` chunk, empty raw source) and
+:class:`~audiogate.errors.NonFiniteSampleError` is ``non_finite`` (with the first
+offending ``frame``). Policy caps raise :class:`~audiogate.errors.LimitError` named
+``source sample rate``, ``source channels``, ``source frames per clip`` and
+``source duration per clip``; cancellation raises
+:class:`~audiogate.errors.PreprocessCancelled` at the ``Decode`` checkpoint.
+"""
+
+from __future__ import annotations
+
+from typing import Final, TypeAlias
+
+import numpy as np
+import numpy.typing as npt
+
+from audiogate.cancel import NEVER, CancelToken, Checkpoint
+from audiogate.decode.geometry import (
+    BYTES_PER_SAMPLE,
+    WAV,
+    ClipGeometry,
+    DecodeLimits,
+    SourceFormat,
+)
+from audiogate.decode.raw import inspect_raw
+from audiogate.decode.samples import downmix_f32, downmix_pcm16
+from audiogate.decode.wav import inspect_wav
+from audiogate.errors import DecodeError, LimitError, NonFiniteSampleError
+
+__all__ = ["DECODE_ERROR_CODES", "Buffer", "check_limits", "decode", "inspect"]
+
+#: What ``inspect`` and ``decode`` accept: any contiguous buffer, never copied.
+Buffer: TypeAlias = bytes | bytearray | memoryview
+
+#: Every ``code`` a ``DecodeError`` from this package can carry.
+DECODE_ERROR_CODES: Final = frozenset(
+    {
+        "buffer_not_contiguous",
+        "too_short",
+        "not_riff_wave",
+        "riff_size_mismatch",
+        "too_many_chunks",
+        "truncated_chunk_header",
+        "chunk_past_end",
+        "missing_pad_byte",
+        "duplicate_fmt",
+        "duplicate_data",
+        "missing_fmt",
+        "missing_data",
+        "fmt_too_short",
+        "unsupported_format",
+        "fmt_size_mismatch",
+        "bad_cb_size",
+        "unsupported_subformat",
+        "extensible_valid_bits",
+        "zero_channels_or_rate",
+        "block_align_mismatch",
+        "byte_rate_mismatch",
+        "partial_frame",
+        "rate_below_minimum",
+        "rate_not_allowed",
+        "geometry_mismatch",
+        "all_zero",
+        "empty",
+        "non_finite",
+    }
+)
+
+_DEFAULT_LIMITS: Final = DecodeLimits()
+
+
+def _byte_view(data: Buffer, clip_index: int) -> memoryview:
+    """A 1-D unsigned-byte view of ``data`` (no copy)."""
+    if not isinstance(data, bytes | bytearray | memoryview):
+        raise TypeError(
+            f"audio clip {clip_index}: data must be bytes, bytearray or memoryview, "
+            f"not {type(data).__name__}"
+        )
+    view = memoryview(data)
+    if not view.c_contiguous:
+        raise DecodeError(
+            "the memoryview is not C-contiguous",
+            clip_index=clip_index,
+            code="buffer_not_contiguous",
+        )
+    if view.format == "B" and view.ndim == 1:
+        return view
+    return view.cast("B")
+
+
+def check_limits(geometry: ClipGeometry, limits: DecodeLimits, *, clip_index: int) -> None:
+    """Apply the per-clip policy to a valid geometry, in the documented order.
+
+    :raises DecodeError: ``rate_below_minimum`` or ``rate_not_allowed``.
+    :raises LimitError: source sample rate, channels, frames or duration over its cap.
+    """
+    rate_hz = geometry.rate_hz
+    if rate_hz < limits.min_rate_hz:
+        raise DecodeError(
+            f"source sample rate {rate_hz} Hz is below the {limits.min_rate_hz} Hz minimum",
+            clip_index=clip_index,
+            code="rate_below_minimum",
+        )
+    if rate_hz > limits.max_rate_hz:
+        raise LimitError(
+            "source sample rate", actual=rate_hz, maximum=limits.max_rate_hz, clip_index=clip_index
+        )
+    allowed = limits.allowed_rates_hz
+    if allowed is not None and rate_hz not in allowed:
+        raise DecodeError(
+            f"source sample rate {rate_hz} Hz is not allowed; allowed rates: "
+            f"{', '.join(str(r) for r in sorted(allowed))} Hz",
+            clip_index=clip_index,
+            code="rate_not_allowed",
+        )
+    if geometry.channels > limits.max_channels:
+        raise LimitError(
+            "source channels",
+            actual=geometry.channels,
+            maximum=limits.max_channels,
+            clip_index=clip_index,
+        )
+    if limits.max_frames is not None and geometry.frames > limits.max_frames:
+        raise LimitError(
+            "source frames per clip",
+            actual=geometry.frames,
+            maximum=limits.max_frames,
+            clip_index=clip_index,
+        )
+    if limits.max_duration_us is not None and geometry.duration_us > limits.max_duration_us:
+        raise LimitError(
+            "source duration per clip",
+            actual=geometry.duration_us,
+            maximum=limits.max_duration_us,
+            clip_index=clip_index,
+        )
+
+
+def inspect(
+    data: Buffer,
+    *,
+    clip_index: int,
+    source_format: SourceFormat = WAV,
+    limits: DecodeLimits = _DEFAULT_LIMITS,
+    cancel: CancelToken = NEVER,
+) -> ClipGeometry:
+    """Read a clip's header and apply the per-clip policy; samples are not touched.
+
+    :param data: the encoded clip.
+    :param clip_index: zero-based clip index, named in every error.
+    :param source_format: :data:`~audiogate.decode.WAV`, or ``SourceFormat.raw(...)``.
+    :param limits: the per-clip policy.
+    :param cancel: polled at the ``Decode`` checkpoint at the start and after each chunk.
+    :returns: the clip's geometry.
+    :raises DecodeError: malformed or unsupported header, or a policy refusal (see the
+        module docstring for the codes); :class:`~audiogate.errors.EmptyAudioError` for
+        no sample frames.
+    :raises LimitError: the clip exceeds a per-clip cap.
+    :raises PreprocessCancelled: ``cancel`` was cancelled.
+    """
+    with _byte_view(data, clip_index) as view:
+        if source_format.container == "raw":
+            cancel.check(Checkpoint.DECODE, clip_index)
+            geometry = inspect_raw(view.nbytes, source_format, clip_index=clip_index)
+        else:
+            geometry = inspect_wav(view, clip_index=clip_index, cancel=cancel)
+    check_limits(geometry, limits, clip_index=clip_index)
+    return geometry
+
+
+def _check_geometry(geometry: ClipGeometry, nbytes: int, clip_index: int) -> None:
+    fields = (
+        geometry.rate_hz,
+        geometry.channels,
+        geometry.frames,
+        geometry.duration_us,
+        geometry.data_offset,
+        geometry.data_length,
+    )
+    consistent = (
+        geometry.container in ("wav", "raw")
+        and geometry.encoding in BYTES_PER_SAMPLE
+        and all(isinstance(v, int) and not isinstance(v, bool) for v in fields)
+        and geometry.rate_hz >= 1
+        and geometry.channels >= 1
+        and geometry.frames >= 1
+        and geometry.data_offset >= 0
+        and geometry.data_length == geometry.frames * geometry.frame_bytes
+        and geometry.duration_us == geometry.frames * 1_000_000 // geometry.rate_hz
+    )
+    if not consistent:
+        raise DecodeError(
+            f"the geometry is not self-consistent: {geometry!r}",
+            clip_index=clip_index,
+            code="geometry_mismatch",
+        )
+    if geometry.data_offset + geometry.data_length > nbytes:
+        raise DecodeError(
+            f"the geometry needs bytes {geometry.data_offset}.."
+            f"{geometry.data_offset + geometry.data_length} but the buffer holds {nbytes}",
+            clip_index=clip_index,
+            code="geometry_mismatch",
+        )
+
+
+def decode(
+    data: Buffer,
+    geometry: ClipGeometry,
+    *,
+    clip_index: int,
+    limits: DecodeLimits = _DEFAULT_LIMITS,
+    cancel: CancelToken = NEVER,
+) -> npt.NDArray[np.float32]:
+    """Convert the samples ``geometry`` describes into one clamped mono waveform.
+
+    Channels are averaged in float64, clamped to ``[-1, 1]`` and stored as float32;
+    PCM16 is ``int16 / 32768``. Work is done in blocks of
+    :data:`~audiogate.decode.samples.BLOCK_FRAMES` frames into one preallocated array,
+    so peak memory is the output plus a few small block buffers.
+
+    :param data: the same encoded clip ``geometry`` was inspected from.
+    :param geometry: from :func:`inspect`; re-checked against ``data`` and ``limits``.
+    :param clip_index: zero-based clip index, named in every error.
+    :param limits: the per-clip policy (``refuse_all_zero`` is applied here).
+    :param cancel: polled at the ``Decode`` checkpoint before each block.
+    :returns: ``[shape=(geometry.frames,)]`` float32, C-contiguous, read-only.
+    :raises NonFiniteSampleError: a float sample is NaN or infinite (first frame named).
+    :raises DecodeError: ``geometry_mismatch``, or ``all_zero`` when refused.
+    :raises LimitError: ``geometry`` exceeds a per-clip cap in ``limits``.
+    :raises PreprocessCancelled: ``cancel`` was cancelled.
+    """
+    view = _byte_view(data, clip_index)
+    _check_geometry(geometry, view.nbytes, clip_index)
+    check_limits(geometry, limits, clip_index=clip_index)
+    cancel.check(Checkpoint.DECODE, clip_index)
+
+    out = np.empty(geometry.frames, dtype=np.float32)
+    count = geometry.frames * geometry.channels
+    bad_frame: int | None = None
+    if geometry.encoding == "pcm16":
+        pcm = np.frombuffer(view, dtype="<i2", count=count, offset=geometry.data_offset)
+        downmix_pcm16(pcm, out, channels=geometry.channels, clip_index=clip_index, cancel=cancel)
+        del pcm
+    else:
+        flt = np.frombuffer(view, dtype="<f4", count=count, offset=geometry.data_offset)
+        bad_frame = downmix_f32(
+            flt, out, channels=geometry.channels, clip_index=clip_index, cancel=cancel
+        )
+        del flt
+    # Drop the exports of the caller's buffer before raising, so a bytearray is not
+    # left locked against resizing by the exception's traceback.
+    del view
+    if bad_frame is not None:
+        raise NonFiniteSampleError(clip_index=clip_index, frame=bad_frame)
+    if limits.refuse_all_zero and not out.any():
+        raise DecodeError(
+            f"every one of its {geometry.frames} decoded samples is exactly 0.0",
+            clip_index=clip_index,
+            code="all_zero",
+        )
+    out.flags.writeable = False
+    return out

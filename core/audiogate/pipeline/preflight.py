@@ -1,0 +1,280 @@
+"""Admission before allocation: every budget of a request is checked from headers alone.
+
+Order (the seed's §5, so clients see the same first error): cancellation; no clips; clip
+count; then per clip: ordinal, empty, encoded bytes per clip and per request, header
+geometry (rate, channels, per-clip duration), source samples and duration per request,
+the family's resample plan (output length, rate, work), normalized samples per clip and
+per request, feature frames per clip and per request; then retained waveform bytes,
+waveform working bytes and prepared-result bytes. Limits are request aggregates, never
+a per-clip value multiplied by the clip count.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Final
+
+import attrs
+
+from audiogate.cancel import NEVER, CancelToken, Checkpoint
+from audiogate.decode import ClipGeometry, DecodeLimits, inspect
+from audiogate.decode.samples import BLOCK_FRAMES
+from audiogate.errors import (
+    EmptyAudioError,
+    FeatureError,
+    LimitError,
+    MemoryLimitError,
+    PlaceholderError,
+    SizeOverflowError,
+)
+from audiogate.host import FamilyHost
+from audiogate.pipeline.records import ClipPlan, EncodedClip, RequestPlan
+from audiogate.policy import MICROS_PER_SECOND, AudioPolicy
+
+__all__ = [
+    "FLOAT32_BYTES",
+    "decode_limits",
+    "decode_working_bytes",
+    "per_clip_sample_cap",
+    "preflight",
+]
+
+FLOAT32_BYTES: Final = 4
+_INT64_MAX: Final = 2**63 - 1
+
+
+def decode_limits(policy: AudioPolicy) -> DecodeLimits:
+    """The decoder's per-clip checks derived from the policy.
+
+    In truncate mode the per-clip source duration is not refused at the header: the clip
+    is cut after resampling, and only the part that is kept is decoded.
+    """
+    truncating = policy.overflow == "truncate"
+    return DecodeLimits(
+        min_rate_hz=policy.min_source_rate_hz,
+        max_rate_hz=policy.max_source_rate_hz,
+        allowed_rates_hz=(
+            frozenset(policy.allowed_source_rates_hz) if policy.allowed_source_rates_hz else None
+        ),
+        max_channels=policy.max_source_channels,
+        max_duration_us=None if truncating else policy.max_duration_seconds * MICROS_PER_SECOND,
+        refuse_all_zero=policy.refuse_all_zero,
+    )
+
+
+def per_clip_sample_cap(policy: AudioPolicy, effective_rate_hz: int) -> int:
+    """Most normalized samples one clip may have at ``effective_rate_hz``.
+
+    The duration cap is applied at the effective rate (so a Phi-4 MM clip treated as
+    8 kHz gets half the samples), and never above ``max_samples_per_clip``.
+    """
+    return min(policy.max_samples_per_clip, effective_rate_hz * policy.max_duration_seconds)
+
+
+def _prefix(geometry: ClipGeometry, frames: int) -> ClipGeometry:
+    if frames >= geometry.frames:
+        return geometry
+    return attrs.evolve(
+        geometry,
+        frames=frames,
+        duration_us=frames * MICROS_PER_SECOND // geometry.rate_hz,
+        data_length=frames * geometry.frame_bytes,
+    )
+
+
+def decode_working_bytes(geometry: ClipGeometry) -> int:
+    """Scratch the decoder needs besides its float32 output: one block of accumulators."""
+    return min(geometry.frames, BLOCK_FRAMES) * (geometry.channels * 8 + 16)
+
+
+def _check(
+    total: int,
+    maximum: int,
+    limit: str,
+    clip_index: int | None = None,
+    *,
+    kind: type[LimitError] = LimitError,
+) -> None:
+    if total > _INT64_MAX:
+        raise SizeOverflowError(limit)
+    if total > maximum:
+        raise kind(limit, actual=total, maximum=maximum, clip_index=clip_index)
+
+
+def preflight(
+    host: FamilyHost,
+    policy: AudioPolicy,
+    clips: Sequence[EncodedClip],
+    *,
+    cancel: CancelToken = NEVER,
+) -> RequestPlan:
+    """Check every budget of a request from the clips' headers; allocate nothing large.
+
+    :param host: the plugin host (the family's resample and feature plans).
+    :param policy: the loaded model's policy.
+    :param clips: the request's clips in order.
+    :returns: the plan that :func:`~audiogate.pipeline.process.process_request` executes.
+    :raises LimitError: a budget is exceeded (names the limit, actual and maximum).
+    :raises DecodeError: a header is invalid or outside the policy.
+    :raises PlaceholderError: clip ordinals are not 1..n.
+    """
+    cancel.check(Checkpoint.ACQUISITION)
+    if not clips:
+        raise EmptyAudioError(clip_index=0, detail="the request declares no audio clips")
+    if len(clips) > policy.max_clips:
+        raise LimitError("clip count", actual=len(clips), maximum=policy.max_clips)
+
+    limits = decode_limits(policy)
+    truncating = policy.overflow == "truncate"
+    plans: list[ClipPlan] = []
+    encoded = source_samples = duration_us = normalized = frames = 0
+    largest_decode = 0
+    largest_resample_work = 0
+    for index, clip in enumerate(clips):
+        if clip.ordinal != index + 1:
+            raise PlaceholderError(
+                f"clip {index} maps to ordinal {clip.ordinal}, expected {index + 1}"
+            )
+        size = len(clip.data)
+        if size == 0:
+            raise EmptyAudioError(clip_index=index, detail="no encoded bytes")
+        _check(size, policy.max_encoded_bytes_per_clip, "encoded bytes per clip", index)
+        encoded += size
+        _check(
+            encoded,
+            policy.max_encoded_bytes_per_request,
+            "encoded bytes per request",
+            index,
+            kind=MemoryLimitError,
+        )
+
+        geometry = inspect(
+            clip.data,
+            clip_index=index,
+            source_format=clip.source_format,
+            limits=limits,
+            cancel=cancel,
+        )
+        resample = host.plan_resample(
+            policy,
+            source_rate_hz=geometry.rate_hz,
+            source_samples=geometry.frames,
+            clip_index=index,
+        )
+        received = resample.output_samples
+        cap = per_clip_sample_cap(policy, resample.output_rate_hz)
+        decoded = geometry
+        kept = received
+        if received > cap:
+            if not truncating:
+                raise LimitError("duration samples", actual=received, maximum=cap, clip_index=index)
+            # Decode only the source prefix that produces the kept samples (exact for the
+            # identity and linear resamplers, the only ones that offer truncation).
+            needed = ((cap - 1) * geometry.rate_hz) // resample.output_rate_hz + 2
+            decoded = _prefix(geometry, needed)
+            resample = host.plan_resample(
+                policy,
+                source_rate_hz=decoded.rate_hz,
+                source_samples=decoded.frames,
+                clip_index=index,
+            )
+            kept = cap
+            if resample.output_samples < kept:
+                raise SizeOverflowError(f"the truncated length of clip {index}")
+
+        source_samples += decoded.frames
+        _check(
+            source_samples,
+            policy.max_source_samples_per_request,
+            "source samples per request",
+            index,
+        )
+        duration_us += decoded.duration_us
+        _check(
+            duration_us,
+            policy.max_source_duration_us_per_request,
+            "source duration per request (µs)",
+            index,
+        )
+        if kept < policy.min_samples_per_clip:
+            raise FeatureError(
+                f"{kept} normalized samples at {resample.output_rate_hz} Hz is too short; the "
+                f"family needs at least {policy.min_samples_per_clip}",
+                clip_index=index,
+            )
+        normalized += kept
+        _check(
+            normalized,
+            policy.max_normalized_samples_per_request,
+            "normalized samples per request",
+            index,
+        )
+        features = host.plan_features(
+            policy, rate_hz=resample.output_rate_hz, samples=kept, clip_index=index
+        )
+        _check(features.frames, policy.max_frames_per_clip, "feature frames per clip", index)
+        frames += features.frames
+        _check(frames, policy.max_frames_per_request, "feature frames per request", index)
+
+        largest_decode = max(
+            largest_decode, decoded.frames * FLOAT32_BYTES + decode_working_bytes(decoded)
+        )
+        largest_resample_work = max(largest_resample_work, resample.working_bytes)
+        plans.append(
+            ClipPlan(
+                index=index,
+                geometry=geometry,
+                decode_geometry=decoded,
+                resample=resample,
+                normalized_samples=kept,
+                received_samples=received,
+                features=features,
+            )
+        )
+        cancel.check(Checkpoint.ACQUISITION, index)
+
+    result_bytes = normalized * FLOAT32_BYTES
+    _check(
+        result_bytes,
+        policy.max_waveform_result_bytes_per_request,
+        "waveform result bytes per request",
+        kind=MemoryLimitError,
+    )
+    # Peak while one clip is in flight: its decoded source and resampler scratch, plus
+    # every retained normalized waveform (an untruncated resample output is retained as is;
+    # a truncated one is copied, so count its full length once more).
+    truncated_extra = max(
+        ((p.resample.output_samples - p.normalized_samples) * FLOAT32_BYTES for p in plans),
+        default=0,
+    )
+    working = largest_decode + largest_resample_work + truncated_extra + result_bytes
+    _check(
+        working,
+        policy.max_waveform_working_bytes_per_request,
+        "waveform working bytes per request",
+        kind=MemoryLimitError,
+    )
+    feature_bytes = sum(p.features.feature_bytes for p in plans)
+    collated = len(plans) * max(_array_bytes(p.features.feature_shape) for p in plans)
+    prepared = feature_bytes + collated
+    _check(
+        prepared,
+        policy.max_prepared_result_bytes_per_request,
+        "prepared result bytes per request",
+        kind=MemoryLimitError,
+    )
+    return RequestPlan(
+        policy=policy,
+        clips=tuple(plans),
+        encoded_bytes=encoded,
+        waveform_result_bytes=result_bytes,
+        waveform_working_bytes=working,
+        feature_working_bytes=max(p.features.working_bytes for p in plans),
+        prepared_result_bytes=prepared,
+    )
+
+
+def _array_bytes(shape: tuple[int, ...]) -> int:
+    # float32 features plus a bool mask over the largest axis.
+    return math.prod(shape) * FLOAT32_BYTES + (max(shape) if shape else 0)

@@ -1,0 +1,487 @@
+"""The bounded host worker for servers: admission, reservations, backpressure, metrics.
+
+One :class:`Reservation` owns a request's encoded and host bytes from queue admission
+until its result is handed off (or the request fails, is cancelled, is refused, the
+worker shuts down, or the job is garbage-collected) and releases them exactly once.
+The job queue is bounded (``queue_depth``) and so is the result channel
+(``result_depth``): a worker does not start a job while ``result_depth`` finished
+results wait for their consumers, so a stalled consumer backpressures production
+instead of accumulating prepared tensors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import queue
+import threading
+import time
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any, Final, Generic, TypeVar
+
+import attrs
+
+from audiogate.cancel import CancelToken, Checkpoint
+from audiogate.errors import (
+    AudioGateError,
+    MemoryLimitError,
+    PluginError,
+    PreprocessCancelled,
+    QueueFullError,
+    SizeOverflowError,
+    WorkerUnavailableError,
+)
+from audiogate.host import FamilyHost
+from audiogate.metrics import AudioMetrics
+from audiogate.pipeline import EncodedClip, PreparedBatch, RequestPlan, preflight, process_request
+from audiogate.policy import AudioPolicy
+
+__all__ = ["AudioJob", "AudioWorker", "Reservation", "WorkerLimits", "rejection_reason"]
+
+MIB: Final = 1 << 20
+T = TypeVar("T")
+
+#: ``finish(batch)`` runs in the worker after the features (prompt expansion, ...); its
+#: return value is the job's result. It may raise ``ContextLimitError``.
+Finish = Callable[[PreparedBatch], Any]
+
+
+@attrs.frozen(kw_only=True)
+class WorkerLimits:
+    """Capacities of a worker; all configurable.
+
+    :param queue_depth: jobs waiting for a worker thread.
+    :param result_depth: finished results waiting for their consumers.
+    :param max_queued_encoded_bytes: encoded bytes held by queued, running and handed-off jobs.
+    :param max_inflight_host_bytes: planned host bytes held likewise.
+    :param threads: worker threads.
+    """
+
+    queue_depth: int = attrs.field(default=8, validator=attrs.validators.ge(1))
+    result_depth: int = attrs.field(default=2, validator=attrs.validators.ge(1))
+    max_queued_encoded_bytes: int = attrs.field(default=512 * MIB, validator=attrs.validators.ge(1))
+    max_inflight_host_bytes: int = attrs.field(default=1280 * MIB, validator=attrs.validators.ge(1))
+    threads: int = attrs.field(default=1, validator=attrs.validators.ge(1))
+
+
+def rejection_reason(error: BaseException) -> str:
+    """The metrics reason a failure is counted under (``feature_panic`` if unexpected)."""
+    if isinstance(error, AudioGateError):
+        return error.reason
+    return "feature_panic"
+
+
+class _Ledger:
+    """Current reservation totals, updated atomically; publishes the gauges."""
+
+    def __init__(self, limits: WorkerLimits, metrics: AudioMetrics | None) -> None:
+        self._limits = limits
+        self._metrics = metrics
+        self._lock = threading.Lock()
+        self.encoded = 0
+        self.host = 0
+
+    def reserve(self, encoded: int, host: int) -> Reservation:
+        with self._lock:
+            if self.encoded + encoded > self._limits.max_queued_encoded_bytes:
+                raise MemoryLimitError(
+                    "queued encoded bytes",
+                    actual=self.encoded + encoded,
+                    maximum=self._limits.max_queued_encoded_bytes,
+                )
+            if self.host + host > self._limits.max_inflight_host_bytes:
+                raise MemoryLimitError(
+                    "in-flight host bytes",
+                    actual=self.host + host,
+                    maximum=self._limits.max_inflight_host_bytes,
+                )
+            self.encoded += encoded
+            self.host += host
+            self._publish()
+        return Reservation(self, encoded, host)
+
+    def _release(self, encoded: int, host: int) -> None:
+        with self._lock:
+            self.encoded -= encoded
+            self.host -= host
+            self._publish()
+
+    def _publish(self) -> None:
+        if self._metrics is not None:
+            self._metrics.set_gauges(queued_bytes=self.encoded, inflight_host_bytes=self.host)
+
+
+class Reservation:
+    """Encoded and host bytes held for one request; :meth:`release` works exactly once."""
+
+    def __init__(self, ledger: _Ledger, encoded: int, host: int) -> None:
+        self.encoded_bytes = encoded
+        self.host_bytes = host
+        self._ledger = ledger
+        self._lock = threading.Lock()
+        self._released = False
+
+    @property
+    def released(self) -> bool:
+        """Whether the bytes have been given back."""
+        return self._released
+
+    def release(self) -> bool:
+        """Give the bytes back; returns ``False`` if already released."""
+        with self._lock:
+            if self._released:
+                return False
+            self._released = True
+        self._ledger._release(self.encoded_bytes, self.host_bytes)
+        return True
+
+
+class _Slot:
+    """A result-channel slot taken by a running job, freed once at hand-off."""
+
+    def __init__(self, semaphore: threading.Semaphore) -> None:
+        self._semaphore = semaphore
+        self._lock = threading.Lock()
+        self._held = True
+
+    def free(self) -> None:
+        with self._lock:
+            if not self._held:
+                return
+            self._held = False
+        self._semaphore.release()
+
+
+class _Holdings:
+    """What a job holds until hand-off; released once, also by the job's finalizer."""
+
+    def __init__(self, reservation: Reservation) -> None:
+        self.reservation = reservation
+        self.slot: _Slot | None = None
+
+    def release(self) -> None:
+        if self.slot is not None:
+            self.slot.free()
+        self.reservation.release()
+
+
+class AudioJob(Generic[T]):
+    """A submitted request. Take its result with :meth:`result` (this hands it off)."""
+
+    def __init__(
+        self,
+        *,
+        policy: AudioPolicy,
+        plan: RequestPlan,
+        clips: Sequence[EncodedClip],
+        finish: Finish | None,
+        cancel: CancelToken,
+        holdings: _Holdings,
+    ) -> None:
+        self.policy = policy
+        self.plan = plan
+        self.clips = tuple(clips)
+        self.finish = finish
+        self.cancel_token = cancel
+        self.future: concurrent.futures.Future[T] = concurrent.futures.Future()
+        self._holdings = holdings
+        self._handed_off = False
+        # A consumer that went away without taking the result still releases everything.
+        self._finalizer = weakref.finalize(self, holdings.release)
+
+    @property
+    def reservation(self) -> Reservation:
+        """The job's byte reservation."""
+        return self._holdings.reservation
+
+    def cancel(self) -> None:
+        """Cancel: a queued job never starts; a running one stops at its next checkpoint."""
+        self.cancel_token.cancel()
+
+    def done(self) -> bool:
+        """Whether the job has finished (successfully or not)."""
+        return self.future.done()
+
+    def result(self, timeout: float | None = None) -> T:
+        """Wait for the result and take it, releasing the reservation and result slot.
+
+        :raises AudioGateError: the typed error the job failed with.
+        :raises TimeoutError: ``timeout`` seconds passed first.
+        """
+        try:
+            value = self.future.result(timeout)
+        except concurrent.futures.TimeoutError:
+            raise TimeoutError(f"audio job not finished after {timeout} s") from None
+        finally:
+            if self.future.done():
+                self._hand_off()
+        return value
+
+    def _hand_off(self) -> None:
+        self._handed_off = True
+        self._finalizer()
+
+
+_STOP: Final = object()
+
+
+class AudioWorker:
+    """A bounded pool of preprocessing threads for one :class:`FamilyHost`.
+
+    :param host: the plugin host.
+    :param limits: capacities.
+    :param metrics: where to record (a private :class:`AudioMetrics` by default).
+    """
+
+    def __init__(
+        self,
+        host: FamilyHost,
+        *,
+        limits: WorkerLimits | None = None,
+        metrics: AudioMetrics | None = None,
+        name: str = "audiogate-audio",
+    ) -> None:
+        self.host = host
+        self.limits = limits or WorkerLimits()
+        self.metrics = metrics if metrics is not None else AudioMetrics(families=host.families)
+        for family in host.families:
+            self.metrics.ensure_family(family)
+        self._ledger = _Ledger(self.limits, self.metrics)
+        self._queue: queue.Queue[Any] = queue.Queue(maxsize=self.limits.queue_depth)
+        self._results = threading.Semaphore(self.limits.result_depth)
+        self._closed = threading.Event()
+        self._submit_lock = threading.Lock()
+        self._threads = [
+            threading.Thread(target=self._run, name=f"{name}-{i}", daemon=True)
+            for i in range(self.limits.threads)
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    # --- accounting ------------------------------------------------------------------
+
+    @property
+    def queued_encoded_bytes(self) -> int:
+        """Encoded bytes currently reserved."""
+        return self._ledger.encoded
+
+    @property
+    def inflight_host_bytes(self) -> int:
+        """Host bytes currently reserved."""
+        return self._ledger.host
+
+    def _reject(self, family: str, error: BaseException) -> None:
+        if isinstance(error, PreprocessCancelled):
+            self.metrics.record_cancelled(family)
+        else:
+            self.metrics.record_rejection(family, rejection_reason(error))
+
+    # --- submission ------------------------------------------------------------------
+
+    def submit(
+        self,
+        policy: AudioPolicy,
+        clips: Sequence[EncodedClip],
+        *,
+        finish: Finish | None = None,
+        cancel: CancelToken | None = None,
+    ) -> AudioJob[Any]:
+        """Admit a request: preflight it, reserve its bytes and queue it, or refuse.
+
+        :raises PreprocessCancelled: the token was already cancelled.
+        :raises WorkerUnavailableError: the worker is shut down.
+        :raises LimitError: a policy budget is exceeded (from the preflight).
+        :raises MemoryLimitError: the worker's queued-bytes or host-bytes cap is full.
+        :raises QueueFullError: the job queue is full.
+        """
+        token = cancel or CancelToken()
+        family = policy.family
+        try:
+            token.check(Checkpoint.QUEUE)
+            if self._closed.is_set():
+                raise WorkerUnavailableError("the audio worker is shut down")
+            plan = preflight(self.host, policy, clips, cancel=token)
+            encoded = plan.encoded_bytes
+            host_bytes = plan.host_bytes
+            if encoded < 0 or host_bytes < 0:
+                raise SizeOverflowError("the request reservation")
+            reservation = self._ledger.reserve(encoded, host_bytes)
+        except BaseException as error:
+            self._reject(family, error)
+            raise
+        job: AudioJob[Any] = AudioJob(
+            policy=policy,
+            plan=plan,
+            clips=clips,
+            finish=finish,
+            cancel=token,
+            holdings=_Holdings(reservation),
+        )
+        refusal: AudioGateError
+        with self._submit_lock:
+            if self._closed.is_set():
+                refusal = WorkerUnavailableError("the audio worker is shut down")
+            else:
+                try:
+                    self._queue.put_nowait(job)
+                except queue.Full:
+                    refusal = QueueFullError(
+                        f"the audio queue is full ({self.limits.queue_depth} jobs waiting); "
+                        "retry later"
+                    )
+                else:
+                    return job
+        job._hand_off()
+        self._reject(family, refusal)
+        raise refusal
+
+    def prepare(
+        self,
+        policy: AudioPolicy,
+        clips: Sequence[EncodedClip],
+        *,
+        finish: Finish | None = None,
+        cancel: CancelToken | None = None,
+        timeout: float | None = None,
+    ) -> Any:
+        """Submit and wait (blocking API); returns the batch or ``finish``'s value."""
+        return self.submit(policy, clips, finish=finish, cancel=cancel).result(timeout)
+
+    async def prepare_async(
+        self,
+        policy: AudioPolicy,
+        clips: Sequence[EncodedClip],
+        *,
+        finish: Finish | None = None,
+        cancel: CancelToken | None = None,
+    ) -> Any:
+        """Submit and await (asyncio API). Cancelling the awaiting task cancels the job."""
+        job = self.submit(policy, clips, finish=finish, cancel=cancel)
+        try:
+            await asyncio.shield(asyncio.wrap_future(job.future))
+        except asyncio.CancelledError:
+            job.cancel()
+            raise
+        except BaseException:
+            pass
+        return job.result()
+
+    # --- processing ------------------------------------------------------------------
+
+    def _run(self) -> None:
+        # A thread takes a result slot *before* it takes a job, so slots are granted in
+        # queue order: a newer job can never hold the slot an older one waits for (which
+        # would deadlock a consumer that takes results in order).
+        while True:
+            slot = self._acquire_slot()
+            if slot is None:
+                return
+            item = self._queue.get()
+            if item is _STOP:
+                slot.free()
+                return
+            job: AudioJob[Any] = item
+            job._holdings.slot = slot
+            try:
+                self._process(job)
+            finally:
+                del job, item
+
+    def _acquire_slot(self) -> _Slot | None:
+        while not self._results.acquire(timeout=0.05):
+            if self._closed.is_set():
+                return None
+        return _Slot(self._results)
+
+    def _process(self, job: AudioJob[Any]) -> None:
+        family = job.policy.family
+        if not job.future.set_running_or_notify_cancel():
+            job._hand_off()
+            self.metrics.record_cancelled(family)
+            return
+        started = time.perf_counter()
+        try:
+            job.cancel_token.check(Checkpoint.QUEUE)
+            try:
+                batch = process_request(self.host, job.plan, job.clips, cancel=job.cancel_token)
+            except AudioGateError:
+                raise
+            except Exception as exc:
+                raise PluginError(
+                    f"family {family!r} raised {type(exc).__name__} while preparing audio: {exc}"
+                ) from exc
+            self.metrics.record_waveforms(
+                family,
+                source_duration_us=batch.totals.duration_us,
+                source_samples=batch.totals.source_samples,
+                normalized_samples=batch.totals.normalized_samples,
+                frames=batch.totals.frames,
+                tokens=batch.totals.tokens,
+            )
+            prepared = sum(int(a.nbytes) for a in batch.inputs.inputs.values())
+            if prepared > job.policy.max_prepared_result_bytes_per_request:
+                raise MemoryLimitError(
+                    "prepared result bytes per request",
+                    actual=prepared,
+                    maximum=job.policy.max_prepared_result_bytes_per_request,
+                )
+            job.cancel_token.check(Checkpoint.FEATURE)
+            value: Any = batch
+            prefill = batch.totals.tokens
+            if job.finish is not None:
+                try:
+                    value = job.finish(batch)
+                except AudioGateError:
+                    raise
+                except Exception as exc:
+                    raise PluginError(
+                        f"finishing the {family!r} request raised {type(exc).__name__}: {exc}"
+                    ) from exc
+                prefill = _prefill_length(value, prefill)
+        except BaseException as error:
+            job._hand_off()
+            self._reject(family, error)
+            job.future.set_exception(error)
+            return
+        self.metrics.record_completed(
+            family, latency_seconds=time.perf_counter() - started, prefill_tokens=prefill
+        )
+        job.future.set_result(value)
+
+    # --- shutdown --------------------------------------------------------------------
+
+    def close(self, *, wait: bool = True) -> None:
+        """Stop accepting jobs, fail the queued ones (``worker_unavailable``), stop threads."""
+        with self._submit_lock:
+            if self._closed.is_set():
+                return
+            self._closed.set()
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if item is not _STOP and item.future.set_running_or_notify_cancel():
+                item._hand_off()
+                error = WorkerUnavailableError("the audio worker shut down before the job ran")
+                self._reject(item.policy.family, error)
+                item.future.set_exception(error)
+        for _ in self._threads:
+            self._queue.put(_STOP)
+        if wait:
+            for thread in self._threads:
+                thread.join()
+
+    def __enter__(self) -> AudioWorker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _prefill_length(value: Any, default: int) -> int:
+    ids = getattr(value, "input_ids", None)
+    if ids is None and hasattr(value, "prompt"):
+        ids = getattr(value.prompt, "input_ids", None)
+    return len(ids) if ids is not None else default

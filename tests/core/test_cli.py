@@ -1,0 +1,109 @@
+"""The ``audiogate`` CLI: families, policy, schema, and exit codes."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+
+import pytest
+
+from audiogate.cli import main
+from audiogate.policy import build_schema, dump_schema
+
+
+def run(*argv: str) -> tuple[int, str]:
+    out = io.StringIO()
+    code = main(list(argv), stdout=out)
+    return code, out.getvalue()
+
+
+def test_families_lists_distribution_version_model_types_revision() -> None:
+    code, text = run("families")
+    assert code == 0
+    assert "audiogate-phi4mm" in text
+    assert "phi4mm, phi4_multimodal" in text
+    assert "audiogate-gemma3n" in text
+    assert "181beb3ba4c47098ed8cbc97ee250d1d45ae0107" in text
+    assert "audiogate-qwen2audio" in text
+    assert "qwen2_audio" in text
+
+
+def test_families_json() -> None:
+    code, text = run("families", "--json")
+    assert code == 0
+    rows = {row["name"]: row for row in json.loads(text)}
+    assert rows["phi4mm"]["revision"] == "93f923e1a7727d1c4f446756212d9d3e8fcc5d81"
+    assert rows["gemma3n"]["distribution"] == "audiogate-gemma3n"
+
+
+def test_policy_of_a_model_dir_shows_values_and_sources(model_dir) -> None:
+    root = model_dir("gemma3n", preprocessor={"feature_extractor": {"max_length": 160_000}})
+    code, text = run("policy", str(root))
+    assert code == 0
+    assert "family gemma3n" in text
+    line = next(row for row in text.splitlines() if row.startswith("max_samples_per_clip "))
+    assert "160000" in line
+    assert "preprocessor_config.json:/feature_extractor/max_length" in line
+    line = next(row for row in text.splitlines() if row.startswith("max_clips "))
+    assert "pinned@181beb3ba4c4" in line
+
+
+def test_policy_json_has_every_value_and_its_source(model_dir) -> None:
+    root = model_dir("phi4mm", config={"audiogate_audio_limits": {"max_clips": 4}})
+    code, text = run("policy", str(root), "--json")
+    assert code == 0
+    payload = json.loads(text)
+    assert payload["family"] == "phi4mm"
+    assert payload["values"]["max_clips"] == 4
+    assert payload["sources"]["max_clips"] == "config.json:/audiogate_audio_limits/max_clips"
+    assert set(payload["sources"]) >= {k for k in payload["values"] if k != "options"}
+
+
+def test_policy_of_a_family(capsys) -> None:
+    code, text = run("policy", "--family", "qwen2audio")
+    assert code == 0
+    assert "16000, 44100, 48000" in text
+
+
+def test_bad_config_exits_non_zero_with_one_line(model_dir, capsys) -> None:
+    root = model_dir("gemma3n", preprocessor={"sampling_rate": 24_000})
+    code, _ = run("policy", str(root))
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.count("\n") == 1
+    assert err.startswith("audiogate: error: ")
+    assert "preprocessor_config.json at /sampling_rate" in err
+    assert "24000" in err
+
+
+def test_unknown_family_exits_non_zero(capsys) -> None:
+    code, _ = run("policy", "--family", "nope")
+    assert code == 2
+    assert "installed families" in capsys.readouterr().err
+
+
+def test_policy_needs_exactly_one_source() -> None:
+    with pytest.raises(SystemExit):
+        run("policy")
+
+
+@pytest.mark.parametrize("family", ["phi4mm", "gemma3n", "qwen2audio"])
+def test_schema_prints_the_family_schema(family: str, host) -> None:
+    code, text = run("schema", family)
+    assert code == 0
+    spec = host.family(family).spec
+    assert json.loads(text) == json.loads(dump_schema(build_schema(family, spec.keys)))
+
+
+@pytest.mark.install
+def test_console_script_is_installed() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "audiogate.cli", "families"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "gemma3n" in result.stdout

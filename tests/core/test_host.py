@@ -1,0 +1,273 @@
+"""The plugin host: discovery, direct registration, and loud failures naming their source."""
+
+from __future__ import annotations
+
+import importlib.metadata as metadata
+import types
+from collections.abc import Callable
+
+import attrs
+import pytest
+
+import audiogate.host as host_module
+from audiogate import FamilySpec, create_host, hookimpl
+from audiogate.errors import PluginError, PolicyError
+from audiogate.policy import AudioPolicy, build_schema, standard_keys
+from audiogate_gemma3n.policy import PINNED as GEMMA_PINNED
+
+SHIPPED = {
+    "phi4mm": ("audiogate-phi4mm", ("phi4mm", "phi4_multimodal")),
+    "gemma3n": ("audiogate-gemma3n", ("gemma3n",)),
+    "qwen2audio": ("audiogate-qwen2audio", ("qwen2_audio",)),
+}
+
+
+def make_spec(name: str = "toyfam", model_types: tuple[str, ...] = ("toy",)) -> FamilySpec:
+    defaults = attrs.evolve(GEMMA_PINNED, family=name)
+    keys = standard_keys(defaults)
+    return FamilySpec(
+        name=name,
+        model_types=model_types,
+        defaults=defaults,
+        keys=keys,
+        schema=build_schema(name, keys),
+        revision="toy-rev",
+        version="9.9",
+    )
+
+
+class SpecPlugin:
+    """A plugin object registering the given specs (registered directly, not installed)."""
+
+    def __init__(self, *specs: object, name: str = "toy-plugin") -> None:
+        self.specs = specs
+        self.__name__ = name
+
+    @hookimpl
+    def audiogate_register_families(self, register: Callable[[FamilySpec], None]) -> None:
+        for spec in self.specs:
+            register(spec)  # type: ignore[arg-type]
+
+
+@pytest.mark.install
+def test_installed_entry_points_provide_the_three_families() -> None:
+    host = create_host(load_entry_points=True)
+    assert set(SHIPPED) <= set(host.families)
+    for name, (distribution, model_types) in SHIPPED.items():
+        family = host.families[name]
+        assert family.distribution == distribution
+        assert family.distribution_version == family.spec.version
+        assert family.spec.model_types == model_types
+        assert family.plugin_name == name
+    eps = {ep.name: ep for ep in metadata.entry_points(group="audiogate.families")}
+    assert {"phi4mm", "gemma3n", "qwen2audio"} <= set(eps)
+    assert eps["gemma3n"].value == "audiogate_gemma3n.plugin"
+
+
+@pytest.mark.install
+def test_model_types_select_families(host) -> None:
+    for name, (_, model_types) in SHIPPED.items():
+        for model_type in model_types:
+            assert host.family_for_model_type(model_type).spec.name == name
+
+
+def test_autoload_can_be_disabled(monkeypatch) -> None:
+    monkeypatch.setenv("AUDIOGATE_DISABLE_PLUGIN_AUTOLOAD", "1")
+    host = create_host()
+    assert host.families == {}
+    with pytest.raises(PolicyError, match="AUDIOGATE_DISABLE_PLUGIN_AUTOLOAD"):
+        host.family("gemma3n")
+
+
+def test_a_plugin_object_registered_directly_works_without_installation() -> None:
+    host = create_host(load_entry_points=False, plugins=[SpecPlugin(make_spec())])
+    assert list(host.families) == ["toyfam"]
+    family = host.families["toyfam"]
+    assert family.distribution == "<direct>"
+    assert host.family_for_model_type("toy").spec.name == "toyfam"
+    policy = host.default_policy("toyfam")
+    assert policy.family == "toyfam"
+
+
+def test_a_module_plugin_registered_directly_works() -> None:
+    module = types.ModuleType("audiogate_toy_module")
+
+    @hookimpl
+    def audiogate_register_families(register: Callable[[FamilySpec], None]) -> None:
+        register(make_spec("modfam", ("modtype",)))
+
+    module.audiogate_register_families = audiogate_register_families  # type: ignore[attr-defined]
+    host = create_host(load_entry_points=False, plugins=[module])
+    assert host.family_for_model_type("modtype").plugin_name == "audiogate_toy_module"
+
+
+def test_duplicate_family_names_both_sources() -> None:
+    first = SpecPlugin(make_spec(), name="first-plugin")
+    second = SpecPlugin(make_spec(model_types=("other",)), name="second-plugin")
+    with pytest.raises(PluginError) as info:
+        create_host(load_entry_points=False, plugins=[first, second])
+    message = str(info.value)
+    assert "'toyfam'" in message
+    assert "second-plugin" in message
+    assert "first-plugin" in message
+
+
+def test_duplicate_of_an_installed_family_names_the_installed_distribution() -> None:
+    clash = SpecPlugin(make_spec("gemma3n", ("gemma3n_clone",)), name="clone")
+    with pytest.raises(PluginError) as info:
+        create_host(load_entry_points=True, plugins=[clash])
+    message = str(info.value)
+    assert "audiogate-gemma3n" in message
+    assert "clone" in message
+
+
+def test_duplicate_model_type_is_refused() -> None:
+    a = SpecPlugin(make_spec("fama", ("shared",)), name="a")
+    b = SpecPlugin(make_spec("famb", ("shared",)), name="b")
+    with pytest.raises(PluginError, match="model type 'shared'"):
+        create_host(load_entry_points=False, plugins=[a, b])
+
+
+@pytest.mark.parametrize(
+    ("spec", "problem"),
+    [
+        ("not a spec", "expected audiogate.FamilySpec"),
+        (attrs.evolve(make_spec(), name="Bad Name"), "must match"),
+        (attrs.evolve(make_spec(), model_types=()), "model_types"),
+        (attrs.evolve(make_spec(), schema={}), "schema"),
+        (attrs.evolve(make_spec(), revision=""), "revision"),
+        (attrs.evolve(make_spec(), defaults=GEMMA_PINNED), "defaults"),
+    ],
+)
+def test_malformed_registration_fails_naming_the_plugin(spec: object, problem: str) -> None:
+    with pytest.raises(PluginError) as info:
+        create_host(load_entry_points=False, plugins=[SpecPlugin(spec, name="badplug")])
+    assert problem in str(info.value)
+    assert "badplug" in str(info.value)
+
+
+def test_a_register_hook_that_raises_is_named() -> None:
+    class Boom:
+        __name__ = "boomplug"
+
+        @hookimpl
+        def audiogate_register_families(self, register: Callable[[FamilySpec], None]) -> None:
+            raise RuntimeError("kaput")
+
+    with pytest.raises(PluginError, match=r"boomplug.*RuntimeError: kaput"):
+        create_host(load_entry_points=False, plugins=[Boom()])
+
+
+def test_an_unknown_hook_is_refused() -> None:
+    class Typo:
+        __name__ = "typoplug"
+
+        @hookimpl
+        def audiogate_register_familes(self) -> None:  # sic
+            pass
+
+    with pytest.raises(PluginError, match="typoplug"):
+        create_host(load_entry_points=False, plugins=[Typo()])
+
+
+class FakeDist:
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.version = "1.2.3"
+
+
+class FakeEntryPoint:
+    group = "audiogate.families"
+
+    def __init__(self, name: str, value: str, dist: str, load: Callable[[], object]) -> None:
+        self.name = name
+        self.value = value
+        self.dist = FakeDist(dist)
+        self._load = load
+
+    def load(self) -> object:
+        return self._load()
+
+
+def _fake_entry_points(monkeypatch, *eps: FakeEntryPoint) -> None:
+    def entry_points(*, group: str) -> list[FakeEntryPoint]:
+        assert group == "audiogate.families"
+        return list(eps)
+
+    monkeypatch.setattr(host_module.metadata, "entry_points", entry_points)
+
+
+def test_an_entry_point_that_fails_to_import_names_itself_and_its_distribution(monkeypatch) -> None:
+    def broken() -> object:
+        raise ImportError("No module named 'numpyy'")
+
+    _fake_entry_points(
+        monkeypatch,
+        FakeEntryPoint("brokenfam", "audiogate_broken.plugin", "audiogate-broken", broken),
+    )
+    with pytest.raises(PluginError) as info:
+        create_host()
+    message = str(info.value)
+    assert "'brokenfam'" in message
+    assert "'audiogate-broken'" in message
+    assert "audiogate_broken.plugin" in message
+    assert "numpyy" in message
+    assert isinstance(info.value.__cause__, ImportError)
+
+
+def test_duplicate_family_across_entry_points_names_both_distributions(monkeypatch) -> None:
+    one = SpecPlugin(make_spec("dupfam", ("t1",)), name="x")
+    two = SpecPlugin(make_spec("dupfam", ("t2",)), name="y")
+    _fake_entry_points(
+        monkeypatch,
+        FakeEntryPoint("ep-one", "one:plugin", "audiogate-one", lambda: one),
+        FakeEntryPoint("ep-two", "two:plugin", "audiogate-two", lambda: two),
+    )
+    with pytest.raises(PluginError) as info:
+        create_host()
+    message = str(info.value)
+    assert "audiogate-one" in message
+    assert "audiogate-two" in message
+    assert "'dupfam'" in message
+
+
+def test_malformed_registration_through_an_entry_point_names_it(monkeypatch) -> None:
+    bad = SpecPlugin(42, name="z")
+    _fake_entry_points(
+        monkeypatch, FakeEntryPoint("badep", "bad:plugin", "audiogate-bad", lambda: bad)
+    )
+    with pytest.raises(PluginError, match=r"entry point 'badep' of distribution 'audiogate-bad'"):
+        create_host()
+
+
+def test_stage_hooks_without_an_implementation_are_a_plugin_error() -> None:
+    host = create_host(load_entry_points=False, plugins=[SpecPlugin(make_spec())])
+    policy: AudioPolicy = host.default_policy("toyfam")
+    with pytest.raises(PluginError, match="audiogate_plan_features"):
+        host.plan_features(policy, rate_hz=16_000, samples=16_000, clip_index=0)
+
+
+def test_core_defaults_plan_identity_and_soxr(host) -> None:
+    policy = attrs.evolve(host.default_policy("qwen2audio"))
+    plan = host.plan_resample(policy, source_rate_hz=16_000, source_samples=100, clip_index=0)
+    assert (plan.algorithm, plan.output_samples) == ("identity", 100)
+    plan = host.plan_resample(policy, source_rate_hz=48_000, source_samples=48_000, clip_index=0)
+    assert plan.output_rate_hz == 16_000
+    assert plan.output_samples == 16_000
+
+
+def test_hook_surface_is_small_and_prefixed(host) -> None:
+    names = host.hook_names()
+    assert all(name.startswith("audiogate_") for name in names)
+    assert names == sorted(
+        [
+            "audiogate_register_families",
+            "audiogate_parse_policy",
+            "audiogate_plan_resample",
+            "audiogate_resample",
+            "audiogate_plan_features",
+            "audiogate_extract_features",
+            "audiogate_collate_features",
+            "audiogate_expand_prompt",
+        ]
+    )

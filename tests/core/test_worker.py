@@ -1,0 +1,391 @@
+"""The bounded worker: reservations released exactly once on every path, backpressure,
+FIFO, queue full, plugin failures, asyncio cancellation, metrics counted once."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import random
+import threading
+import time
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from toyfamily import ToyFamily, toy_policy
+
+from audiogate import create_host
+from audiogate.cancel import CancelToken
+from audiogate.errors import (
+    AudioGateError,
+    ContextLimitError,
+    FeatureError,
+    MemoryLimitError,
+    PluginError,
+    PreprocessCancelled,
+    QueueFullError,
+    WorkerUnavailableError,
+)
+from audiogate.metrics import REJECTION_REASONS, AudioMetrics
+from audiogate.pipeline import EncodedClip
+from audiogate.testing.audio import tone, wav_bytes
+from audiogate.worker import AudioWorker, WorkerLimits
+
+FAMILY = "toyfam"
+
+
+def clip(samples: int = 1_600, ordinal: int = 1) -> EncodedClip:
+    return EncodedClip(data=wav_bytes(tone(samples=samples), rate_hz=16_000), ordinal=ordinal)
+
+
+def make_worker(family: ToyFamily | None = None, **limits) -> tuple[AudioWorker, ToyFamily]:
+    family = family or ToyFamily()
+    host = create_host(load_entry_points=False, plugins=[family])
+    worker = AudioWorker(host, limits=WorkerLimits(**limits), metrics=AudioMetrics())
+    return worker, family
+
+
+def gauges_are_zero(worker: AudioWorker) -> bool:
+    m = worker.metrics
+    return (
+        worker.queued_encoded_bytes == 0
+        and worker.inflight_host_bytes == 0
+        and m.value("audiogate_audio_preprocess_queued_bytes") == 0
+        and m.value("audiogate_audio_preprocess_inflight_host_bytes") == 0
+    )
+
+
+def count(worker: AudioWorker, name: str, **labels: str) -> float:
+    return worker.metrics.value(name, family=FAMILY, **labels)
+
+
+def rejections(worker: AudioWorker, reason: str) -> float:
+    return count(worker, "audiogate_audio_preprocess_rejections_total", reason=reason)
+
+
+def wait_until(predicate, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached")
+        time.sleep(0.005)
+
+
+def test_a_job_completes_and_hand_off_releases_its_reservation() -> None:
+    worker, _ = make_worker()
+    with worker:
+        job = worker.submit(toy_policy(), [clip()])
+        assert job.reservation.encoded_bytes == len(clip().data)
+        assert job.reservation.host_bytes > 0
+        batch = job.result(timeout=5)
+        assert batch.totals.frames == 10
+        assert job.reservation.released
+        assert gauges_are_zero(worker)
+        assert count(worker, "audiogate_audio_preprocess_completed_total") == 1
+        assert count(worker, "audiogate_audio_source_samples_total") == 1_600
+        assert count(worker, "audiogate_audio_feature_frames_total") == 10
+        assert count(worker, "audiogate_audio_effective_tokens_total") == 5
+        assert count(worker, "audiogate_audio_preprocess_latency_seconds_total") > 0
+
+
+def test_reservation_is_held_until_the_result_is_taken() -> None:
+    worker, _ = make_worker()
+    with worker:
+        job = worker.submit(toy_policy(), [clip()])
+        wait_until(job.done)
+        assert not job.reservation.released
+        assert worker.queued_encoded_bytes == job.reservation.encoded_bytes
+        job.result()
+        assert gauges_are_zero(worker)
+
+
+def test_a_consumer_that_went_away_releases_on_garbage_collection() -> None:
+    worker, _ = make_worker()
+    with worker:
+        job = worker.submit(toy_policy(), [clip()])
+        wait_until(job.done)
+        assert worker.inflight_host_bytes > 0
+        del job
+        gc.collect()
+        wait_until(lambda: gauges_are_zero(worker))
+
+
+def test_jobs_complete_in_fifo_order() -> None:
+    order: list[int] = []
+    lock = threading.Lock()
+    worker, _family = make_worker(queue_depth=40, result_depth=40)
+    with worker:
+        jobs = []
+        for i in range(32):
+
+            def finish(batch, i=i):
+                with lock:
+                    order.append(i)
+                return batch
+
+            jobs.append(worker.submit(toy_policy(), [clip()], finish=finish))
+        for job in jobs:
+            job.result(timeout=10)
+        assert order == list(range(32))
+        assert count(worker, "audiogate_audio_preprocess_completed_total") == 32
+        assert count(worker, "audiogate_audio_effective_tokens_total") == 32 * 5
+        assert gauges_are_zero(worker)
+
+
+def test_queue_full_is_refused_and_releases_its_reservation() -> None:
+    gate = threading.Event()
+    worker, _ = make_worker(ToyFamily(gate=gate), queue_depth=2)
+    with worker:
+        running = worker.submit(toy_policy(), [clip()])
+        wait_until(lambda: worker._queue.qsize() == 0)  # picked up, blocked on the gate
+        queued = [worker.submit(toy_policy(), [clip()]) for _ in range(2)]
+        held = worker.queued_encoded_bytes
+        with pytest.raises(QueueFullError, match="queue is full"):
+            worker.submit(toy_policy(), [clip()])
+        assert worker.queued_encoded_bytes == held
+        assert rejections(worker, "queue_full") == 1
+        gate.set()
+        for job in [running, *queued]:
+            job.result(timeout=5)
+        assert gauges_are_zero(worker)
+
+
+def test_byte_caps_refuse_with_memory_limit_and_roll_back() -> None:
+    gate = threading.Event()
+    worker, _ = make_worker(ToyFamily(gate=gate), max_queued_encoded_bytes=8_000)
+    with worker:
+        first = worker.submit(toy_policy(), [clip()])
+        with pytest.raises(MemoryLimitError, match="queued encoded bytes"):
+            worker.submit(toy_policy(), [clip(), clip(ordinal=2)])
+        assert worker.queued_encoded_bytes == first.reservation.encoded_bytes
+        gate.set()
+        first.result(timeout=5)
+    host_capped, _ = make_worker(max_inflight_host_bytes=1_000)
+    with host_capped, pytest.raises(MemoryLimitError, match="in-flight host bytes"):
+        host_capped.submit(toy_policy(), [clip()])
+    assert gauges_are_zero(host_capped)
+    assert rejections(host_capped, "memory_limit") == 1
+
+
+def test_backpressure_third_job_waits_until_the_first_result_is_consumed() -> None:
+    started: list[int] = []
+    family = ToyFamily(on_extract=lambda _i: started.append(len(started)))
+    worker, _ = make_worker(family, result_depth=2)
+    with worker:
+        jobs = [worker.submit(toy_policy(), [clip()]) for _ in range(3)]
+        wait_until(lambda: jobs[0].done() and jobs[1].done())
+        time.sleep(0.1)
+        assert len(started) == 2
+        assert not jobs[2].done()
+        jobs[0].result()
+        jobs[2].result(timeout=5)
+        assert len(started) == 3
+        jobs[1].result()
+        assert gauges_are_zero(worker)
+
+
+def test_a_plugin_that_raises_is_feature_panic_and_the_worker_stays_healthy() -> None:
+    def fail(index: int) -> BaseException | None:
+        return ZeroDivisionError("division by zero in a frontend") if fail.armed else None
+
+    fail.armed = True  # type: ignore[attr-defined]
+    worker, _ = make_worker(ToyFamily(fail_with=fail))
+    with worker:
+        with pytest.raises(PluginError, match="ZeroDivisionError") as info:
+            worker.prepare(toy_policy(), [clip()], timeout=5)
+        assert isinstance(info.value.__cause__, ZeroDivisionError)
+        assert rejections(worker, "feature_panic") == 1
+        fail.armed = False  # type: ignore[attr-defined]
+        assert worker.prepare(toy_policy(), [clip()], timeout=5).totals.frames == 10
+        assert gauges_are_zero(worker)
+
+
+def test_typed_failures_count_under_their_own_reasons() -> None:
+    worker, _ = make_worker(ToyFamily(fail_with=lambda i: FeatureError("bad", clip_index=i)))
+    with worker:
+        with pytest.raises(FeatureError):
+            worker.prepare(toy_policy(), [clip()], timeout=5)
+        assert rejections(worker, "feature") == 1
+    worker, _ = make_worker()
+    with worker:
+        with pytest.raises(ContextLimitError):
+            worker.prepare(
+                toy_policy(),
+                [clip()],
+                finish=lambda batch: (_ for _ in ()).throw(
+                    ContextLimitError("prefill tokens", actual=3, maximum=2)
+                ),
+                timeout=5,
+            )
+        assert rejections(worker, "context_limit") == 1
+        with pytest.raises(Exception, match="duration samples"):
+            worker.submit(
+                toy_policy(max_samples_per_clip=100, max_duration_seconds=1), [clip(1_600)]
+            )
+        assert rejections(worker, "waveform") == 1
+        assert gauges_are_zero(worker)
+
+
+def test_cancel_while_queued_never_starts() -> None:
+    gate = threading.Event()
+    family = ToyFamily(gate=gate)
+    worker, _ = make_worker(family)
+    with worker:
+        blocker = worker.submit(toy_policy(), [clip()])
+        queued = worker.submit(toy_policy(), [clip()])
+        queued.cancel()
+        gate.set()
+        blocker.result(timeout=5)
+        with pytest.raises(PreprocessCancelled, match="Queue"):
+            queued.result(timeout=5)
+        assert family.extracted == [0]
+        assert count(worker, "audiogate_audio_preprocess_cancelled_total") == 1
+        assert gauges_are_zero(worker)
+
+
+def test_cancel_while_running_stops_at_the_feature_checkpoint() -> None:
+    gate = threading.Event()
+    worker, _ = make_worker(ToyFamily(gate=gate))
+    with worker:
+        job = worker.submit(toy_policy(), [clip()])
+        wait_until(lambda: worker._queue.qsize() == 0)
+        time.sleep(0.05)
+        job.cancel()
+        with pytest.raises(PreprocessCancelled, match="Feature"):
+            job.result(timeout=5)
+        assert gauges_are_zero(worker)
+
+
+def test_already_cancelled_token_is_refused_at_submit() -> None:
+    worker, _ = make_worker()
+    token = CancelToken()
+    token.cancel()
+    with worker, pytest.raises(PreprocessCancelled, match="Queue"):
+        worker.submit(toy_policy(), [clip()], cancel=token)
+    assert count(worker, "audiogate_audio_preprocess_cancelled_total") == 1
+
+
+def test_asyncio_task_cancellation_cancels_the_job() -> None:
+    gate = threading.Event()
+    worker, _family = make_worker(ToyFamily(gate=gate))
+
+    async def main() -> None:
+        token = CancelToken()
+        task = asyncio.create_task(worker.prepare_async(toy_policy(), [clip()], cancel=token))
+        await asyncio.sleep(0.1)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert token.cancelled
+        result = await worker.prepare_async(toy_policy(), [clip()]) if gate.set() is None else None
+        assert result.totals.frames == 10
+
+    with worker:
+        asyncio.run(main())
+        wait_until(lambda: gauges_are_zero(worker))
+        assert count(worker, "audiogate_audio_preprocess_cancelled_total") == 1
+
+
+def test_shutdown_fails_queued_jobs_and_refuses_new_ones() -> None:
+    gate = threading.Event()
+    worker, _ = make_worker(ToyFamily(gate=gate))
+    running = worker.submit(toy_policy(), [clip()])
+    wait_until(lambda: worker._queue.qsize() == 0)
+    queued = worker.submit(toy_policy(), [clip()])
+    closer = threading.Thread(target=worker.close)
+    closer.start()
+    with pytest.raises(WorkerUnavailableError):
+        queued.result(timeout=5)
+    gate.set()
+    closer.join(5)
+    running.result(timeout=5)
+    with pytest.raises(WorkerUnavailableError):
+        worker.submit(toy_policy(), [clip()])
+    assert gauges_are_zero(worker)
+    assert rejections(worker, "worker_unavailable") == 2
+
+
+def test_metrics_export_every_reason_and_no_all_line() -> None:
+    registry = CollectorRegistry()
+    metrics = AudioMetrics(registry, families=[FAMILY])
+    text = generate_latest(registry).decode()
+    for reason in REJECTION_REASONS:
+        line = f'rejections_total{{family="{FAMILY}",reason="{reason}"}} 0.0'
+        assert f"audiogate_audio_preprocess_{line}" in text
+    assert 'reason="all"' not in text
+    for name in (
+        "audiogate_audio_source_seconds_total",
+        "audiogate_audio_source_samples_total",
+        "audiogate_audio_normalized_samples_total",
+        "audiogate_audio_feature_frames_total",
+        "audiogate_audio_effective_tokens_total",
+        "audiogate_audio_effective_prefill_tokens_total",
+        "audiogate_audio_preprocess_latency_seconds_total",
+        "audiogate_audio_preprocess_cancelled_total",
+        "audiogate_audio_preprocess_queued_bytes",
+        "audiogate_audio_preprocess_inflight_host_bytes",
+    ):
+        assert name in text
+    with pytest.raises(ValueError, match="unknown rejection reason"):
+        metrics.record_rejection(FAMILY, "all")
+
+
+def test_soak_randomized_requests_cancels_and_failures_leave_nothing_behind() -> None:
+    rng = random.Random(1234)
+
+    def maybe_fail(index: int) -> BaseException | None:
+        roll = rng.random()
+        if roll < 0.05:
+            return RuntimeError("random plugin crash")
+        if roll < 0.10:
+            return FeatureError("random feature refusal", clip_index=index)
+        return None
+
+    worker, _ = make_worker(
+        ToyFamily(fail_with=maybe_fail),
+        queue_depth=6,
+        result_depth=3,
+        threads=2,
+        max_queued_encoded_bytes=400_000,
+    )
+    submitted = 0
+    taken = 0
+    outstanding = []
+    with worker:
+        for i in range(2_000):
+            n_clips = rng.randint(1, 3)
+            request = [clip(rng.choice([400, 1_600, 8_000]), ordinal=k + 1) for k in range(n_clips)]
+            policy = toy_policy(max_clips=2) if rng.random() < 0.05 else toy_policy()
+            submitted += 1
+            try:
+                job = worker.submit(policy, request)
+            except AudioGateError:
+                continue
+            if rng.random() < 0.2:
+                job.cancel()
+            outstanding.append(job)
+            if len(outstanding) > 4 or i % 7 == 0:
+                victim = outstanding.pop(0)
+                if rng.random() < 0.1:
+                    del victim  # consumer went away
+                else:
+                    try:
+                        victim.result(timeout=10)
+                        taken += 1
+                    except AudioGateError:  # a TimeoutError (a stuck worker) fails the test
+                        pass
+        for job in outstanding:
+            with contextlib.suppress(AudioGateError):
+                job.result(timeout=10)
+        del outstanding, job
+        gc.collect()
+        wait_until(lambda: gauges_are_zero(worker), timeout=10)
+    completed = count(worker, "audiogate_audio_preprocess_completed_total")
+    cancelled = count(worker, "audiogate_audio_preprocess_cancelled_total")
+    rejected = sum(rejections(worker, reason) for reason in REJECTION_REASONS)
+    assert completed + cancelled + rejected == submitted
+    assert rejections(worker, "feature_panic") > 0
+    assert rejections(worker, "feature") > 0
+    assert cancelled > 0
+    assert completed > 0
+    assert taken > 0
