@@ -1,0 +1,21 @@
+"""Chat requests: sentinel flattening, template rendering and fail-closed parsing."""
+
+from __future__ import annotations
+
+from audiogate.chat.messages import (
+    AUDIO_PART_TYPES,
+    ChatRequestError,
+    FlattenedChat,
+    flatten_messages,
+)
+from audiogate.chat.sentinels import SENTINEL_PREFIX, SentinelCodec, parse_rendered
+
+__all__ = [
+    "AUDIO_PART_TYPES",
+    "SENTINEL_PREFIX",
+    "ChatRequestError",
+    "FlattenedChat",
+    "SentinelCodec",
+    "flatten_messages",
+    "parse_rendered",
+]

@@ -1,0 +1,130 @@
+"""Sentinel flattening and fail-closed parsing of rendered prompts."""
+
+from __future__ import annotations
+
+import pytest
+
+from audiogate.chat import SENTINEL_PREFIX, SentinelCodec, flatten_messages, parse_rendered
+from audiogate.errors import PlaceholderError
+from audiogate.records import MediaSegment, TextSegment
+
+CODEC = SentinelCodec("00ff00ff00ff00ff")
+A1, A2, I1 = CODEC.sentinel("audio", 1), CODEC.sentinel("audio", 2), CODEC.sentinel("image", 1)
+
+
+def audio(n: int = 0) -> dict:
+    return {"type": "input_audio", "input_audio": {"data": f"clip{n}", "format": "wav"}}
+
+
+def test_sentinels_are_numbered_per_kind_across_messages_in_part_order() -> None:
+    messages = [
+        {"role": "system", "content": "be brief"},
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "alpha "},
+                audio(1),
+                {"type": "text", "text": " beta "},
+            ],
+        },
+        {"role": "assistant", "content": "ok"},
+        {
+            "role": "user",
+            "content": [
+                {"type": "image_url", "image_url": {"url": "x"}},
+                {"type": "audio_url", "audio_url": {"url": "y"}},
+                {"type": "text", "text": "gamma"},
+            ],
+        },
+    ]
+    flat = flatten_messages(messages, codec=CODEC)
+    assert flat.has_audio
+    assert [m["content"] for m in flat.messages] == [
+        "be brief",
+        f"alpha {A1} beta ",
+        "ok",
+        f"{I1}{A2}gamma",
+    ]
+    assert [p["type"] for p in flat.audio_parts] == ["input_audio", "audio_url"]
+    assert len(flat.image_parts) == 1
+    assert flat.messages[1]["role"] == "user"
+
+
+def test_requests_without_audio_are_passed_through_unchanged() -> None:
+    messages = [
+        {"role": "user", "content": [{"type": "text", "text": f"quoting {SENTINEL_PREFIX}x|>"}]}
+    ]
+    flat = flatten_messages(messages)
+    assert not flat.has_audio
+    assert flat.messages == tuple(messages)
+    assert flat.codec is None
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        f"look {SENTINEL_PREFIX}00ff00ff00ff00ff_audio_1|>",
+        [{"type": "text", "text": f"{SENTINEL_PREFIX}"}, audio()],
+    ],
+)
+def test_user_text_with_the_sentinel_prefix_is_refused_when_audio_is_declared(content) -> None:
+    messages = [{"role": "user", "content": content}, {"role": "user", "content": [audio()]}]
+    with pytest.raises(PlaceholderError, match="reserved media sentinel"):
+        flatten_messages(messages, codec=CODEC)
+
+
+@pytest.mark.parametrize(
+    ("messages", "match"),
+    [
+        ([], "non-empty list"),
+        ("hello", "non-empty list"),
+        ([{"content": "x"}], "role"),
+        ([{"role": "user", "content": 3}], "string or a list"),
+        ([{"role": "user", "content": [{"type": "video_url"}]}], "unsupported type 'video_url'"),
+        ([{"role": "user", "content": [{"text": "x"}]}], "'type'"),
+        ([{"role": "user", "content": [{"type": "text", "text": 3}]}], "string 'text'"),
+    ],
+)
+def test_malformed_messages_fail_closed(messages, match: str) -> None:
+    with pytest.raises(PlaceholderError, match=match):
+        flatten_messages(messages)
+
+
+def test_parser_preserves_text_and_exact_part_order() -> None:
+    text = f"alpha{A1}beta{I1}{A2}gamma"
+    segments = parse_rendered(text, CODEC, expected={"audio": 2, "image": 1})
+    assert segments == [
+        TextSegment("alpha"),
+        MediaSegment("audio", 1),
+        TextSegment("beta"),
+        MediaSegment("image", 1),
+        MediaSegment("audio", 2),
+        TextSegment("gamma"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected", "match"),
+    [
+        (f"{A1}{A1}", {"audio": 1, "image": 0}, "out of sequence; expected 2"),
+        (f"{A2}{A1}", {"audio": 2, "image": 0}, "out of sequence; expected 1"),
+        (f"{I1}", {"audio": 1, "image": 1}, "contains 0 audio"),
+        ("nothing", {"audio": 1, "image": 0}, "contains 0 audio"),
+        (f"{A1}{A2}", {"audio": 1, "image": 0}, "contains 2 audio"),
+        (f"{SENTINEL_PREFIX}00ff00ff00ff00ff_audio_1", {"audio": 1, "image": 0}, "missing \\|>"),
+        (f"{SENTINEL_PREFIX}00ff00ff00ff00ff_audio|>", {"audio": 1, "image": 0}, "malformed"),
+        (f"{SENTINEL_PREFIX}00ff00ff00ff00ff_audio_x|>", {"audio": 1, "image": 0}, "malformed"),
+        (f"{SENTINEL_PREFIX}00ff00ff00ff00ff_user_text_1|>", {"audio": 1, "image": 0}, "malformed"),
+        (f"{SENTINEL_PREFIX}00ff00ff00ff00ff_video_1|>", {"audio": 1, "image": 0}, "unknown kind"),
+        (f"{SENTINEL_PREFIX}1234123412341234_audio_1|>", {"audio": 1, "image": 0}, "foreign nonce"),
+    ],
+)
+def test_parser_fails_closed(text: str, expected: dict, match: str) -> None:
+    with pytest.raises(PlaceholderError, match=match):
+        parse_rendered(text, CODEC, expected=expected)
+
+
+def test_fresh_codecs_have_distinct_unguessable_nonces() -> None:
+    nonces = {SentinelCodec.fresh().nonce for _ in range(100)}
+    assert len(nonces) == 100
+    assert all(len(n) == 16 for n in nonces)
