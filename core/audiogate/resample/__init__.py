@@ -6,6 +6,24 @@ linear interpolation) live in their family packages.
 
 from __future__ import annotations
 
-from audiogate.resample.soxr_hq import SOXR_QUALITY, soxr_output_length, soxr_resample
+from audiogate.resample.soxr_hq import (
+    SOXR_BLOCK_SAMPLES,
+    SOXR_QUALITY,
+    SOXR_WORKING_BYTES,
+    SoxrStream,
+    librosa_output_length,
+    soxr_output_length,
+    soxr_resample,
+    soxr_resample_librosa,
+)
 
-__all__ = ["SOXR_QUALITY", "soxr_output_length", "soxr_resample"]
+__all__ = [
+    "SOXR_BLOCK_SAMPLES",
+    "SOXR_QUALITY",
+    "SOXR_WORKING_BYTES",
+    "SoxrStream",
+    "librosa_output_length",
+    "soxr_output_length",
+    "soxr_resample",
+    "soxr_resample_librosa",
+]

@@ -1,17 +1,121 @@
-"""The ``audiogate.families`` entry point of Qwen2-Audio: its hook implementations."""
+"""The ``audiogate.families`` entry point of Qwen2-Audio: its hook implementations.
+
+Each stage hook returns ``None`` for other families and delegates to a module named
+after the stage: :mod:`.resample`, :mod:`.frontend`, :mod:`.collate`, :mod:`.prompt`.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
 
 from audiogate import hookimpl
+from audiogate.cancel import CancelToken
 from audiogate.family import FamilySpec
-from audiogate_qwen2audio.policy import spec
+from audiogate.policy import AudioPolicy
+from audiogate.records import (
+    ClipFeatures,
+    ClipSlot,
+    ExpandedPrompt,
+    FeatureBatch,
+    FeaturePlan,
+    PromptSegment,
+    ResamplePlan,
+)
+from audiogate_qwen2audio import collate, frontend, prompt, resample
+from audiogate_qwen2audio.policy import FAMILY, spec
 
-__all__ = ["audiogate_register_families"]
+__all__ = [
+    "audiogate_collate_features",
+    "audiogate_expand_prompt",
+    "audiogate_extract_features",
+    "audiogate_plan_features",
+    "audiogate_plan_resample",
+    "audiogate_register_families",
+    "audiogate_resample",
+]
 
 
 @hookimpl
 def audiogate_register_families(register: Callable[[FamilySpec], None]) -> None:
     """Register the ``qwen2audio`` family."""
     register(spec())
+
+
+@hookimpl
+def audiogate_plan_resample(
+    policy: AudioPolicy, source_rate_hz: int, source_samples: int, clip_index: int
+) -> ResamplePlan | None:
+    """16 kHz as is; 44.1 and 48 kHz through soxr HQ at librosa's length; others refused."""
+    if policy.family != FAMILY:
+        return None
+    return resample.plan_resample(
+        policy, source_rate_hz=source_rate_hz, source_samples=source_samples, clip_index=clip_index
+    )
+
+
+@hookimpl
+def audiogate_resample(
+    policy: AudioPolicy,
+    plan: ResamplePlan,
+    samples: npt.NDArray[np.float32],
+    clip_index: int,
+    cancel: CancelToken,
+) -> npt.NDArray[np.float32] | None:
+    """Run the plan from :func:`audiogate_plan_resample`."""
+    if policy.family != FAMILY:
+        return None
+    return resample.resample(plan, samples, clip_index=clip_index, cancel=cancel)
+
+
+@hookimpl
+def audiogate_plan_features(
+    policy: AudioPolicy, rate_hz: int, samples: int, clip_index: int
+) -> FeaturePlan | None:
+    """Whisper frames, pooled rows and prepared-result bytes of one clip."""
+    if policy.family != FAMILY:
+        return None
+    return frontend.plan_features(policy, rate_hz=rate_hz, samples=samples, clip_index=clip_index)
+
+
+@hookimpl
+def audiogate_extract_features(
+    policy: AudioPolicy,
+    plan: FeaturePlan,
+    waveform: npt.NDArray[np.float32],
+    rate_hz: int,
+    clip_index: int,
+    cancel: CancelToken,
+) -> ClipFeatures | None:
+    """128 × 3000 Whisper log-mel features and the frame mask."""
+    if policy.family != FAMILY:
+        return None
+    return frontend.extract_features(
+        policy, plan, waveform, rate_hz=rate_hz, clip_index=clip_index, cancel=cancel
+    )
+
+
+@hookimpl
+def audiogate_collate_features(
+    policy: AudioPolicy, clips: Sequence[ClipFeatures]
+) -> FeatureBatch | None:
+    """``input_features`` and ``feature_attention_mask`` for the model's forward."""
+    if policy.family != FAMILY:
+        return None
+    return collate.collate_features(clips)
+
+
+@hookimpl
+def audiogate_expand_prompt(
+    policy: AudioPolicy,
+    segments: Sequence[PromptSegment],
+    clips: Sequence[ClipSlot],
+    tokenizer: Any,
+) -> ExpandedPrompt | None:
+    """Chat audio parts or ``[audio:<sha256>]`` references → n × ``<|AUDIO|>`` per clip."""
+    if policy.family != FAMILY:
+        return None
+    return prompt.expand_prompt(policy, segments, clips, tokenizer)

@@ -3,7 +3,10 @@
 Source rules from the seed ``003_b4bc0aaf81808af3.txt`` (rates, channels, 30 s per
 source, more than 320 samples, exact all-zero refusal, 750 rows of 16,384 bytes); the
 frontend is ``WhisperFeatureExtractor(feature_size=128)`` with ``Qwen2AudioProcessor``
-as shipped by Qwen/Qwen2-Audio-7B-Instruct.
+as shipped by Qwen/Qwen2-Audio-7B-Instruct (``preprocessor_config.json``: 16 kHz,
+``n_fft`` 400, ``hop_length`` 160, ``chunk_length`` 30, ``n_samples`` 480,000,
+``nb_max_frames`` 3000; ``config.json``: ``audio_token_index`` 151646,
+``audio_config.num_mel_bins`` 128, ``audio_config.max_source_positions`` 1500).
 """
 
 from __future__ import annotations
@@ -14,7 +17,30 @@ from audiogate.family import FamilySpec
 from audiogate.policy import AudioPolicy, PolicyKey, load_packaged_schema, standard_keys
 from audiogate_qwen2audio._version import __version__
 
-__all__ = ["FAMILY", "MODEL_TYPES", "PINNED", "POLICY_KEYS", "REVISION", "spec"]
+__all__ = [
+    "AUDIO_BOS_TOKEN",
+    "AUDIO_BOS_TOKEN_ID",
+    "AUDIO_EOS_TOKEN",
+    "AUDIO_EOS_TOKEN_ID",
+    "AUDIO_TOKEN",
+    "AUDIO_TOKEN_INDEX",
+    "FAMILY",
+    "HOP",
+    "MAX_FRAMES",
+    "MAX_ROWS",
+    "MAX_SAMPLES",
+    "MIN_SAMPLES",
+    "MODEL_TYPES",
+    "N_FFT",
+    "N_MELS",
+    "PINNED",
+    "POLICY_KEYS",
+    "REVISION",
+    "ROW_BYTES",
+    "SAMPLE_RATE_HZ",
+    "SOURCE_RATES_HZ",
+    "spec",
+]
 
 FAMILY: Final = "qwen2audio"
 #: Reference: the checkpoint's processor as transformers 5.24.0 implements it.
@@ -23,16 +49,33 @@ MODEL_TYPES: Final = ("qwen2_audio",)
 
 MIB: Final = 1 << 20
 SAMPLE_RATE_HZ: Final = 16_000
+#: The seed: "Supported rates are 16000, 44100 and 48000 Hz, with one or two channels."
 SOURCE_RATES_HZ: Final = (16_000, 44_100, 48_000)
+MAX_CHANNELS: Final = 2
 MAX_SECONDS: Final = 30
 MAX_SAMPLES: Final = SAMPLE_RATE_HZ * MAX_SECONDS  # 480,000 = n_samples
+#: The seed: a source must produce one pooled row, "more than 320 canonical samples".
+MIN_SAMPLES: Final = 321
 MAX_CLIPS: Final = 16
+N_FFT: Final = 400
 HOP: Final = 160
-MAX_FRAMES: Final = MAX_SAMPLES // HOP  # 3000 = nb_max_frames
+N_MELS: Final = 128
+MAX_FRAMES: Final = MAX_SAMPLES // HOP  # 3000 = nb_max_frames = 2 × max_source_positions
 MAX_ROWS: Final = 750
-ROW_BYTES: Final = 4096 * 4  # one projected row of 4096 float32
-AUDIO_TOKEN_INDEX: Final = 151_646  # <|AUDIO|>
+#: The seed: each pooled row is 4096 float32 values of downstream capacity.
+ROW_BYTES: Final = 4096 * 4
+AUDIO_TOKEN: Final = "<|AUDIO|>"
+AUDIO_BOS_TOKEN: Final = "<|audio_bos|>"
+AUDIO_EOS_TOKEN: Final = "<|audio_eos|>"
+AUDIO_TOKEN_INDEX: Final = 151_646  # <|AUDIO|>, config.json audio_token_index
+#: Adjacent added tokens of the Qwen2-Audio vocabulary (the same ids carry the same
+#: strings in Qwen2.5-Omni, which extends it); expansion checks them against the tokenizer.
+AUDIO_BOS_TOKEN_ID: Final = 151_647
+AUDIO_EOS_TOKEN_ID: Final = 151_648
 
+# Per-clip result: features (128 × 3000 float32) + bool mask (3000) + 750 rows × 16 KiB
+# = 13,827,000 B; the preflight adds the collated copy (1,539,000 B per clip). Sixteen
+# maximal clips need 245,856,000 B (234.5 MiB), which the 256 MiB budget admits.
 PINNED: Final = AudioPolicy(
     family=FAMILY,
     revision=REVISION,
@@ -41,21 +84,30 @@ PINNED: Final = AudioPolicy(
     min_source_rate_hz=min(SOURCE_RATES_HZ),
     max_source_rate_hz=max(SOURCE_RATES_HZ),
     allowed_source_rates_hz=SOURCE_RATES_HZ,
-    max_source_channels=2,
+    max_source_channels=MAX_CHANNELS,
     refuse_all_zero=True,
-    min_samples_per_clip=321,
+    min_samples_per_clip=MIN_SAMPLES,
     max_duration_seconds=MAX_SECONDS,
     max_samples_per_clip=MAX_SAMPLES,
+    # 30 s of 48 kHz stereo f32 is 11,520,000 B of samples; 16 MiB leaves room for headers
+    # and metadata chunks.
     max_encoded_bytes_per_clip=16 * MIB,
     max_frames_per_clip=MAX_FRAMES,
+    # 16 clips, as for the other families: the seed caps sources per request only through
+    # the device profile, not per prompt.
     max_clips=MAX_CLIPS,
+    # The seed's combined media profile shares 64 MiB of source bytes.
     max_encoded_bytes_per_request=64 * MIB,
+    # Aggregates of 16 maximal clips (30 s each at the highest allowed rate).
     max_source_samples_per_request=MAX_CLIPS * MAX_SECONDS * max(SOURCE_RATES_HZ),
     max_normalized_samples_per_request=MAX_CLIPS * MAX_SAMPLES,
     max_source_duration_us_per_request=MAX_CLIPS * MAX_SECONDS * 1_000_000,
     max_frames_per_request=MAX_CLIPS * MAX_FRAMES,
+    # 16 retained 30 s waveforms at 16 kHz are 30,720,000 B.
     max_waveform_result_bytes_per_request=32 * MIB,
+    # Those plus one clip in flight (a 48 kHz source: 5.76 MB decoded, 1 MiB soxr): ~38 MB.
     max_waveform_working_bytes_per_request=64 * MIB,
+    # 16 maximal clips need 234.5 MiB (see above).
     max_prepared_result_bytes_per_request=256 * MIB,
     # Whisper frames are centred: a clip of N samples has ceil(N/160) valid frames.
     frame_length_samples=HOP,
@@ -64,6 +116,15 @@ PINNED: Final = AudioPolicy(
     placeholder="rows_per_clip",
     options={
         "audio_token_index": AUDIO_TOKEN_INDEX,
+        "audio_bos_token_id": AUDIO_BOS_TOKEN_ID,
+        "audio_eos_token_id": AUDIO_EOS_TOKEN_ID,
+        "audio_token": AUDIO_TOKEN,
+        "audio_bos_token": AUDIO_BOS_TOKEN,
+        "audio_eos_token": AUDIO_EOS_TOKEN,
+        # What the chat template prints for each audio part, whatever its payload: a core
+        # that renders audio parts as parts must swap the k-th one for the k-th sentinel
+        # (prompt.py accepts that form as well as flattened text sentinels).
+        "chat_audio_marker": AUDIO_TOKEN,
         "max_rows_per_clip": MAX_ROWS,
         "row_bytes": ROW_BYTES,
     },
@@ -71,7 +132,7 @@ PINNED: Final = AudioPolicy(
 
 POLICY_KEYS: Final = standard_keys(
     PINNED,
-    declared_frame_length=400,
+    declared_frame_length=N_FFT,
     extra=(
         PolicyKey(
             target="options.audio_token_index",
@@ -82,13 +143,13 @@ POLICY_KEYS: Final = standard_keys(
         PolicyKey(
             target="options.feature_size",
             paths=("/feature_size", "/feature_extractor/feature_size"),
-            const=128,
+            const=N_MELS,
             description="mel bins of the Whisper frontend",
         ),
         PolicyKey(
             target="options.n_fft",
             paths=("/n_fft", "/feature_extractor/n_fft"),
-            const=400,
+            const=N_FFT,
             description="FFT size of the Whisper frontend",
         ),
         PolicyKey(
@@ -96,6 +157,36 @@ POLICY_KEYS: Final = standard_keys(
             paths=("/hop_length",),
             const=HOP,
             description="frame hop of the Whisper frontend",
+        ),
+        PolicyKey(
+            target="options.n_samples",
+            paths=("/n_samples",),
+            const=MAX_SAMPLES,
+            description="samples of the Whisper window every clip is padded to",
+        ),
+        PolicyKey(
+            target="options.nb_max_frames",
+            paths=("/nb_max_frames",),
+            const=MAX_FRAMES,
+            description="feature frames of the Whisper window",
+        ),
+        PolicyKey(
+            target="options.chunk_length",
+            paths=("/chunk_length",),
+            const=MAX_SECONDS,
+            description="seconds of the Whisper window",
+        ),
+        PolicyKey(
+            target="options.num_mel_bins",
+            paths=("/audio_config/num_mel_bins",),
+            const=N_MELS,
+            description="mel bins the audio encoder consumes",
+        ),
+        PolicyKey(
+            target="options.max_source_positions",
+            paths=("/audio_config/max_source_positions",),
+            const=MAX_FRAMES // 2,
+            description="encoder positions (features must be 2 × this frames long)",
         ),
     ),
 )

@@ -1,0 +1,49 @@
+"""Qwen2-Audio fixtures: a host with the plugin registered directly, its policy, and the
+stand-in tokenizer / reference processor (session-scoped: building them is the slow part)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from qwen2audio_helpers import SPECIAL_TOKENS
+
+import audiogate_qwen2audio.plugin as qwen_plugin
+from audiogate.host import FamilyHost, create_host
+from audiogate.policy import AudioPolicy
+from audiogate_qwen2audio.prompt import CHAT_TEMPLATE
+
+
+@pytest.fixture
+def qwen_host() -> FamilyHost:
+    """A fresh host with only the Qwen2-Audio plugin (and the core defaults)."""
+    return create_host(plugins=[qwen_plugin], load_entry_points=False)
+
+
+@pytest.fixture
+def policy(qwen_host: FamilyHost) -> AudioPolicy:
+    """The pinned Qwen2-Audio policy."""
+    return qwen_host.default_policy("qwen2audio")
+
+
+@pytest.fixture(scope="session")
+def tokenizer() -> Any:
+    """Byte-level stand-in with Qwen2-Audio's special tokens at their real ids."""
+    pytest.importorskip("transformers")
+    from audiogate.testing.tokenizers import build_stand_in_tokenizer
+
+    return build_stand_in_tokenizer(
+        SPECIAL_TOKENS,
+        chat_template=CHAT_TEMPLATE,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        unk_token="<|endoftext|>",
+    )
+
+
+@pytest.fixture(scope="session")
+def processor(tokenizer: Any) -> Any:
+    """``Qwen2AudioProcessor`` built offline from its components."""
+    from qwen2audio_helpers import build_processor
+
+    return build_processor(tokenizer)
