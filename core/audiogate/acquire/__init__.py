@@ -1,0 +1,46 @@
+"""Acquisition: untrusted audio sources → encoded bytes, under ceilings and a URL policy.
+
+The first stage of the pipeline (acquire → admit → decode → ...). Servers pass a
+request's OpenAI-style audio content parts to :func:`acquire_parts`; the CLI passes its
+paths to :func:`acquire_paths`; an embedder with bytes in hand uses :func:`acquire_bytes`.
+All three return :class:`~audiogate.pipeline.EncodedClip` records for the preflight.
+
+What may be read is an :class:`AcquisitionPolicy`: absolute ceilings (16 clips,
+500 MiB per clip and per request), URL fetching (off by default; public addresses only,
+pinned connections, re-checked redirects, optional host allow-list and HTTPS-only) and
+the media root for request paths (none by default). ``docs/security.md`` explains the
+model.
+"""
+
+from __future__ import annotations
+
+from audiogate.acquire.acquire import acquire_bytes, acquire_parts, acquire_paths
+from audiogate.acquire.addresses import refusal
+from audiogate.acquire.net import create_media_client, system_resolver
+from audiogate.acquire.policy import (
+    ABSOLUTE_MAX_BYTES,
+    ABSOLUTE_MAX_CLIPS,
+    ABSOLUTE_MAX_REDIRECTS,
+    ALLOW_PRIVATE_MEDIA_URLS,
+    PRIVATE_MEDIA_URLS_ENV,
+    AcquisitionPolicy,
+    IPAddress,
+    Resolver,
+)
+
+__all__ = [
+    "ABSOLUTE_MAX_BYTES",
+    "ABSOLUTE_MAX_CLIPS",
+    "ABSOLUTE_MAX_REDIRECTS",
+    "ALLOW_PRIVATE_MEDIA_URLS",
+    "PRIVATE_MEDIA_URLS_ENV",
+    "AcquisitionPolicy",
+    "IPAddress",
+    "Resolver",
+    "acquire_bytes",
+    "acquire_parts",
+    "acquire_paths",
+    "create_media_client",
+    "refusal",
+    "system_resolver",
+]

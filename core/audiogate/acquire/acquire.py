@@ -1,0 +1,308 @@
+"""The entry points: a request's content parts, the CLI's paths, an embedder's bytes.
+
+* :func:`acquire_parts` (async) — a server's OpenAI-style audio parts, in order;
+* :func:`acquire_paths` (sync) — the CLI user's own files (no media root needed);
+* :func:`acquire_bytes` (sync) — bytes an embedding server already holds.
+
+Each returns one :class:`~audiogate.pipeline.EncodedClip` per source, ordinals ``1..n``,
+or raises for the whole request (fail closed: a clip never silently disappears):
+
+1. cancellation, then the clip count (``LimitError("clip count")``), before anything is
+   parsed or read;
+2. every part is parsed and its cheap checks run before any source is read (shape,
+   format gate, source kind; a data URI's media type; a URL's syntax, the fetch switch,
+   ``https_only`` and the allow-list; a path's media root and name), so nothing is
+   fetched for a request that is malformed anyway;
+3. per clip in order, against what is left of the request (so a later clip can never
+   transiently hold more than the aggregate allows): read under the byte cap, refuse an
+   empty source, compare the declared format with the sniffed bytes, count the bytes.
+
+Errors: :class:`~audiogate.errors.AcquisitionError` (``clip_index`` zero-based and
+``origin``: ``"inline base64"``, ``"data URI"``, ``"URL"``, ``"file"``, ``"bytes"``, or
+``"content part"`` for a part too malformed to classify);
+:class:`~audiogate.errors.LimitError` (``"clip count"``, ``"encoded bytes per clip"``,
+``"base64 characters"``) and its subclass :class:`~audiogate.errors.MemoryLimitError`
+(``"encoded bytes per request"``, as in the pipeline's preflight);
+:class:`~audiogate.errors.PreprocessCancelled` (checkpoint ``"Acquisition"``).
+
+Blocking work of :func:`acquire_parts` (files, large base64) runs in the default
+executor so the event loop stays responsive; cancelling the awaiting task stops that
+work at its next chunk and closes any HTTP stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final, TypeVar
+
+import attrs
+import httpx
+
+from audiogate.acquire.context import (
+    ORIGIN_BYTES,
+    ORIGIN_DATA_URI,
+    ORIGIN_FILE,
+    ORIGIN_INLINE,
+    ORIGIN_URL,
+    ClipContext,
+    LinkedToken,
+    RequestBudget,
+    SourceRefused,
+)
+from audiogate.acquire.files import (
+    NO_MEDIA_ROOT_MESSAGE,
+    read_local_path,
+    read_media_file,
+    strip_file_scheme,
+    validate_media_name,
+)
+from audiogate.acquire.inline import data_uri_payload, decode_base64
+from audiogate.acquire.net import (
+    FETCH_DISABLED_MESSAGE,
+    check_hop,
+    create_media_client,
+    fetch_url,
+)
+from audiogate.acquire.parts import DeclaredSource, declare_parts
+from audiogate.acquire.policy import AcquisitionPolicy
+from audiogate.acquire.sniff import check_declared_format
+from audiogate.acquire.urls import parse_media_url
+from audiogate.cancel import NEVER, CancelToken, Checkpoint
+from audiogate.decode import WAV, SourceFormat
+from audiogate.errors import AcquisitionError, LimitError
+from audiogate.pipeline.records import EncodedClip
+
+__all__ = ["acquire_bytes", "acquire_parts", "acquire_paths"]
+
+_T = TypeVar("_T")
+
+# Inline sources shorter than this are decoded on the loop: a thread hop costs more.
+_INLINE_THREAD_CHARS: Final = 1 << 20
+
+
+def _budget(policy: AcquisitionPolicy) -> RequestBudget:
+    return RequestBudget(
+        max_bytes_per_clip=policy.max_bytes_per_clip,
+        max_bytes_per_request=policy.max_bytes_per_request,
+    )
+
+
+def _finish(
+    data: bytes,
+    source_format: SourceFormat,
+    *,
+    index: int,
+    origin: str,
+    budget: RequestBudget,
+) -> EncodedClip:
+    try:
+        if not data:
+            raise SourceRefused("the source is empty (0 bytes)")
+        check_declared_format(data, source_format)
+    except SourceRefused as exc:
+        raise AcquisitionError(exc.reason, clip_index=index, origin=origin) from None
+    budget.add(len(data))
+    return EncodedClip(data=data, source_format=source_format, ordinal=index + 1, origin=origin)
+
+
+async def _in_thread(work: Callable[[ClipContext], _T], ctx: ClipContext) -> _T:
+    # The thread polls a token the awaiting task cancels when it is itself cancelled.
+    inner = LinkedToken(ctx.cancel)
+    try:
+        return await asyncio.to_thread(work, attrs.evolve(ctx, cancel=inner))
+    except asyncio.CancelledError:
+        inner.cancel()
+        raise
+
+
+def _precheck(source: DeclaredSource, policy: AcquisitionPolicy) -> None:
+    # The checks that need no I/O, so a doomed request reads nothing at all.
+    if source.origin == ORIGIN_URL:
+        if not policy.allow_url_fetch:
+            raise SourceRefused(FETCH_DISABLED_MESSAGE)
+        check_hop(parse_media_url(source.value), policy)
+    elif source.origin == ORIGIN_FILE:
+        if policy.media_root is None:
+            raise SourceRefused(NO_MEDIA_ROOT_MESSAGE)
+        validate_media_name(strip_file_scheme(source.value))
+    elif source.origin == ORIGIN_DATA_URI:
+        data_uri_payload(source.value, source.source_format)
+
+
+async def _read_source(
+    source: DeclaredSource,
+    ctx: ClipContext,
+    policy: AcquisitionPolicy,
+    client: Callable[[], httpx.AsyncClient],
+) -> bytes:
+    value = source.value
+    if source.origin == ORIGIN_URL:
+        return await fetch_url(value, ctx, policy=policy, client=client())
+    if source.origin == ORIGIN_FILE:
+        root = policy.media_root
+        return await _in_thread(lambda c: read_media_file(root, value, c), ctx)
+    start = 0
+    if source.origin == ORIGIN_DATA_URI:
+        start = data_uri_payload(value, source.source_format)
+    else:
+        assert source.origin == ORIGIN_INLINE
+    if len(value) < _INLINE_THREAD_CHARS:
+        return decode_base64(value, ctx, start=start)
+    return await _in_thread(lambda c: decode_base64(value, c, start=start), ctx)
+
+
+async def acquire_parts(
+    parts: Sequence[Mapping[str, Any]],
+    *,
+    policy: AcquisitionPolicy,
+    cancel: CancelToken | None = None,
+    client: httpx.AsyncClient | None = None,
+) -> list[EncodedClip]:
+    """Turn one request's audio content parts into encoded clips, in order.
+
+    :param parts: the request's audio parts (``input_audio`` / ``audio_url``), in prompt
+        order; see :mod:`audiogate.acquire.parts` for the accepted shapes.
+    :param policy: what may be read (narrow it with the family's policy first).
+    :param cancel: the request's token, polled before and after every chunk and while a
+        fetch waits on the network.
+    :param client: the client URL requests are sent through (default: a fresh
+        :func:`~audiogate.acquire.net.create_media_client`, closed on return). Requests
+        are built here, pinned to checked addresses, so its base URL, headers, cookies
+        and auth are never used; a client that goes through a proxy fails the peer check.
+    :returns: one clip per part, ordinals ``1..n``.
+    :raises LimitError: too many parts or bytes (see the module docstring).
+    :raises AcquisitionError: any source is malformed, refused or unreadable.
+    :raises PreprocessCancelled: the token was cancelled.
+    """
+    token = cancel or NEVER
+    token.check(Checkpoint.ACQUISITION)
+    sources = declare_parts(parts, max_clips=policy.max_clips)
+    for source in sources:
+        try:
+            _precheck(source, policy)
+        except SourceRefused as exc:
+            raise AcquisitionError(
+                exc.reason, clip_index=source.index, origin=source.origin
+            ) from None
+    budget = _budget(policy)
+    owned: list[httpx.AsyncClient] = []
+
+    def get_client() -> httpx.AsyncClient:
+        if client is not None:
+            return client
+        if not owned:
+            owned.append(create_media_client())
+        return owned[0]
+
+    clips: list[EncodedClip] = []
+    try:
+        for source in sources:
+            ctx = ClipContext(clip_index=source.index, cap=budget.cap(source.index), cancel=token)
+            ctx.check_cancel()
+            try:
+                data = await _read_source(source, ctx, policy, get_client)
+            except SourceRefused as exc:
+                raise AcquisitionError(
+                    exc.reason, clip_index=source.index, origin=source.origin
+                ) from None
+            clips.append(
+                _finish(
+                    data,
+                    source.source_format,
+                    index=source.index,
+                    origin=source.origin,
+                    budget=budget,
+                )
+            )
+    finally:
+        for owned_client in owned:
+            await owned_client.aclose()
+    return clips
+
+
+def _formats(
+    source_format: SourceFormat | Sequence[SourceFormat], count: int
+) -> list[SourceFormat]:
+    if isinstance(source_format, SourceFormat):
+        return [source_format] * count
+    formats = list(source_format)
+    if len(formats) != count or not all(isinstance(f, SourceFormat) for f in formats):
+        raise TypeError(
+            f"source_format must be one SourceFormat or one per source ({count}), "
+            f"not {source_format!r}"
+        )
+    return formats
+
+
+def _check_count(count: int, policy: AcquisitionPolicy) -> None:
+    if count > policy.max_clips:
+        raise LimitError("clip count", actual=count, maximum=policy.max_clips)
+
+
+def acquire_paths(
+    paths: Sequence[str | os.PathLike[str]],
+    *,
+    policy: AcquisitionPolicy,
+    cancel: CancelToken | None = None,
+    source_format: SourceFormat | Sequence[SourceFormat] = WAV,
+) -> list[EncodedClip]:
+    """Read the CLI user's own audio files (origin ``"file"``), in order.
+
+    No media root is needed (they are the user's own paths; symlinks are followed), but
+    only regular files are read, the size is checked before reading, the read is
+    chunked under the cap, and a file that changes while it is read is refused.
+
+    :param source_format: one format for every path, or one per path.
+    :raises LimitError: too many paths or bytes.
+    :raises AcquisitionError: a path is missing, not a regular file, changed, empty, or
+        not what ``source_format`` declares.
+    :raises PreprocessCancelled: the token was cancelled.
+    """
+    token = cancel or NEVER
+    token.check(Checkpoint.ACQUISITION)
+    _check_count(len(paths), policy)
+    formats = _formats(source_format, len(paths))
+    budget = _budget(policy)
+    clips: list[EncodedClip] = []
+    for index, (path, fmt) in enumerate(zip(paths, formats, strict=True)):
+        ctx = ClipContext(clip_index=index, cap=budget.cap(index), cancel=token)
+        ctx.check_cancel()
+        try:
+            data = read_local_path(path, ctx)
+        except SourceRefused as exc:
+            raise AcquisitionError(exc.reason, clip_index=index, origin=ORIGIN_FILE) from None
+        clips.append(_finish(data, fmt, index=index, origin=ORIGIN_FILE, budget=budget))
+    return clips
+
+
+def acquire_bytes(
+    blobs: Sequence[bytes | bytearray | memoryview],
+    *,
+    policy: AcquisitionPolicy,
+    cancel: CancelToken | None = None,
+    source_format: SourceFormat | Sequence[SourceFormat] = WAV,
+) -> list[EncodedClip]:
+    """Admit bytes an embedding server already holds (origin ``"bytes"``), in order.
+
+    The same ceilings, empty check and format sniff as the other entry points; the bytes
+    are copied into immutable ``bytes`` only if they are mutable.
+
+    :param source_format: one format for every blob, or one per blob.
+    :raises LimitError: too many blobs or bytes.
+    :raises AcquisitionError: a blob is empty or not what ``source_format`` declares.
+    :raises PreprocessCancelled: the token was cancelled.
+    """
+    token = cancel or NEVER
+    token.check(Checkpoint.ACQUISITION)
+    _check_count(len(blobs), policy)
+    formats = _formats(source_format, len(blobs))
+    budget = _budget(policy)
+    clips: list[EncodedClip] = []
+    for index, (blob, fmt) in enumerate(zip(blobs, formats, strict=True)):
+        token.check(Checkpoint.ACQUISITION, index)
+        budget.cap(index).check(memoryview(blob).nbytes)
+        data = blob if isinstance(blob, bytes) else bytes(blob)
+        clips.append(_finish(data, fmt, index=index, origin=ORIGIN_BYTES, budget=budget))
+    return clips

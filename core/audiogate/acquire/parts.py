@@ -1,0 +1,197 @@
+"""OpenAI-style audio content parts → declared sources (nothing is read here).
+
+Accepted parts (anything else, and any unknown key, is refused):
+
+* ``{"type": "input_audio", "input_audio": {"data": ..., "format": ...}}`` — OpenAI's
+  shape. ``format`` is ``"wav"`` (or ``"wave"``), or — an **audiogate extension** — a
+  headerless raw format ``"pcm16"`` / ``"f32"`` (little-endian, interleaved), which then
+  *requires* integer ``"sample_rate"`` and ``"channels"`` fields next to it. WAV takes its
+  geometry from the header, so those fields are refused with ``wav``.
+* ``{"type": "audio_url", "audio_url": {"url": ...}}`` — the vLLM shape. ``format``
+  (default ``"wav"``), ``sample_rate`` and ``channels`` may be given as above (audiogate
+  extension).
+
+The source string of either part is classified by **syntax alone**, never by probing
+the file system (mlx-vlm treats base64 that fails to decode as a path; we never do):
+
+1. ``data:`` (any case) → ``"data URI"``;
+2. ``scheme:`` → ``http``/``https`` give ``"URL"``, ``file`` gives ``"file"``, any other
+   scheme is refused (``:`` is not a base64 character, so this is unambiguous);
+3. a string longer than 4096 characters, or made only of base64 characters, or
+   containing a line break or tab → ``"inline base64"`` (strictly checked later);
+4. anything else (it contains e.g. ``.``, ``-``, ``_`` or a space) → a bare path,
+   ``"file"``.
+
+So a bare path needs a character outside the base64 alphabet, which a file name with an
+extension always has.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+import attrs
+
+from audiogate.acquire.context import (
+    ORIGIN_DATA_URI,
+    ORIGIN_FILE,
+    ORIGIN_INLINE,
+    ORIGIN_PART,
+    ORIGIN_URL,
+    SourceRefused,
+)
+from audiogate.decode import WAV, SourceFormat
+from audiogate.errors import AcquisitionError, LimitError
+
+__all__ = [
+    "FORMAT_NAMES",
+    "DeclaredSource",
+    "classify_source",
+    "declare_part",
+    "declare_parts",
+    "parse_format",
+]
+
+#: Accepted ``format`` values (case-insensitive).
+FORMAT_NAMES: Final = ("wav", "wave", "pcm16", "f32")
+
+_SCHEME: Final = re.compile(r"[A-Za-z][A-Za-z0-9+.-]{0,31}:")
+_BASE64_CHARS: Final = re.compile(r"[A-Za-z0-9+/=]*")
+_MAX_PATH_CHARS: Final = 4096
+
+_PAYLOAD_KEYS: Final = {
+    "input_audio": ("data", frozenset({"data", "format", "sample_rate", "channels"})),
+    "audio_url": ("url", frozenset({"url", "format", "sample_rate", "channels"})),
+}
+
+
+@attrs.frozen(kw_only=True)
+class DeclaredSource:
+    """One audio part as declared: where its bytes are and what they should be.
+
+    :param index: zero-based clip index (its ordinal is ``index + 1``).
+    :param origin: ``"inline base64"``, ``"data URI"``, ``"URL"`` or ``"file"``.
+    :param value: the source string as given (base64, URI, URL or path).
+    """
+
+    index: int
+    origin: str
+    value: str = attrs.field(repr=lambda v: f"<{len(v)} chars>")
+    source_format: SourceFormat
+
+
+def classify_source(value: str) -> str:
+    """The origin of a source string (see the module docstring for the rules).
+
+    :raises SourceRefused: a scheme other than ``data``, ``http(s)`` or ``file``.
+    """
+    if value[:5].lower() == "data:":
+        return ORIGIN_DATA_URI
+    scheme = _SCHEME.match(value)
+    if scheme is not None:
+        name = scheme.group()[:-1].lower()
+        if name in ("http", "https"):
+            return ORIGIN_URL
+        if name == "file":
+            return ORIGIN_FILE
+        raise SourceRefused(
+            f"source scheme {scheme.group()[:-1]!r} is not supported "
+            f"(expected data:, http://, https://, file:// or base64)"
+        )
+    if (
+        len(value) > _MAX_PATH_CHARS
+        or _BASE64_CHARS.fullmatch(value)
+        or any(c in value for c in "\r\n\t")
+    ):
+        return ORIGIN_INLINE
+    return ORIGIN_FILE
+
+
+def parse_format(payload: Mapping[str, Any], *, default: str | None) -> SourceFormat:
+    """The declared :class:`SourceFormat` of a part's payload.
+
+    :param default: the format when ``format`` is absent (``None``: it is required).
+    :raises SourceRefused: unknown format, or raw geometry missing / given with wav.
+    """
+    given = payload.get("format", default)
+    if given is None:
+        raise SourceRefused(f"the audio format is missing; expected one of {list(FORMAT_NAMES)}")
+    if not isinstance(given, str) or given.lower() not in FORMAT_NAMES:
+        raise SourceRefused(
+            f"audio format {given!r} is not supported; expected one of {list(FORMAT_NAMES)}"
+        )
+    name = given.lower()
+    rate, channels = payload.get("sample_rate"), payload.get("channels")
+    if name in ("wav", "wave"):
+        if rate is not None or channels is not None:
+            raise SourceRefused(
+                "sample_rate and channels are only for raw formats (pcm16, f32); "
+                "wav takes them from its header"
+            )
+        return WAV
+    return SourceFormat.raw(
+        "pcm16" if name == "pcm16" else "f32",
+        rate_hz=_positive_int(name, "sample_rate", rate),
+        channels=_positive_int(name, "channels", channels),
+    )
+
+
+def _positive_int(name: str, field: str, value: object) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise SourceRefused(
+            f"raw format {name} needs an integer {field} >= 1 next to it (got {value!r})"
+        )
+    return value
+
+
+def declare_part(part: object, index: int) -> DeclaredSource:
+    """Parse one content part.
+
+    :raises AcquisitionError: malformed part, naming ``index`` and the origin (``"content
+        part"`` until the source string has been classified).
+    """
+    origin = ORIGIN_PART
+    try:
+        if not isinstance(part, Mapping):
+            raise SourceRefused(f"a content part must be an object, not {type(part).__name__}")
+        kind = part.get("type")
+        if kind not in _PAYLOAD_KEYS:
+            raise SourceRefused(
+                f"content part type {kind!r} is not an audio part "
+                f"(expected 'input_audio' or 'audio_url')"
+            )
+        extra = sorted(set(part) - {"type", kind})
+        if extra:
+            raise SourceRefused(f"unknown keys in the {kind} part: {extra}")
+        payload = part.get(kind)
+        if not isinstance(payload, Mapping):
+            raise SourceRefused(f"{kind} must be an object")
+        source_key, allowed = _PAYLOAD_KEYS[kind]
+        extra = sorted(str(k) for k in set(payload) - allowed)
+        if extra:
+            raise SourceRefused(f"unknown keys in {kind}: {extra} (allowed: {sorted(allowed)})")
+        value = payload.get(source_key)
+        if not isinstance(value, str) or not value:
+            raise SourceRefused(f"{kind}.{source_key} must be a non-empty string")
+        origin = classify_source(value)
+        source_format = parse_format(payload, default=None if kind == "input_audio" else "wav")
+    except SourceRefused as exc:
+        raise AcquisitionError(exc.reason, clip_index=index, origin=origin) from None
+    return DeclaredSource(index=index, origin=origin, value=value, source_format=source_format)
+
+
+def declare_parts(parts: Sequence[Mapping[str, Any]], *, max_clips: int) -> list[DeclaredSource]:
+    """Count, then parse, a request's audio parts (in order).
+
+    :raises LimitError: more than ``max_clips`` parts (``"clip count"``), before anything
+        else is looked at.
+    :raises AcquisitionError: the first malformed part.
+    :raises TypeError: ``parts`` is not a sequence (a caller bug, not a client error).
+    """
+    if isinstance(parts, str | bytes | Mapping) or not isinstance(parts, Sequence):
+        raise TypeError(f"parts must be a sequence of content parts, not {type(parts).__name__}")
+    if len(parts) > max_clips:
+        raise LimitError("clip count", actual=len(parts), maximum=max_clips)
+    return [declare_part(part, index) for index, part in enumerate(parts)]
