@@ -1,17 +1,138 @@
-"""The ``audiogate.families`` entry point of Phi-4 Multimodal: its hook implementations."""
+"""The ``audiogate.families`` entry point of Phi-4 Multimodal: its hook implementations.
+
+Each stage hook returns ``None`` unless ``policy.family`` is ``phi4mm``; the work lives in
+the modules named after the stages.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
 
 from audiogate import hookimpl
+from audiogate.cancel import CancelToken
 from audiogate.family import FamilySpec
-from audiogate_phi4mm.policy import spec
+from audiogate.policy import AudioPolicy, CheckpointConfigs
+from audiogate.records import (
+    ClipFeatures,
+    ClipSlot,
+    ExpandedPrompt,
+    FeatureBatch,
+    FeaturePlan,
+    PromptSegment,
+    ResamplePlan,
+)
+from audiogate_phi4mm import collate, features, native, prompt, resample
+from audiogate_phi4mm.policy import FAMILY, parse_policy, spec
 
-__all__ = ["audiogate_register_families"]
+__all__ = [
+    "audiogate_collate_features",
+    "audiogate_expand_prompt",
+    "audiogate_extract_features",
+    "audiogate_parse_policy",
+    "audiogate_plan_features",
+    "audiogate_plan_resample",
+    "audiogate_register_families",
+    "audiogate_resample",
+]
 
 
 @hookimpl
 def audiogate_register_families(register: Callable[[FamilySpec], None]) -> None:
     """Register the ``phi4mm`` family."""
     register(spec())
+
+
+@hookimpl
+def audiogate_parse_policy(family: FamilySpec, configs: CheckpointConfigs) -> AudioPolicy | None:
+    """Apply the keys, then select the remote-code or native variant."""
+    if family.name != FAMILY:
+        return None
+    return parse_policy(family, configs)
+
+
+@hookimpl
+def audiogate_plan_resample(
+    policy: AudioPolicy, source_rate_hz: int, source_samples: int, clip_index: int
+) -> ResamplePlan | None:
+    """The SpeechLib integer-ratio rule, or soxr HQ to 16 kHz for the native variant."""
+    if policy.family != FAMILY:
+        return None
+    if policy.variant == "native":
+        return native.plan_native_resample(
+            source_rate_hz=source_rate_hz,
+            source_samples=source_samples,
+            target_rate_hz=policy.target_rate_hz,
+        )
+    return resample.plan_speechlib_resample(
+        source_rate_hz=source_rate_hz, source_samples=source_samples, clip_index=clip_index
+    )
+
+
+@hookimpl
+def audiogate_resample(
+    policy: AudioPolicy,
+    plan: ResamplePlan,
+    samples: npt.NDArray[np.float32],
+    clip_index: int,
+    cancel: CancelToken,
+) -> npt.NDArray[np.float32] | None:
+    """Run the plan from :func:`audiogate_plan_resample`."""
+    if policy.family != FAMILY:
+        return None
+    if policy.variant == "native":
+        return native.resample_native(plan, samples, clip_index=clip_index, cancel=cancel)
+    return resample.resample_speechlib(plan, samples, clip_index=clip_index, cancel=cancel)
+
+
+@hookimpl
+def audiogate_plan_features(
+    policy: AudioPolicy, rate_hz: int, samples: int, clip_index: int
+) -> FeaturePlan | None:
+    """Frames ``(n - win)//hop + 1`` and tokens ``ceil(T/8)`` from one function."""
+    if policy.family != FAMILY:
+        return None
+    return features.plan_features(policy, rate_hz=rate_hz, samples=samples, clip_index=clip_index)
+
+
+@hookimpl
+def audiogate_extract_features(
+    policy: AudioPolicy,
+    plan: FeaturePlan,
+    waveform: npt.NDArray[np.float32],
+    rate_hz: int,
+    clip_index: int,
+    cancel: CancelToken,
+) -> ClipFeatures | None:
+    """SpeechLib log-mel ``[shape=(T, 80)]``, blockwise and cancellable."""
+    if policy.family != FAMILY:
+        return None
+    return features.extract_features(
+        policy, plan, waveform, rate_hz=rate_hz, clip_index=clip_index, cancel=cancel
+    )
+
+
+@hookimpl
+def audiogate_collate_features(
+    policy: AudioPolicy, clips: Sequence[ClipFeatures]
+) -> FeatureBatch | None:
+    """``audio_input_features``, ``audio_embed_sizes``, ``audio_attention_mask``."""
+    if policy.family != FAMILY:
+        return None
+    return collate.collate_features(clips)
+
+
+@hookimpl
+def audiogate_expand_prompt(
+    policy: AudioPolicy,
+    segments: Sequence[PromptSegment],
+    clips: Sequence[ClipSlot],
+    tokenizer: Any,
+) -> ExpandedPrompt | None:
+    """``<|audio_N|>`` (remote code) or ``<|audio|>`` (native), expanded per clip."""
+    if policy.family != FAMILY:
+        return None
+    return prompt.expand_prompt(policy, segments, clips, tokenizer)

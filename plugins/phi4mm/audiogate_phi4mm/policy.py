@@ -1,20 +1,58 @@
-"""Phi-4 Multimodal: pinned policy defaults, recognized keys and the family spec.
+"""Phi-4 Multimodal: pinned policy defaults, recognized keys, variants and the family spec.
 
 Pinned constants live here once, next to their source: the remote-code
 ``Phi4MMProcessor`` of microsoft/Phi-4-multimodal-instruct at revision
 ``93f923e1a7727d1c4f446756212d9d3e8fcc5d81`` (``processing_phi4mm.py``), as the seed
 system pins them (``mlxcel-audio-boundary.md`` §3.2).
+
+Two checkpoint variants share these bounds and differ in their frontend:
+
+* ``remote_code`` (the default): ``Phi4MMProcessor`` / ``Phi4MMAudioFeatureExtractor``,
+  the SpeechLib integer-ratio resampler (with its 8 kHz "fillzero" path) and
+  ``<|audio_N|>`` placeholders.
+* ``native``: transformers' ``Phi4MultimodalProcessor`` /
+  ``Phi4MultimodalFeatureExtractor`` (``model_type`` ``phi4_multimodal``). Its extractor
+  only takes 16 kHz, and transformers' loader (``load_audio``) brings any rate there with
+  soxr HQ, so this variant resamples with ``"soxr_hq"`` from any source rate (minimum
+  1 Hz; the decoder and the policy's maximum still bound it); it has no 8 kHz path and
+  uses the unnumbered ``<|audio|>`` placeholder.
+
+:func:`parse_policy` picks the variant from what the checkpoint's own files declare.
 """
 
 from __future__ import annotations
 
-from typing import Final
+from collections.abc import Mapping
+from typing import Any, Final, Literal
 
+import attrs
+
+from audiogate.errors import PolicyError
 from audiogate.family import FamilySpec
-from audiogate.policy import AudioPolicy, PolicyKey, load_packaged_schema, standard_keys
+from audiogate.policy import (
+    AudioPolicy,
+    CheckpointConfigs,
+    PolicyKey,
+    ValueSource,
+    apply_keys,
+    load_packaged_schema,
+    standard_keys,
+)
 from audiogate_phi4mm._version import __version__
 
-__all__ = ["FAMILY", "MODEL_TYPES", "PINNED", "POLICY_KEYS", "REVISION", "spec"]
+__all__ = [
+    "FAMILY",
+    "MODEL_TYPES",
+    "NATIVE_MIN_SOURCE_RATE_HZ",
+    "PINNED",
+    "POLICY_KEYS",
+    "REVISION",
+    "VARIANT_RESAMPLING",
+    "Variant",
+    "detect_variant",
+    "parse_policy",
+    "spec",
+]
 
 FAMILY: Final = "phi4mm"
 REVISION: Final = "93f923e1a7727d1c4f446756212d9d3e8fcc5d81"
@@ -64,6 +102,20 @@ PINNED: Final = AudioPolicy(
     },
 )
 
+Variant = Literal["remote_code", "native"]
+
+#: The resampler each variant's reference pipeline uses.
+VARIANT_RESAMPLING: Final[Mapping[str, str]] = {
+    "remote_code": "scipy_polyphase_integer",
+    "native": "soxr_hq",
+}
+#: transformers' ``load_audio`` resamples any rate to 16 kHz; the decoder's own bounds
+#: (and ``max_source_rate_hz``) still apply.
+NATIVE_MIN_SOURCE_RATE_HZ: Final = 1
+
+# ``resampling_algorithm`` (a standard key) confirms the pinned remote-code frontend,
+# ``"scipy_polyphase_integer"``; the native variant's ``"soxr_hq"`` follows from the
+# processor the checkpoint declares, so a native checkpoint must not set the key.
 POLICY_KEYS: Final = standard_keys(
     PINNED,
     extra=(
@@ -87,6 +139,123 @@ POLICY_KEYS: Final = standard_keys(
         ),
     ),
 )
+
+# --- variants ------------------------------------------------------------------------
+
+#: What each variant's files declare, by JSON pointer (in each file).
+_DECLARATIONS: Final[Mapping[str, Mapping[str, Variant]]] = {
+    "/model_type": {"phi4mm": "remote_code", "phi4_multimodal": "native"},
+    "/processor_class": {"Phi4MMProcessor": "remote_code", "Phi4MultimodalProcessor": "native"},
+    "/feature_extractor_type": {
+        "Phi4MMAudioFeatureExtractor": "remote_code",
+        "Phi4MultimodalFeatureExtractor": "native",
+    },
+    # transformers 5 writes one processor_config.json with nested sub-processors.
+    "/audio_processor/feature_extractor_type": {
+        "Phi4MMAudioFeatureExtractor": "remote_code",
+        "Phi4MultimodalFeatureExtractor": "native",
+    },
+}
+
+
+@attrs.frozen
+class _Declaration:
+    variant: Variant
+    file: str
+    pointer: str
+    value: str
+
+
+def _lookup(document: Mapping[str, Any], pointer: str) -> tuple[bool, Any]:
+    node: Any = document
+    for part in pointer[1:].split("/"):
+        if not isinstance(node, Mapping) or part not in node:
+            return False, None
+        node = node[part]
+    return True, node
+
+
+def detect_variant(configs: CheckpointConfigs) -> tuple[Variant, ValueSource | None]:
+    """The checkpoint's variant and the file and key that declare it.
+
+    Looks at ``model_type``, ``processor_class`` and ``feature_extractor_type`` in the
+    processor file and ``config.json``. Nothing declared: ``remote_code`` (the pinned
+    revision), with no source.
+
+    :raises PolicyError: a declaration names a processor of neither variant, is not a
+        string, or two declarations disagree.
+    """
+    found: list[_Declaration] = []
+    for file, document in configs.roots():
+        for pointer, known in _DECLARATIONS.items():
+            present, value = _lookup(document, pointer)
+            if not present:
+                continue
+            if pointer == "/model_type" and file != configs.model_file:
+                continue
+            if not isinstance(value, str) or value not in known:
+                if pointer == "/model_type":
+                    continue  # the host chose this family by model_type already
+                raise PolicyError(
+                    "must name a Phi-4 MM processor: one of " + ", ".join(repr(v) for v in known),
+                    file=file,
+                    json_path=pointer,
+                    value=value,
+                    has_value=True,
+                )
+            found.append(_Declaration(known[value], file, pointer, value))
+    variants = {d.variant for d in found}
+    if len(variants) > 1:
+        listed = "; ".join(f"{d.file}:{d.pointer} = {d.value!r} ({d.variant})" for d in found)
+        first = found[0]
+        raise PolicyError(
+            f"the checkpoint declares both the remote-code and the transformers-native "
+            f"Phi-4 MM processor ({listed})",
+            file=first.file,
+            json_path=first.pointer,
+            value=first.value,
+        )
+    if not found:
+        return "remote_code", None
+    # Prefer the processor file's word: it is what loads the audio frontend.
+    chosen = found[0]
+    return chosen.variant, ValueSource("checkpoint", chosen.file, chosen.pointer)
+
+
+def parse_policy(family: FamilySpec, configs: CheckpointConfigs) -> AudioPolicy:
+    """The effective policy: the family's keys applied, then the variant's frontend.
+
+    :raises PolicyError: an invalid key, contradictory variant declarations, or a
+        ``resampling_algorithm`` key on a native checkpoint.
+    """
+    policy = apply_keys(family.defaults, family.keys, family.schema, configs)
+    variant, source = detect_variant(configs)
+    expected = VARIANT_RESAMPLING[variant]
+    sources = dict(policy.sources)
+    if source is not None:
+        sources["variant"] = source
+    if variant == "remote_code":
+        return attrs.evolve(policy, variant=variant, sources=sources)
+    declared = sources.get("resampling")
+    if declared is not None and declared.kind == "checkpoint":
+        raise PolicyError(
+            f"the transformers-native Phi-4 MM frontend (declared at "
+            f"{source.describe() if source else 'the checkpoint'}) resamples with "
+            f"{expected!r}; remove the key",
+            file=declared.origin,
+            json_path=declared.key,
+            value=policy.resampling,
+        )
+    derived = ValueSource("derived", source.describe() if source else "variant", "variant")
+    sources["resampling"] = derived
+    sources["min_source_rate_hz"] = derived
+    return attrs.evolve(
+        policy,
+        variant=variant,
+        resampling=expected,
+        min_source_rate_hz=NATIVE_MIN_SOURCE_RATE_HZ,
+        sources=sources,
+    )
 
 
 def spec() -> FamilySpec:

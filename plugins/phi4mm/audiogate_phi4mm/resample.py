@@ -1,0 +1,275 @@
+"""The SpeechLib integer-ratio resampler of the remote-code Phi-4 MM processor.
+
+Source: ``Phi4MMAudioFeatureExtractor._extract_spectrogram`` in ``processing_phi4mm.py``
+(microsoft/Phi-4-multimodal-instruct @ ``93f923e1``), kept quirk for quirk because the
+checkpoint was trained on it (``mlxcel-audio-boundary.md`` §4.1):
+
+* ``fs in {8000, 16000}``: unchanged.
+* ``fs > 16000``: ``resample_poly(x, 1, fs // 16000)``, then *called* 16 kHz. So 22.05 and
+  24 kHz pass unchanged (factor 1) and 44.1 kHz halves to 22.05 kHz, all labelled 16 kHz.
+* ``8000 < fs < 16000``: ``resample_poly(x, 1, fs // 8000)`` (always factor 1), called 8 kHz.
+* ``fs < 8000``: refused.
+
+The polyphase filter is SciPy's: ``firwin(20·down + 1, 1/down, window=("kaiser", 5.0))``
+with the output phase of ``resample_poly``. The preflight bounds of the seed (§4.2) hold
+before anything is allocated: factor at most 12, ``ceil(n/down)·(20·down + 1)`` work
+units at most 536,870,912.
+
+The filter runs as BLAS products instead of SciPy's scalar loop: outputs are grouped
+``P`` at a time, so a block of input, reshaped into rows of ``P·down`` samples, times a
+banded ``(P·down, P)`` tap matrix gives ``P`` outputs per row, and the next row's first
+``L - down`` samples times a second small matrix supply the rest of each window. Each
+product is kept under :data:`PRODUCT_MULTIPLY_ADDS` so BLAS runs it on the calling
+thread. Accumulation is in float64 as in ``resample_poly`` on the float64 waveform
+the original reads with ``soundfile``; only the summation order differs, so the float32
+output equals ``resample_poly(x.astype(float64), 1, down).astype(float32)`` except where a
+value sits within a few float64 ulps of a float32 rounding boundary.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import cache
+from typing import Final
+
+import numpy as np
+import numpy.typing as npt
+from scipy.signal import firwin
+
+from audiogate.cancel import CancelToken, Checkpoint
+from audiogate.errors import DecodeError, LimitError, SizeOverflowError
+from audiogate.records import ResamplePlan, readonly
+from audiogate_phi4mm.scratch import thread_scratch
+
+__all__ = [
+    "ALGORITHM",
+    "BLOCK_OUTPUTS",
+    "KAISER_BETA",
+    "MAX_DOWNSAMPLE_FACTOR",
+    "MAX_POLYPHASE_WORK_UNITS",
+    "MIN_SOURCE_RATE_HZ",
+    "decimate",
+    "decimation_filter",
+    "plan_speechlib_resample",
+    "resample_speechlib",
+    "speechlib_rate_rule",
+]
+
+#: The algorithm name in plans and in ``resampling_algorithm`` config keys.
+ALGORITHM: Final = "scipy_polyphase_integer"
+#: The seed's ``MAX_PHI4MM_DOWNSAMPLE_FACTOR`` (192 kHz // 16 kHz).
+MAX_DOWNSAMPLE_FACTOR: Final = 12
+#: The seed's ``MAX_POLYPHASE_WORK_UNITS``: output samples × filter taps.
+MAX_POLYPHASE_WORK_UNITS: Final = 512 * 1024 * 1024
+#: ``resample_poly``'s default window is ``("kaiser", 5.0)``.
+KAISER_BETA: Final = 5.0
+#: ``resample_poly`` uses ``half_len = 10 · max(up, down)``.
+HALF_LENGTH_PER_FACTOR: Final = 10
+#: The remote-code processor raises ``RuntimeError`` below this rate.
+MIN_SOURCE_RATE_HZ: Final = 8_000
+WIDEBAND_RATE_HZ: Final = 16_000
+NARROWBAND_RATE_HZ: Final = 8_000
+#: Outputs per block: the cancel token is polled this often.
+BLOCK_OUTPUTS: Final = 16_000
+#: Outputs per row of the block product; at least 20 keeps a window within two rows.
+GROUP_OUTPUTS: Final = 20
+#: Multiply-adds per BLAS call at most: OpenBLAS runs products up to 4·65536 on the
+#: calling thread, and thread hand-off for such small products costs more than it saves
+#: when other processes share the cores.
+PRODUCT_MULTIPLY_ADDS: Final = 1 << 18
+_F64: Final = 8
+#: Transient allocations inside numpy per block (cast and ufunc iterator buffers).
+LIBRARY_SCRATCH_BYTES: Final = 256 * 1024
+
+
+def speechlib_rate_rule(source_rate_hz: int, *, clip_index: int) -> tuple[int, int]:
+    """The integer-ratio rule: ``(down, effective_rate_hz)`` for a source rate.
+
+    :raises DecodeError: ``rate_below_minimum`` below 8 kHz.
+    """
+    if source_rate_hz < MIN_SOURCE_RATE_HZ:
+        raise DecodeError(
+            f"source sample rate {source_rate_hz} Hz is below the {MIN_SOURCE_RATE_HZ} Hz "
+            "minimum of the Phi-4 MM SpeechLib frontend",
+            clip_index=clip_index,
+            code="rate_below_minimum",
+        )
+    if source_rate_hz in (NARROWBAND_RATE_HZ, WIDEBAND_RATE_HZ):
+        return 1, source_rate_hz
+    if source_rate_hz > WIDEBAND_RATE_HZ:
+        return source_rate_hz // WIDEBAND_RATE_HZ, WIDEBAND_RATE_HZ
+    return source_rate_hz // NARROWBAND_RATE_HZ, NARROWBAND_RATE_HZ
+
+
+def _taps(down: int) -> int:
+    return 2 * HALF_LENGTH_PER_FACTOR * down + 1
+
+
+def _block_buffer_samples(down: int) -> int:
+    rows = math.ceil(BLOCK_OUTPUTS / GROUP_OUTPUTS)
+    return (rows + 1) * GROUP_OUTPUTS * down
+
+
+def _working_bytes(down: int) -> int:
+    """Peak scratch of :func:`decimate`: tap matrices, the float64 block, the products."""
+    taps = _taps(down)
+    matrices = (GROUP_OUTPUTS * down + taps - down) * GROUP_OUTPUTS * _F64
+    block = _block_buffer_samples(down) * _F64
+    rows = math.ceil(BLOCK_OUTPUTS / GROUP_OUTPUTS)
+    products = 2 * rows * GROUP_OUTPUTS * _F64  # result and carry, carry at most a block
+    return matrices + block + products + taps * _F64 + LIBRARY_SCRATCH_BYTES
+
+
+def plan_speechlib_resample(
+    *, source_rate_hz: int, source_samples: int, clip_index: int
+) -> ResamplePlan:
+    """Plan the integer-ratio rule for one clip; nothing is allocated.
+
+    :raises DecodeError: the rate is below 8 kHz (``rate_below_minimum``).
+    :raises LimitError: ``"Phi4MM downsample factor"`` above 12, or ``"Phi4MM resample
+        work units"`` above 536,870,912.
+    """
+    if source_samples < 0:
+        raise ValueError(f"source_samples must be >= 0, got {source_samples}")
+    down, effective = speechlib_rate_rule(source_rate_hz, clip_index=clip_index)
+    if down > MAX_DOWNSAMPLE_FACTOR:
+        raise LimitError(
+            "Phi4MM downsample factor",
+            actual=down,
+            maximum=MAX_DOWNSAMPLE_FACTOR,
+            clip_index=clip_index,
+        )
+    if down == 1:
+        # Relabelled, not resampled: 22.05/24 kHz become "16 kHz", 11.025 kHz "8 kHz".
+        return ResamplePlan(
+            source_rate_hz=source_rate_hz,
+            source_samples=source_samples,
+            output_rate_hz=effective,
+            output_samples=source_samples,
+            algorithm="identity",
+            detail={"down": 1, "relabelled": source_rate_hz != effective},
+        )
+    output = -(-source_samples // down)  # resample_poly's ceil(n · up / down)
+    work = output * _taps(down)
+    if work > 2**63 - 1:
+        raise SizeOverflowError(f"the Phi4MM resample work of clip {clip_index}")
+    if work > MAX_POLYPHASE_WORK_UNITS:
+        raise LimitError(
+            "Phi4MM resample work units",
+            actual=work,
+            maximum=MAX_POLYPHASE_WORK_UNITS,
+            clip_index=clip_index,
+        )
+    return ResamplePlan(
+        source_rate_hz=source_rate_hz,
+        source_samples=source_samples,
+        output_rate_hz=effective,
+        output_samples=output,
+        working_bytes=_working_bytes(down),
+        algorithm=ALGORITHM,
+        detail={"down": down, "taps": _taps(down), "work_units": work},
+    )
+
+
+@cache
+def decimation_filter(down: int) -> npt.NDArray[np.float64]:
+    """``resample_poly``'s anti-aliasing FIR for ``up=1`` ``[shape=(20·down + 1,)]``."""
+    taps = firwin(_taps(down), 1.0 / down, window=("kaiser", KAISER_BETA))
+    return readonly(np.asarray(taps, dtype=np.float64))
+
+
+@cache
+def _tap_matrices(down: int) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """The banded tap matrix split at ``P·down`` rows: ``(main, tail)``.
+
+    Column ``b`` holds the reversed filter starting at row ``b·down``, so row ``a`` of
+    the input block times it is output ``a·P + b``.
+    """
+    flipped = decimation_filter(down)[::-1]
+    taps = flipped.size
+    span = GROUP_OUTPUTS * down
+    bank = np.zeros((span + taps - down, GROUP_OUTPUTS), dtype=np.float64)
+    for column in range(GROUP_OUTPUTS):
+        bank[column * down : column * down + taps, column] = flipped
+    return readonly(bank[:span].copy()), readonly(bank[span:].copy())
+
+
+def decimate(
+    samples: npt.NDArray[np.float32],
+    *,
+    down: int,
+    clip_index: int,
+    cancel: CancelToken,
+) -> npt.NDArray[np.float32]:
+    """``resample_poly(samples, 1, down)`` in float64, blockwise and cancellable.
+
+    :param samples: mono float32 ``[shape=(n,)]``.
+    :param down: integer factor, 2 to 12.
+    :returns: read-only float32 ``[shape=(ceil(n / down),)]``.
+    """
+    if not 2 <= down <= MAX_DOWNSAMPLE_FACTOR:
+        raise ValueError(f"down must be from 2 to {MAX_DOWNSAMPLE_FACTOR}, got {down}")
+    source = np.asarray(samples)
+    n = source.shape[0]
+    total = -(-n // down)
+    out = np.empty(total, dtype=np.float32)
+    main, tail = _tap_matrices(down)
+    half = HALF_LENGTH_PER_FACTOR * down
+    span = GROUP_OUTPUTS * down
+    overlap = tail.shape[0]
+    chunk = max(1, PRODUCT_MULTIPLY_ADDS // (GROUP_OUTPUTS * span))
+    block, products, carry = thread_scratch(
+        ("phi4mm.decimate", down),
+        lambda: (
+            np.empty(_block_buffer_samples(down), dtype=np.float64),
+            np.empty((-(-BLOCK_OUTPUTS // GROUP_OUTPUTS), GROUP_OUTPUTS), dtype=np.float64),
+            np.empty((chunk, GROUP_OUTPUTS), dtype=np.float64),
+        ),
+    )
+    cancel.check(Checkpoint.RESAMPLE, clip_index)
+    for first in range(0, total, BLOCK_OUTPUTS):
+        count = min(BLOCK_OUTPUTS, total - first)
+        rows = -(-count // GROUP_OUTPUTS)
+        # Window of output k covers source [k·down - half, k·down + half]; zeros outside.
+        start = first * down - half
+        length = (rows + 1) * span
+        lo, hi = max(start, 0), min(start + length, n)  # lo < hi: first·down < n
+        buffer = block[:length]
+        buffer[: lo - start] = 0.0
+        buffer[lo - start : hi - start] = source[lo:hi]
+        buffer[hi - start :] = 0.0
+        grid = buffer.reshape(rows + 1, span)
+        result = products[:rows]
+        for top in range(0, rows, chunk):
+            bottom = min(top + chunk, rows)
+            np.matmul(grid[top:bottom], main, out=result[top:bottom])
+            np.matmul(grid[top + 1 : bottom + 1, :overlap], tail, out=carry[: bottom - top])
+            result[top:bottom] += carry[: bottom - top]
+        out[first : first + count] = result.reshape(-1)[:count]
+        cancel.check(Checkpoint.RESAMPLE, clip_index)
+    return readonly(out)
+
+
+def resample_speechlib(
+    plan: ResamplePlan,
+    samples: npt.NDArray[np.float32],
+    *,
+    clip_index: int,
+    cancel: CancelToken,
+) -> npt.NDArray[np.float32]:
+    """Run a plan from :func:`plan_speechlib_resample`.
+
+    :param samples: read-only mono float32 ``[shape=(plan.source_samples,)]``.
+    :returns: read-only float32 ``[shape=(plan.output_samples,)]``.
+    """
+    if samples.shape != (plan.source_samples,):
+        raise ValueError(
+            f"clip {clip_index}: expected {plan.source_samples} samples, got {samples.shape}"
+        )
+    cancel.check(Checkpoint.RESAMPLE, clip_index)
+    if plan.algorithm == "identity":
+        if samples.flags.writeable or samples.dtype != np.float32:
+            return readonly(np.array(samples, dtype=np.float32, copy=True))
+        return samples
+    down = int(plan.detail["down"])
+    return decimate(samples, down=down, clip_index=clip_index, cancel=cancel)

@@ -1,0 +1,32 @@
+"""Per-thread scratch buffers, reused from one clip to the next.
+
+The resampler and the feature extractor work in fixed-size blocks, so their scratch has
+a fixed size per frontend (a few MiB at most, counted in each plan's ``working_bytes``).
+Allocating it afresh per clip costs page faults on every first touch, which for a
+one-second clip is most of the work; keeping one set per thread avoids that without
+sharing writable memory between threads.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Hashable
+from typing import TypeVar
+
+__all__ = ["thread_scratch"]
+
+_T = TypeVar("_T")
+_LOCAL = threading.local()
+
+
+def thread_scratch(key: Hashable, build: Callable[[], _T]) -> _T:
+    """This thread's scratch object for ``key``, built by ``build`` on first use."""
+    pool: dict[Hashable, object] | None = getattr(_LOCAL, "pool", None)
+    if pool is None:
+        pool = {}
+        _LOCAL.pool = pool
+    found = pool.get(key)
+    if found is None:
+        found = build()
+        pool[key] = found
+    return found  # type: ignore[return-value]

@@ -1,0 +1,137 @@
+"""Phi-4 MM test helpers: special tokens, chat template, test signals, WAV bytes, cancel tokens."""
+
+from __future__ import annotations
+
+import io
+import threading
+import tracemalloc
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from audiogate.cancel import CancelToken, Checkpoint
+
+#: The real special tokens of microsoft/Phi-4-multimodal-instruct at their real ids
+#: (o200k-based tokenizer; ``config.json`` bos/eos/pad 199999, ``eos_token_id`` [199999,
+#: 200020] in ``Phi4MultimodalConfig``; ``processing_phi4mm.py`` 200010/200011; the role
+#: tokens are those of the shared Phi-4-mini tokenizer).
+REMOTE_SPECIAL_TOKENS = {
+    "<|endoftext|>": 199_999,
+    "<|endoftext10|>": 200_010,
+    "<|endoftext11|>": 200_011,
+    "<|assistant|>": 200_019,
+    "<|end|>": 200_020,
+    "<|user|>": 200_021,
+    "<|system|>": 200_022,
+}
+#: The native conversion renames 200010/200011 to ``<|image|>`` / ``<|audio|>``
+#: (``tokenizer.image_token`` / ``audio_token``; ``Phi4MultimodalConfig`` ids).
+NATIVE_SPECIAL_TOKENS = {
+    "<|endoftext|>": 199_999,
+    "<|image|>": 200_010,
+    "<|audio|>": 200_011,
+    "<|assistant|>": 200_019,
+    "<|end|>": 200_020,
+    "<|user|>": 200_021,
+    "<|system|>": 200_022,
+}
+#: ``chat_template`` of microsoft/Phi-4-multimodal-instruct's ``tokenizer_config.json``
+#: (hub metadata snapshot; identical to Phi-4-mini-instruct's).
+REMOTE_CHAT_TEMPLATE = (
+    "{% for message in messages %}{% if message['role'] == 'system' and 'tools' in message "
+    "and message['tools'] is not none %}{{ '<|' + message['role'] + '|>' + message['content'] "
+    "+ '<|tool|>' + message['tools'] + '<|/tool|>' + '<|end|>' }}{% else %}{{ '<|' + "
+    "message['role'] + '|>' + message['content'] + '<|end|>' }}{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|assistant|>' }}{% else %}{{ eos_token }}{% endif %}"
+)
+
+#: The native checkpoint's processor chat template (transformers' Phi4Multimodal processor
+#: test, ``prepare_processor_dict``): string content, or parts with ``<|audio|>`` per audio.
+NATIVE_CHAT_TEMPLATE = (
+    "{% for message in messages %}{{ '<|' + message['role'] + '|>' }}{% if message['c"
+    "ontent'] is string %}{{ message['content'] }}{% else %}{% for content in message"
+    "['content'] %}{% if content['type'] == 'image' %}{{ '<|image|>' }}{% elif conten"
+    "t['type'] == 'audio' %}{{ '<|audio|>' }}{% elif content['type'] == 'text' %}{{ c"
+    "ontent['text'] }}{% endif %}{% endfor %}{% endif %}{% if message['role'] == 'sys"
+    "tem' and 'tools' in message and message['tools'] is not none %}{{ '<|tool|>' + m"
+    "essage['tools'] + '<|/tool|>' + '<|end|>' }}{% endif %}{{ '<|end|>' }}{% endfor "
+    "%}{% if add_generation_prompt %}{{ '<|assistant|>' }}{% else %}{{ eos_token }}{%"
+    " endif %}"
+)
+
+
+def signal(
+    samples: int, rate_hz: int, *, channels: int = 1, seed: int = 0, amplitude: float = 0.45
+) -> np.ndarray:
+    """Noise plus a chirp plus a tone, different per channel ``[shape=(samples, channels)]``."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(samples) / rate_hz
+    duration = max(samples / rate_hz, 1e-3)
+    columns = []
+    for channel in range(channels):
+        f0, f1 = 60.0 + 40 * channel, 0.45 * rate_hz
+        phase = 2 * np.pi * (f0 * t + (f1 - f0) * t**2 / (2 * duration))
+        tone = np.sin(2 * np.pi * (440.0 + 110 * channel) * t)
+        noise = rng.standard_normal(samples)
+        mix = 0.4 * np.sin(phase) + 0.25 * tone + 0.2 * noise
+        columns.append(amplitude * mix / max(1.0, float(np.abs(mix).max())))
+    return np.stack(columns, axis=1)
+
+
+def wav_bytes(data: np.ndarray, rate_hz: int, encoding: str) -> bytes:
+    """A RIFF/WAVE file of ``data`` ``[shape=(n, channels)]``: ``"pcm16"`` or ``"f32"``."""
+    import soundfile
+
+    buffer = io.BytesIO()
+    subtype = {"pcm16": "PCM_16", "f32": "FLOAT"}[encoding]
+    soundfile.write(buffer, data, rate_hz, subtype=subtype, format="WAV")
+    return buffer.getvalue()
+
+
+def sine(samples: int, rate_hz: int, *, frequency_hz: float = 440.0, amplitude: float = 0.25):
+    """The seed's golden input: ``amplitude·sin(2π·f·n/rate)`` as float32."""
+    n = np.arange(samples)
+    return (amplitude * np.sin(2 * np.pi * frequency_hz * n / rate_hz)).astype(np.float32)
+
+
+class CancelAfter(CancelToken):
+    """A token that cancels itself on its ``after``-th check at ``checkpoint``."""
+
+    def __init__(self, checkpoint: Checkpoint, after: int) -> None:
+        super().__init__()
+        self._watch = checkpoint
+        self._after = after
+        self.checks = 0
+
+    def check(self, checkpoint: Checkpoint, clip_index: int | None = None) -> None:
+        if checkpoint == self._watch:
+            self.checks += 1
+            if self.checks >= self._after:
+                self.cancel()
+        super().check(checkpoint, clip_index)
+
+
+def traced_in_fresh_thread(run: Callable[[], Any]) -> tuple[Any, int]:
+    """``(result, peak traced bytes)`` of ``run`` in a new thread.
+
+    A new thread has no per-thread scratch yet, so the peak includes allocating it.
+    """
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        tracemalloc.start()
+        try:
+            box["result"] = run()
+            box["peak"] = tracemalloc.get_traced_memory()[1]
+        except BaseException as exc:  # re-raised in the caller
+            box["error"] = exc
+        finally:
+            tracemalloc.stop()
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    thread.join()
+    if "error" in box:
+        raise box["error"]
+    return box["result"], box["peak"]

@@ -1,0 +1,82 @@
+"""Collation into ``Phi4MultimodalForCausalLM``'s audio inputs, and the hook wiring."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from audiogate.cancel import NEVER
+from audiogate.host import FamilyHost
+from audiogate.records import ClipFeatures, FeaturePlan, readonly
+
+
+def _clip(frames: int, tokens: int, fill: float) -> ClipFeatures:
+    features = readonly(np.full((frames, 80), fill, dtype=np.float32))
+    return ClipFeatures(features=features, frames=frames, tokens=tokens)
+
+
+def test_clips_are_zero_padded_with_a_mask_and_sizes(host: FamilyHost, remote) -> None:
+    batch = host.collate_features(remote, [_clip(9, 2, 1.0), _clip(20, 3, 2.0), _clip(1, 1, 3.0)])
+    features = batch.inputs["audio_input_features"]
+    mask = batch.inputs["audio_attention_mask"]
+    sizes = batch.inputs["audio_embed_sizes"]
+    assert set(batch.inputs) == {
+        "audio_input_features",
+        "audio_embed_sizes",
+        "audio_attention_mask",
+    }
+    assert features.shape == (3, 20, 80)
+    assert features.dtype == np.float32
+    assert mask.shape == (3, 20)
+    assert mask.dtype == np.bool_
+    assert sizes.dtype == np.int64
+    assert sizes.tolist() == [2, 3, 1]
+    assert batch.tokens == (2, 3, 1)
+    assert mask.sum(axis=1).tolist() == [9, 20, 1]
+    assert (features[0, :9] == 1.0).all()
+    assert not features[0, 9:].any()
+    assert (features[2, :1] == 3.0).all()
+    assert not features[2, 1:].any()
+    assert not any(a.flags.writeable for a in batch.inputs.values())
+
+
+def test_a_single_clip_still_carries_its_mask(host: FamilyHost, remote) -> None:
+    batch = host.collate_features(remote, [_clip(5, 1, 0.5)])
+    assert batch.inputs["audio_attention_mask"].all()
+    assert batch.inputs["audio_input_features"].shape == (1, 5, 80)
+
+
+def test_stage_hooks_ignore_other_families(host: FamilyHost) -> None:
+    """Every phi4mm stage hook answers None for another family's policy."""
+    from audiogate_phi4mm import plugin
+
+    other = host.default_policy("gemma3n")
+    assert plugin.audiogate_plan_resample(other, 16_000, 10, 0) is None
+    assert plugin.audiogate_plan_features(other, 16_000, 1_000, 0) is None
+    assert plugin.audiogate_collate_features(other, []) is None
+    assert plugin.audiogate_expand_prompt(other, [], [], None) is None
+    plan = FeaturePlan(frames=1, tokens=1, feature_shape=(1, 80), feature_bytes=320)
+    wave = np.zeros(400, np.float32)
+    assert plugin.audiogate_extract_features(other, plan, wave, 16_000, 0, None) is None
+    assert plugin.audiogate_resample(other, None, wave, 0, None) is None
+
+
+def test_extraction_refuses_a_plan_for_another_length(host: FamilyHost, remote) -> None:
+    wave = readonly(np.zeros(1_000, np.float32))
+    wrong = FeaturePlan(frames=5, tokens=1, feature_shape=(5, 80), feature_bytes=1_600)
+    with pytest.raises(ValueError, match="the plan says 5"):
+        host.extract_features(remote, wrong, wave, rate_hz=16_000, clip_index=0, cancel=NEVER)
+
+
+def test_plugin_implements_every_stage_hook(host: FamilyHost) -> None:
+    hooks = dict((name, implemented) for name, _, implemented in host.plugins())
+    assert set(hooks["phi4mm"]) == {
+        "audiogate_register_families",
+        "audiogate_parse_policy",
+        "audiogate_plan_resample",
+        "audiogate_resample",
+        "audiogate_plan_features",
+        "audiogate_extract_features",
+        "audiogate_collate_features",
+        "audiogate_expand_prompt",
+    }
