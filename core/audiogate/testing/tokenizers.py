@@ -9,6 +9,7 @@ tokenizer; special tokens, placeholders and template structure are identical.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,8 @@ def build_stand_in_tokenizer(
 ) -> Any:
     """Build a ``transformers`` fast tokenizer (byte-level BPE, no merges).
 
-    :param special_tokens: token string → its real id; each is matched whole in text.
+    :param special_tokens: token string → its real id; each is matched whole in text. Byte
+        tokens use ids 0-255 when no special id is below 256, else the lowest free ids.
     :param chat_template: the checkpoint's Jinja chat template.
     :param save_to: also ``save_pretrained`` into this directory.
     :returns: a ``PreTrainedTokenizerFast``.
@@ -37,10 +39,12 @@ def build_stand_in_tokenizer(
     from transformers import PreTrainedTokenizerFast
 
     alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
-    vocab = {char: index for index, char in enumerate(alphabet)}
-    clash = {tok: i for tok, i in special_tokens.items() if i < len(alphabet)}
-    if clash:
-        raise ValueError(f"special token ids must be >= {len(alphabet)}: {clash}")
+    # Byte tokens take ids 0-255, unless a special token needs one of those (Gemma's
+    # ``<pad>`` 0, ``<bos>`` 2, ``<end_of_turn>`` 106): then the bytes take the lowest ids
+    # no special token uses, so every special token keeps its real id.
+    taken = set(special_tokens.values())
+    free = (i for i in itertools.count() if i not in taken)
+    vocab = {char: next(free) for char in alphabet}
     vocab.update(special_tokens)
     model = Tokenizer(models.BPE(vocab=vocab, merges=[]))
     model.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
@@ -55,7 +59,8 @@ def build_stand_in_tokenizer(
         "pad_token": pad_token,
         "unk_token": unk_token,
     }
-    tokenizer = PreTrainedTokenizerFast(
+    # transformers 5 leaves this constructor unannotated.
+    tokenizer = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
         tokenizer_object=model, **{k: v for k, v in named.items() if v is not None}
     )
     if chat_template is not None:

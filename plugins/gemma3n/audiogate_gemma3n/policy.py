@@ -3,7 +3,15 @@
 Pinned constants live here once, next to their source: transformers revision
 ``181beb3ba4c47098ed8cbc97ee250d1d45ae0107`` (``Gemma3nAudioFeatureExtractor``,
 ``Gemma3nProcessor``) and ``Gemma3nConfig`` defaults, as the seed system pins them
-(``mlxcel-audio-boundary.md`` §3.2).
+(``mlxcel-audio-boundary.md`` §3.2). The frontend's own constants and frame arithmetic
+live in :mod:`audiogate_gemma3n.framing`.
+
+Over-long audio is refused by default (``overflow = "reject"``). The opt-in
+``audiogate_audio_limits.overflow = "truncate"`` keeps the first ``max_samples_per_clip``
+normalized samples of a longer clip (the pipeline cuts the waveform and reports processed
+and received durations; the linear resampler's prefix is exact); never silently.
+Clips shorter than 513 normalized samples are refused (``min_samples_per_clip``): the
+reference would give them zero frames (see :mod:`audiogate_gemma3n.framing`).
 """
 
 from __future__ import annotations
@@ -13,6 +21,16 @@ from typing import Final
 from audiogate.family import FamilySpec
 from audiogate.policy import AudioPolicy, PolicyKey, load_packaged_schema, standard_keys
 from audiogate_gemma3n._version import __version__
+from audiogate_gemma3n.framing import (
+    FRAME_HOP_SAMPLES,
+    FRAME_SAMPLES,
+    MIN_SAMPLES,
+    PAD_MULTIPLE_SAMPLES,
+    SAMPLE_RATE_HZ,
+    SOFT_TOKENS_PER_CLIP,
+    UNFOLD_SAMPLES,
+    feature_frames,
+)
 
 __all__ = ["FAMILY", "MODEL_TYPES", "PINNED", "POLICY_KEYS", "REVISION", "spec"]
 
@@ -21,17 +39,16 @@ REVISION: Final = "181beb3ba4c47098ed8cbc97ee250d1d45ae0107"
 MODEL_TYPES: Final = ("gemma3n",)
 
 MIB: Final = 1 << 20
-SAMPLE_RATE_HZ: Final = 16_000
 MAX_SECONDS: Final = 30
-MAX_SAMPLES: Final = SAMPLE_RATE_HZ * MAX_SECONDS  # 480,000
+MAX_SAMPLES: Final = SAMPLE_RATE_HZ * MAX_SECONDS  # 480,000 (the FE's max_length)
+MAX_FRAMES: Final = feature_frames(MAX_SAMPLES)  # 2,997
 MAX_SOURCE_RATE_HZ: Final = 192_000
-SOFT_TOKENS_PER_CLIP: Final = 188  # audio_seq_length / audio_soft_tokens_per_image
 BOA_TOKEN_ID: Final = 256_000  # <start_of_audio>
 EOA_TOKEN_ID: Final = 262_272  # <end_of_audio>
 AUDIO_TOKEN_ID: Final = 262_273  # <audio_soft_token>
 #: ``Gemma3nAudioFeatureExtractor.frame_length``: 32 ms at 16 kHz. Framing reads one more
 #: sample for the pre-emphasis, so the frontend's analysis frame is 513 samples.
-DECLARED_FRAME_LENGTH: Final = 512
+DECLARED_FRAME_LENGTH: Final = FRAME_SAMPLES
 
 PINNED: Final = AudioPolicy(
     family=FAMILY,
@@ -41,22 +58,23 @@ PINNED: Final = AudioPolicy(
     min_source_rate_hz=1,
     max_source_rate_hz=MAX_SOURCE_RATE_HZ,
     max_source_channels=8,
+    min_samples_per_clip=MIN_SAMPLES,
     max_duration_seconds=MAX_SECONDS,
     max_samples_per_clip=MAX_SAMPLES,
     max_encoded_bytes_per_clip=64 * MIB,
-    max_frames_per_clip=2_997,
+    max_frames_per_clip=MAX_FRAMES,
     max_clips=16,
     max_encoded_bytes_per_request=64 * MIB,
     max_source_samples_per_request=MAX_SOURCE_RATE_HZ * MAX_SECONDS,
     max_normalized_samples_per_request=MAX_SAMPLES,
     max_source_duration_us_per_request=MAX_SECONDS * 1_000_000,
-    max_frames_per_request=2_997,
+    max_frames_per_request=MAX_FRAMES,
     max_waveform_result_bytes_per_request=2 * MIB,
     max_waveform_working_bytes_per_request=32 * MIB,
     max_prepared_result_bytes_per_request=64 * MIB,
-    frame_length_samples=DECLARED_FRAME_LENGTH + 1,
-    frame_hop_samples=160,
-    pad_multiple_samples=128,
+    frame_length_samples=UNFOLD_SAMPLES,
+    frame_hop_samples=FRAME_HOP_SAMPLES,
+    pad_multiple_samples=PAD_MULTIPLE_SAMPLES,
     placeholder="fixed_soft_tokens_per_clip",
     soft_tokens_per_clip=SOFT_TOKENS_PER_CLIP,
     options={
