@@ -20,6 +20,7 @@ from audiogate.errors import (
     LimitError,
     PluginError,
     PreprocessCancelled,
+    SizeOverflowError,
 )
 from audiogate.host import FamilyHost, create_host
 from audiogate.policy import AudioPolicy, dump_schema
@@ -37,7 +38,7 @@ def exit_code_for(error: BaseException) -> int:
     """The process exit code for an error (documented in the CLI reference)."""
     if isinstance(error, PreprocessCancelled):
         return EXIT_CANCELLED
-    if isinstance(error, LimitError):
+    if isinstance(error, LimitError | SizeOverflowError):
         return EXIT_LIMIT
     if isinstance(error, PluginError) or not isinstance(error, AudioGateError):
         return EXIT_INTERNAL
@@ -163,6 +164,217 @@ def _cmd_schema(args: argparse.Namespace, host: FamilyHost, out: TextIO) -> int:
     return EXIT_OK
 
 
+# --- prepare -------------------------------------------------------------------------
+
+_SUMMARY_COLUMNS = (
+    ("clip", "ordinal"),
+    ("source Hz", "source_rate"),
+    ("ch", "channels"),
+    ("source samples", "source_samples"),
+    ("duration s", "duration_us"),
+    ("encoded B", "encoded_bytes"),
+    ("normalized", "normalized_samples"),
+    ("effective Hz", "effective_rate"),
+    ("frames", "frames"),
+    ("tokens", "tokens"),
+)
+
+
+def _cell(key: str, value: Any) -> str:
+    if value is None:
+        return "-"
+    if key == "duration_us":
+        return f"{value / 1_000_000:.3f}"
+    return str(value)
+
+
+def print_summary(summary: dict[str, Any], out: TextIO) -> None:
+    """The family preparation summary as a readable table."""
+    out.write(f"family {summary['family']} ({summary['policy_source']})\n\n")
+    rows = [[title for title, _ in _SUMMARY_COLUMNS]]
+    for clip in summary["clips"]:
+        rows.append([_cell(key, clip.get(key)) for _, key in _SUMMARY_COLUMNS])
+    totals = summary["totals"]
+    rows.append(
+        [
+            "total",
+            "",
+            "",
+            _cell("source_samples", totals.get("source_samples")),
+            _cell("duration_us", totals.get("duration_us")),
+            _cell("encoded_bytes", totals.get("encoded_bytes")),
+            _cell("normalized_samples", totals.get("normalized_samples")),
+            "",
+            _cell("frames", totals.get("frames")),
+            _cell("tokens", totals.get("tokens")),
+        ]
+    )
+    _table(rows, out)
+    for clip in summary["clips"]:
+        if clip.get("truncated"):
+            kept, received = clip["processed_duration_us"] / 1e6, clip["duration_us"] / 1e6
+            out.write(f"clip {clip['ordinal']}: truncated to {kept:.3f} s of {received:.3f} s\n")
+    if "prefill_positions" in totals:
+        out.write(f"\nprefill positions: {totals['prefill_positions']}\n")
+
+
+class _ProgressBar:
+    """A one-line progress bar on a terminal (stderr), silent otherwise."""
+
+    def __init__(self, stream: TextIO, *, enabled: bool) -> None:
+        self.stream = stream
+        self.enabled = enabled
+
+    def __call__(self, stage: str, index: int, count: int) -> None:
+        if not self.enabled:
+            return
+        if stage == "done":
+            self.stream.write("\r" + " " * 60 + "\r")
+        else:
+            width = 24
+            filled = int(width * index / max(count, 1))
+            bar = "#" * filled + "." * (width - filled)
+            self.stream.write(f"\r[{bar}] clip {index + 1}/{count}: {stage:<10}")
+        self.stream.flush()
+
+
+def _cmd_prepare(args: argparse.Namespace, host: FamilyHost, out: TextIO) -> int:
+    import numpy as np
+
+    from audiogate.acquire import AcquisitionPolicy, acquire_paths
+    from audiogate.api import AudioGate
+
+    if bool(args.family) == bool(args.model):
+        raise SystemExit("audiogate prepare: give exactly one of --model DIR or --family NAME")
+    if args.model:
+        gate = AudioGate.from_model_dir(args.model, host=host)
+    else:
+        gate = AudioGate.from_family(args.family, host=host)
+    clips = acquire_paths(args.audio, policy=AcquisitionPolicy().narrowed(gate.policy))
+    seconds = sum(len(c.data) for c in clips) / 32_000  # rough: 16 kHz PCM16 mono
+    bar = _ProgressBar(sys.stderr, enabled=sys.stderr.isatty() and seconds > 5)
+    has_template = gate.tokenizer is not None and getattr(gate.tokenizer, "chat_template", None)
+    if args.prompt is not None and has_template:
+        content: list[dict[str, Any]] = [
+            {"type": "input_audio", "input_audio": {"data": "", "format": "wav"}} for _ in clips
+        ]
+        content.append({"type": "text", "text": args.prompt})
+        result = gate.prepare([{"role": "user", "content": content}], clips=clips, progress=bar)
+    else:
+        result = gate.prepare(prompt=args.prompt, clips=clips, progress=bar)
+    summary = result.summary(policy_source=gate.policy_source)
+    if args.json:
+        out.write(json.dumps(summary, indent=2) + "\n")
+    else:
+        print_summary(summary, out)
+        if result.text is not None and args.show_prompt:
+            out.write(f"\nexpanded prompt:\n{result.text}\n")
+    if args.out:
+        arrays: dict[str, Any] = {}
+        for clip, features, mask in zip(
+            result.batch.clips if result.batch else (), result.features, result.masks, strict=True
+        ):
+            arrays[f"features_{clip.ordinal}"] = np.asarray(features)
+            if mask is not None:
+                arrays[f"mask_{clip.ordinal}"] = np.asarray(mask)
+        if result.input_ids:
+            arrays["input_ids"] = np.asarray(result.input_ids, dtype=np.int64)
+        np.savez(args.out, **arrays)
+        if not args.json:
+            out.write(f"wrote {args.out}\n")
+    return EXIT_OK
+
+
+# --- serve (the reference HTTP server; see docs/server.md) ----------------------------
+
+
+def _size(text: str) -> int:
+    from audiogate.server.run import parse_size
+
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
+    return value
+
+
+def _add_serve_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "serve", help="serve POST /v1/audio/prepare, /metrics and /healthz (Starlette on uvicorn)"
+    )
+    p.add_argument("--model", metavar="DIR", required=True, help="model directory to serve")
+    p.add_argument("--host", default="127.0.0.1", help="bind address (default: 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8000, help="bind port (default: 8000; 0: any)")
+    p.add_argument(
+        "--media-path", metavar="ROOT", help="directory file:// URLs and bare paths may read"
+    )
+    p.add_argument(
+        "--allow-url-fetch", action="store_true", help="fetch http(s):// audio (public hosts)"
+    )
+    p.add_argument("--workers", type=_positive, default=1, metavar="N", help="audio worker threads")
+    p.add_argument("--queue-depth", type=_positive, metavar="N", help="jobs waiting (default 8)")
+    p.add_argument("--max-queued-encoded-bytes", type=_size, metavar="SIZE", help="default 512MiB")
+    p.add_argument("--max-inflight-host-bytes", type=_size, metavar="SIZE", help="default 1280MiB")
+    p.add_argument(
+        "--max-body-bytes",
+        type=_size,
+        metavar="SIZE",
+        help="one request body (default: base64 of the model's request audio ceiling + 2MiB)",
+    )
+    p.add_argument(
+        "--max-inflight-body-bytes",
+        type=_size,
+        metavar="SIZE",
+        help="all request bodies held at once (default: 4 maximal bodies)",
+    )
+    p.add_argument("--max-prefill-tokens", type=_positive, metavar="N", help="prompt length cap")
+    p.add_argument(
+        "--log-level",
+        default="info",
+        choices=["critical", "error", "warning", "info", "debug", "trace"],
+    )
+    p.add_argument("--no-access-log", action="store_true", help="do not log every request")
+    p.set_defaults(handler=_cmd_serve)
+
+
+def _cmd_serve(args: argparse.Namespace, host: FamilyHost, out: TextIO) -> int:
+    from audiogate.server.app import ServerLimits
+    from audiogate.server.run import ServeOptions, serve
+    from audiogate.worker import WorkerLimits
+
+    worker = {
+        name: getattr(args, name)
+        for name in ("queue_depth", "max_queued_encoded_bytes", "max_inflight_host_bytes")
+        if getattr(args, name) is not None
+    }
+    options = ServeOptions(
+        model_dir=args.model,
+        host=args.host,
+        port=args.port,
+        media_root=args.media_path,
+        allow_url_fetch=args.allow_url_fetch,
+        threads=args.workers,
+        worker=WorkerLimits(**worker),
+        limits=ServerLimits(
+            max_body_bytes=args.max_body_bytes,
+            max_inflight_body_bytes=args.max_inflight_body_bytes,
+        ),
+        max_prefill_tokens=args.max_prefill_tokens,
+        log_level=args.log_level,
+        access_log=not args.no_access_log,
+    )
+    return serve(options, host=host)
+
+
 # --- parser --------------------------------------------------------------------------
 
 
@@ -187,10 +399,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(handler=_cmd_policy)
 
+    p = sub.add_parser(
+        "prepare",
+        help="prepare audio files for a model: decode, resample, features, prompt expansion",
+    )
+    p.add_argument("--model", metavar="DIR", help="model directory (config files, tokenizer)")
+    p.add_argument("--family", metavar="NAME", help="a family's pinned defaults instead")
+    p.add_argument(
+        "--audio", metavar="FILE", action="append", required=True, help="a WAV file (repeatable)"
+    )
+    p.add_argument("--prompt", metavar="TEXT", help="user prompt; expands placeholders")
+    p.add_argument("--out", metavar="FILE.npz", help="write features_N, mask_N, input_ids")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.add_argument("--show-prompt", action="store_true", help="also print the expanded prompt")
+    p.set_defaults(handler=_cmd_prepare)
+
     p = sub.add_parser("schema", help="print a family's JSON schema of recognized config keys")
     p.add_argument("family", metavar="FAMILY")
     p.set_defaults(handler=_cmd_schema)
 
+    _add_serve_parser(sub)
     return parser
 
 

@@ -255,42 +255,6 @@ STAND_INS: tuple[StandIn, ...] = (PHI4MM, PHI4_NATIVE, GEMMA3N, QWEN2_AUDIO)
 # ---------------------------------------------------------------------------------------
 
 
-def _build_with_low_ids(spec: StandIn) -> Any:
-    """Same stand-in layout, for families whose real special ids sit below 256 (Gemma).
-
-    ``audiogate.testing.tokenizers.build_stand_in_tokenizer`` puts the 256 byte tokens at
-    ids 0-255, which collide with ``<pad>`` 0 … ``<end_of_turn>`` 106. Here the byte
-    tokens take the lowest ids the special tokens leave free instead; everything else
-    (no merges, ByteLevel pre-tokenizer and decoder, special tokens matched whole)
-    matches the helper, so the helper can take over once it supports low ids.
-    """
-    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    taken = set(spec.special_tokens.values())
-    free = (i for i in range(len(taken) + 256) if i not in taken)
-    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
-    vocab = {char: next(free) for char in alphabet}
-    vocab.update(spec.special_tokens)
-    model = Tokenizer(models.BPE(vocab=vocab, merges=[]))
-    model.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    model.decoder = decoders.ByteLevel()
-    model.add_special_tokens(
-        [AddedToken(tok, special=True, normalized=False) for tok in spec.special_tokens]
-    )
-    named = {
-        "bos_token": spec.bos_token,
-        "eos_token": spec.eos_token,
-        "pad_token": spec.pad_token,
-        "unk_token": spec.unk_token,
-    }
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=model, **{k: v for k, v in named.items() if v is not None}
-    )
-    tokenizer.chat_template = spec.chat_template
-    return tokenizer
-
-
 def build(spec: StandIn, save_to: Path) -> list[Path]:
     """Write the stand-in tokenizer files of ``spec`` into ``save_to``.
 
@@ -299,20 +263,14 @@ def build(spec: StandIn, save_to: Path) -> list[Path]:
     from audiogate.testing.tokenizers import build_stand_in_tokenizer
 
     save_to.mkdir(parents=True, exist_ok=True)
-    try:
-        tokenizer = build_stand_in_tokenizer(
-            spec.special_tokens,
-            chat_template=spec.chat_template,
-            bos_token=spec.bos_token,
-            eos_token=spec.eos_token,
-            pad_token=spec.pad_token,
-            unk_token=spec.unk_token,
-        )
-    except ValueError as exc:
-        # The helper refuses ids below its byte alphabet; see _build_with_low_ids.
-        if "special token ids must be" not in str(exc):
-            raise
-        tokenizer = _build_with_low_ids(spec)
+    tokenizer = build_stand_in_tokenizer(
+        spec.special_tokens,
+        chat_template=spec.chat_template,
+        bos_token=spec.bos_token,
+        eos_token=spec.eos_token,
+        pad_token=spec.pad_token,
+        unk_token=spec.unk_token,
+    )
     if spec.extra_special_tokens:
         # What ``extra_special_tokens={...}`` in the real tokenizer_config.json sets on
         # load (transformers 5.24); the helper has no parameter for named tokens.

@@ -1,0 +1,390 @@
+"""The public entry point: one :class:`AudioGate` per loaded model, chat messages in,
+model-ready token ids and features out.
+
+Every server path goes through :meth:`AudioGate.prepare_async` (or the blocking
+:meth:`AudioGate.prepare`)::
+
+    gate = AudioGate.from_model_dir("models/gemma-3n-e4b-it")
+    result = gate.prepare(messages)            # OpenAI-style chat messages
+    model(input_ids=result.input_ids, **result.model_inputs)
+
+The steps: validate and flatten the messages (media parts become private sentinels),
+acquire the audio under hard ceilings, preflight every budget from headers, decode →
+resample → features, render the checkpoint's chat template, parse the sentinels back
+(failing closed), expand them with the family's placeholders, and check that the prompt
+holds exactly as many audio positions as the features produce.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import attrs
+
+from audiogate.acquire import AcquisitionPolicy, acquire_parts
+from audiogate.cancel import CancelToken
+from audiogate.chat import flatten_messages, parse_rendered
+from audiogate.errors import ContextLimitError, PlaceholderError
+from audiogate.host import FamilyHost, create_host
+from audiogate.pipeline import EncodedClip, PreparedBatch, Progress, prepare_clips
+from audiogate.policy import AudioPolicy, read_checkpoint_configs
+from audiogate.records import ClipSlot, ExpandedPrompt, PromptSegment, TextSegment
+from audiogate.worker import AudioWorker
+
+__all__ = ["AudioGate", "PreparedRequest", "Renderer", "load_tokenizer"]
+
+#: ``renderer(messages) -> prompt text``; by default the tokenizer's chat template.
+Renderer = Callable[[Sequence[Mapping[str, Any]]], str]
+TensorKind = Literal["np", "mlx"]
+
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
+
+
+def load_tokenizer(model_dir: str | os.PathLike[str]) -> Any | None:
+    """The model directory's tokenizer through ``AutoTokenizer``, offline; ``None`` when
+    the directory has no tokenizer files or transformers is not installed."""
+    root = Path(model_dir)
+    if not any((root / name).exists() for name in _TOKENIZER_FILES):
+        return None
+    try:
+        from transformers import AutoTokenizer
+    except ImportError:
+        return None
+    return AutoTokenizer.from_pretrained(str(root), local_files_only=True)
+
+
+@attrs.frozen(kw_only=True)
+class PreparedRequest:
+    """Everything a model needs for one request, plus the accounting.
+
+    :param input_ids: the expanded prompt's token ids (empty without a tokenizer).
+    :param text: the expanded prompt text where the family has a text form.
+    :param audio_spans: per clip, ``(start, stop)`` of its audio positions in ``input_ids``.
+    :param batch: the prepared audio (``None`` for a request without audio).
+    :param features: per-clip feature arrays (numpy, or mlx when asked for).
+    :param masks: per-clip frame masks (or ``None`` where the family has none).
+    :param model_inputs: the collated arrays, named as the model's forward expects.
+    """
+
+    family: str
+    policy: AudioPolicy = attrs.field(repr=False)
+    input_ids: tuple[int, ...]
+    text: str | None
+    audio_spans: tuple[tuple[int, int], ...]
+    batch: PreparedBatch | None = attrs.field(repr=False)
+    features: tuple[Any, ...] = attrs.field(repr=False)
+    masks: tuple[Any, ...] = attrs.field(repr=False)
+    model_inputs: Mapping[str, Any] = attrs.field(repr=False)
+
+    @property
+    def prefill_positions(self) -> int | None:
+        """Length of the expanded prompt, when it was tokenized."""
+        return len(self.input_ids) if self.input_ids else None
+
+    def summary(self, *, policy_source: str = "") -> dict[str, Any]:
+        """The family preparation summary as JSON (what ``audiogate prepare --json`` prints)."""
+        clips = [clip.accounting() for clip in self.batch.clips] if self.batch else []
+        totals: dict[str, Any] = self.batch.totals.as_dict() if self.batch else {}
+        if self.prefill_positions is not None:
+            totals["prefill_positions"] = self.prefill_positions
+        return {
+            "family": self.family,
+            "policy_source": policy_source,
+            "clips": clips,
+            "totals": totals,
+        }
+
+
+class AudioGate:
+    """The audio boundary of one loaded model.
+
+    :param host: the plugin host.
+    :param policy: the model's audio policy.
+    :param tokenizer: a Hugging Face tokenizer (chat template and text tokens), or ``None``.
+    :param renderer: renders chat messages to prompt text (default: the tokenizer's template).
+    :param acquisition: ceilings and destination policy for audio sources.
+    :param worker: a bounded worker to run the CPU work on (default: the calling thread).
+    :param max_prefill_tokens: refuse prompts longer than this (``context_limit``).
+    :param policy_source: shown in summaries (the model directory or ``--family NAME``).
+    """
+
+    def __init__(
+        self,
+        *,
+        host: FamilyHost,
+        policy: AudioPolicy,
+        tokenizer: Any | None = None,
+        renderer: Renderer | None = None,
+        acquisition: AcquisitionPolicy | None = None,
+        worker: AudioWorker | None = None,
+        max_prefill_tokens: int | None = None,
+        policy_source: str = "",
+    ) -> None:
+        self.host = host
+        self.policy = policy
+        self.tokenizer = tokenizer
+        self.renderer = renderer
+        self.acquisition = (acquisition or AcquisitionPolicy()).narrowed(policy)
+        self.worker = worker
+        self.max_prefill_tokens = max_prefill_tokens
+        self.policy_source = policy_source
+
+    # --- construction ----------------------------------------------------------------
+
+    @classmethod
+    def from_model_dir(
+        cls,
+        model_dir: str | os.PathLike[str],
+        *,
+        host: FamilyHost | None = None,
+        tokenizer: Any | None = None,
+        **options: Any,
+    ) -> AudioGate:
+        """Load a checkpoint directory: its policy (from its own config files) and its
+        tokenizer (``AutoTokenizer``, offline) unless one is given."""
+        host = host or create_host()
+        configs = read_checkpoint_configs(model_dir)
+        family = host.family_for_model_type(configs.model_type)
+        policy = host.parse_policy(family.spec.name, configs)
+        if tokenizer is None:
+            tokenizer = load_tokenizer(model_dir)
+        return cls(
+            host=host, policy=policy, tokenizer=tokenizer, policy_source=str(model_dir), **options
+        )
+
+    @classmethod
+    def from_family(
+        cls, family: str, *, host: FamilyHost | None = None, **options: Any
+    ) -> AudioGate:
+        """A family's pinned defaults, without a checkpoint (no tokenizer unless given)."""
+        host = host or create_host()
+        return cls(
+            host=host,
+            policy=host.default_policy(family),
+            policy_source=f"--family {family}",
+            **options,
+        )
+
+    # --- preparing -------------------------------------------------------------------
+
+    def prepare(
+        self,
+        messages: Sequence[Mapping[str, Any]] | None = None,
+        *,
+        prompt: str | None = None,
+        clips: Sequence[EncodedClip] | None = None,
+        cancel: CancelToken | None = None,
+        return_tensors: TensorKind = "np",
+        progress: Progress | None = None,
+    ) -> PreparedRequest:
+        """Blocking :meth:`prepare_async` (for CLIs, tests and threaded servers)."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(
+                self.prepare_async(
+                    messages,
+                    prompt=prompt,
+                    clips=clips,
+                    cancel=cancel,
+                    return_tensors=return_tensors,
+                    progress=progress,
+                )
+            )
+        raise RuntimeError("AudioGate.prepare() called inside an event loop; await prepare_async()")
+
+    async def prepare_async(
+        self,
+        messages: Sequence[Mapping[str, Any]] | None = None,
+        *,
+        prompt: str | None = None,
+        clips: Sequence[EncodedClip] | None = None,
+        cancel: CancelToken | None = None,
+        return_tensors: TensorKind = "np",
+        progress: Progress | None = None,
+    ) -> PreparedRequest:
+        """Prepare chat ``messages`` (or a plain ``prompt`` with ``clips``).
+
+        With messages, audio comes from their ``input_audio`` / ``audio_url`` parts, unless
+        ``clips`` are given too: then the audio parts only mark positions and are matched
+        with ``clips`` in order (for callers that acquire audio themselves). With a plain
+        prompt, the prompt is used as is (the family's own placeholder rules apply; absent
+        placeholders are inserted). Cancelling the awaiting task cancels acquisition and
+        processing.
+
+        :param progress: ``progress(stage, clip_index, clip_count)`` (in-thread runs only).
+        :raises AudioGateError: a typed error; nothing is silently dropped.
+        """
+        token = cancel or CancelToken()
+        if messages is None and prompt is None and clips is None:
+            raise TypeError("give chat messages, or a plain prompt and/or clips")
+        if messages is not None and prompt is not None:
+            raise TypeError("give either chat messages or a plain prompt, not both")
+        if messages is not None:
+            flat = flatten_messages(messages)
+            if not flat.has_audio:
+                if clips:
+                    raise PlaceholderError(
+                        f"{len(clips)} clip(s) were given but the messages have no audio part"
+                    )
+                return self._text_only(flat.messages, return_tensors)
+            if clips is not None:
+                if len(clips) != len(flat.audio_parts):
+                    raise PlaceholderError(
+                        f"the messages have {len(flat.audio_parts)} audio part(s) but "
+                        f"{len(clips)} clip(s) were given"
+                    )
+                encoded = list(clips)
+            else:
+                encoded = await acquire_parts(
+                    flat.audio_parts, policy=self.acquisition, cancel=token
+                )
+            rendered = self._render(flat.messages)
+            assert flat.codec is not None
+            segments: list[PromptSegment] = parse_rendered(
+                rendered,
+                flat.codec,
+                expected={"audio": len(flat.audio_parts), "image": len(flat.image_parts)},
+            )
+        else:
+            encoded = list(clips or ())
+            segments = [TextSegment(prompt)] if prompt is not None else []
+
+        def finish(batch: PreparedBatch) -> tuple[PreparedBatch, ExpandedPrompt | None]:
+            return batch, self._expand(batch, segments) if segments else None
+
+        if self.worker is not None:
+            batch, expanded = await self.worker.prepare_async(
+                self.policy, encoded, finish=finish, cancel=token
+            )
+        else:
+            try:
+                batch, expanded = await asyncio.to_thread(
+                    lambda: finish(
+                        prepare_clips(
+                            self.host, self.policy, encoded, cancel=token, progress=progress
+                        )
+                    )
+                )
+            except asyncio.CancelledError:
+                token.cancel()
+                raise
+        return self._result(batch, expanded, return_tensors)
+
+    # --- steps -----------------------------------------------------------------------
+
+    def _render(self, messages: Sequence[Mapping[str, Any]]) -> str:
+        if self.renderer is not None:
+            return self.renderer(messages)
+        if self.tokenizer is None or not getattr(self.tokenizer, "chat_template", None):
+            raise PlaceholderError(
+                "chat messages need a chat template: load a model directory with a tokenizer "
+                "or pass renderer="
+            )
+        text = self.tokenizer.apply_chat_template(
+            [dict(m) for m in messages], tokenize=False, add_generation_prompt=True
+        )
+        return str(text)
+
+    def _expand(self, batch: PreparedBatch, segments: Sequence[PromptSegment]) -> ExpandedPrompt:
+        slots = [
+            ClipSlot(ordinal=c.ordinal, tokens=c.tokens, frames=c.frames, sha256=c.sha256)
+            for c in batch.clips
+        ]
+        expanded = self.host.expand_prompt(self.policy, segments, slots, self.tokenizer)
+        if expanded.input_ids:
+            self._check_audio_positions(expanded, [c.tokens for c in batch.clips])
+            if (
+                self.max_prefill_tokens is not None
+                and len(expanded.input_ids) > self.max_prefill_tokens
+            ):
+                raise ContextLimitError(
+                    "prefill tokens",
+                    actual=len(expanded.input_ids),
+                    maximum=self.max_prefill_tokens,
+                )
+        return expanded
+
+    @staticmethod
+    def _check_audio_positions(expanded: ExpandedPrompt, tokens: Sequence[int]) -> None:
+        # The invariant every family must keep: exactly the features' positions, per clip.
+        ids = expanded.input_ids
+        if len(expanded.audio_spans) != len(tokens):
+            raise PlaceholderError(
+                f"the expanded prompt has {len(expanded.audio_spans)} audio runs for "
+                f"{len(tokens)} clips"
+            )
+        for ordinal, ((start, stop), want) in enumerate(
+            zip(expanded.audio_spans, tokens, strict=True), 1
+        ):
+            run = ids[start:stop]
+            if stop - start != want or any(i != expanded.audio_token_id for i in run):
+                raise PlaceholderError(
+                    f"clip {ordinal} has {stop - start} audio positions in the prompt but its "
+                    f"features produce {want}"
+                )
+        total = sum(1 for i in ids if i == expanded.audio_token_id)
+        if total != sum(tokens):
+            raise PlaceholderError(
+                f"the expanded prompt holds {total} audio token ids but the features produce "
+                f"{sum(tokens)}"
+            )
+
+    def _text_only(
+        self, messages: Sequence[Mapping[str, Any]], return_tensors: TensorKind
+    ) -> PreparedRequest:
+        text = self._render(messages)
+        ids: tuple[int, ...] = ()
+        if self.tokenizer is not None:
+            ids = tuple(self.tokenizer.encode(text, add_special_tokens=False))
+            if self.max_prefill_tokens is not None and len(ids) > self.max_prefill_tokens:
+                raise ContextLimitError(
+                    "prefill tokens", actual=len(ids), maximum=self.max_prefill_tokens
+                )
+        return PreparedRequest(
+            family=self.policy.family,
+            policy=self.policy,
+            input_ids=ids,
+            text=text,
+            audio_spans=(),
+            batch=None,
+            features=(),
+            masks=(),
+            model_inputs={},
+        )
+
+    def _result(
+        self, batch: PreparedBatch, expanded: ExpandedPrompt | None, return_tensors: TensorKind
+    ) -> PreparedRequest:
+        convert = _converter(return_tensors)
+        return PreparedRequest(
+            family=self.policy.family,
+            policy=self.policy,
+            input_ids=expanded.input_ids if expanded else (),
+            text=expanded.text if expanded else None,
+            audio_spans=expanded.audio_spans if expanded else (),
+            batch=batch,
+            features=tuple(convert(c.features.features) for c in batch.clips),
+            masks=tuple(
+                None if c.features.mask is None else convert(c.features.mask) for c in batch.clips
+            ),
+            model_inputs={k: convert(v) for k, v in batch.inputs.inputs.items()},
+        )
+
+
+def _converter(kind: TensorKind) -> Callable[[Any], Any]:
+    if kind == "np":
+        return lambda array: array
+    if kind == "mlx":
+        try:
+            import mlx.core as mx
+        except ImportError as exc:  # pragma: no cover - depends on the platform
+            raise RuntimeError(
+                "return_tensors='mlx' needs mlx: pip install 'audiogate[mlx]'"
+            ) from exc
+        return lambda array: mx.array(array)
+    raise ValueError(f"return_tensors must be 'np' or 'mlx', not {kind!r}")

@@ -1,0 +1,159 @@
+"""Tiny randomly initialised transformers models that consume audiogate's output.
+
+Each keeps the family's real special-token ids and vocabulary size, and shrinks
+everything else (``tiny-models.md``), so a test can run the real model code's
+placeholder checks on our ``input_ids`` and collated features in milliseconds. Needs
+torch and transformers (test dependencies); no weights are downloaded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+from unittest import mock
+
+__all__ = ["build_tiny_model", "forward_tiny_model"]
+
+
+def _phi4mm() -> Any:
+    import transformers
+
+    config = transformers.Phi4MultimodalConfig(
+        vocab_size=200_064,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=4096,
+        original_max_position_embeddings=4096,
+        audio_config={
+            "hidden_size": 32,
+            "intermediate_size": 32,
+            "num_blocks": 1,
+            "num_attention_heads": 2,
+            # Both must equal hidden_size, or the conv stack fails to build.
+            "ext_pw_out_channel": 32,
+            "depthwise_separable_out_channel": 32,
+            "nemo_conv_channels": 8,
+            "input_size": 80,
+            "time_reduction": 8,
+            "bias_max_distance": 64,
+        },
+        # Always built even for audio; left at its default it costs ~430 M parameters.
+        vision_config={
+            "hidden_size": 16,
+            "intermediate_size": 16,
+            "num_hidden_layers": 1,
+            "num_attention_heads": 2,
+            "image_size": 28,
+            "patch_size": 14,
+            "crop_size": 28,
+        },
+    )
+    return transformers.Phi4MultimodalForCausalLM(config)
+
+
+def _gemma3n() -> Any:
+    import transformers
+    from transformers.models.gemma3n.configuration_gemma3n import Gemma3nVisionConfig
+
+    config = transformers.Gemma3nConfig(
+        text_config={
+            "vocab_size": 262_400,
+            "vocab_size_per_layer_input": 262_144,
+            "hidden_size": 32,
+            "hidden_size_per_layer_input": 4,
+            "intermediate_size": 64,
+            "num_hidden_layers": 1,
+            "num_attention_heads": 2,
+            "num_key_value_heads": 1,
+            "head_dim": 16,
+            "laurel_rank": 4,
+            "num_kv_shared_layers": 0,
+            # At least the test sequence length, so the last token sees the audio.
+            "sliding_window": 1024,
+            "max_position_embeddings": 4096,
+        },
+        audio_config={
+            "input_feat_size": 128,
+            "hidden_size": 32,
+            "conf_num_attention_heads": 2,
+            "conf_num_hidden_layers": 1,
+            "sscp_conv_channel_size": [8, 4],
+        },
+        vision_config={"hidden_size": 16},
+    )
+
+    class VisionStub(transformers.PreTrainedModel):  # type: ignore[no-untyped-call]
+        config_class = Gemma3nVisionConfig
+
+        def forward(self, *args: Any, **kwargs: Any) -> Any:  # pragma: no cover
+            raise AssertionError("the vision tower is a stub")
+
+    original = transformers.AutoModel.from_config
+
+    def from_config(cfg: Any, *args: Any, **kwargs: Any) -> Any:
+        # The real timm vision tower cannot be imported against the CPU torch build.
+        if isinstance(cfg, Gemma3nVisionConfig):
+            return VisionStub(cfg)
+        return original(cfg, *args, **kwargs)  # type: ignore[no-untyped-call]
+
+    with mock.patch.object(transformers.AutoModel, "from_config", side_effect=from_config):
+        return transformers.Gemma3nForConditionalGeneration(config)
+
+
+def _qwen2audio() -> Any:
+    import transformers
+
+    config = transformers.Qwen2AudioConfig(
+        audio_config={
+            "d_model": 16,
+            "encoder_layers": 1,
+            "encoder_attention_heads": 2,
+            "encoder_ffn_dim": 32,
+            "num_mel_bins": 128,
+            "max_source_positions": 1500,
+        },
+        text_config={
+            "vocab_size": 151_936,
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_hidden_layers": 1,
+            "num_attention_heads": 2,
+            "num_key_value_heads": 1,
+        },
+        audio_token_index=151_646,
+    )
+    return transformers.Qwen2AudioForConditionalGeneration(config)
+
+
+_BUILDERS = {"phi4mm": _phi4mm, "gemma3n": _gemma3n, "qwen2audio": _qwen2audio}
+
+
+def build_tiny_model(family: str, *, seed: int = 0) -> Any:
+    """A tiny random model of ``family`` in eval mode."""
+    import torch
+
+    torch.manual_seed(seed)
+    try:
+        builder = _BUILDERS[family]
+    except KeyError:
+        raise ValueError(f"no tiny model for {family!r}; one of {sorted(_BUILDERS)}") from None
+    return builder().eval()
+
+
+def forward_tiny_model(
+    family: str, model: Any, input_ids: Sequence[int], model_inputs: Mapping[str, Any]
+) -> Any:
+    """Run one forward pass on our ids and collated inputs; returns the model output."""
+    import numpy as np
+    import torch
+
+    tensors = {name: torch.from_numpy(np.array(value)) for name, value in model_inputs.items()}
+    ids = torch.tensor([list(input_ids)], dtype=torch.long)
+    extra: dict[str, Any] = {"attention_mask": torch.ones_like(ids)}
+    if family != "qwen2audio":
+        extra["logits_to_keep"] = 1  # the 200k-262k vocabulary dominates otherwise
+    with torch.no_grad():
+        return model(input_ids=ids, **tensors, **extra)

@@ -1,0 +1,147 @@
+"""``audiogate prepare``: the summary table, JSON, ``--out`` and exit codes."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from audiogate.cli import _ProgressBar, main
+from audiogate.testing.audio import noise, wav_bytes
+
+pytest.importorskip("transformers")
+
+REPO = Path(__file__).resolve().parents[2]
+GEMMA = REPO / "examples" / "models" / "gemma-3n-e4b-it"
+PHI = REPO / "examples" / "models" / "phi-4-multimodal-instruct"
+SPEECH = REPO / "examples" / "audio" / "speech_16k.wav"
+SPEECH_44K = REPO / "examples" / "audio" / "speech_44k1_stereo.wav"
+
+CLIP_KEYS = {
+    "ordinal",
+    "source_rate",
+    "channels",
+    "source_samples",
+    "duration_us",
+    "encoded_bytes",
+    "normalized_samples",
+    "effective_rate",
+    "frames",
+    "tokens",
+}
+
+
+def run(*argv: str) -> tuple[int, str]:
+    out = io.StringIO()
+    return main(list(argv), stdout=out), out.getvalue()
+
+
+def test_table_summary_with_prompt_on_a_bundled_checkpoint() -> None:
+    code, text = run(
+        "prepare", "--model", str(GEMMA), "--audio", str(SPEECH), "--audio", str(SPEECH_44K),
+        "--prompt", "Summarize.",
+    )  # fmt: skip
+    assert code == 0, text
+    lines = text.splitlines()
+    assert lines[0].startswith("family gemma3n")
+    header = next(line for line in lines if line.startswith("clip"))
+    for title in (
+        "source Hz",
+        "ch",
+        "duration s",
+        "normalized",
+        "effective Hz",
+        "frames",
+        "tokens",
+    ):
+        assert title in header
+    row2 = next(line for line in lines if line.startswith("2 "))
+    assert "44100" in row2
+    assert " 2 " in row2
+    assert any(line.startswith("total") for line in lines)
+    assert "prefill positions:" in text
+
+
+def test_json_summary_has_every_field() -> None:
+    code, text = run(
+        "prepare", "--model", str(PHI), "--audio", str(SPEECH), "--prompt", "Hi", "--json"
+    )
+    assert code == 0
+    payload = json.loads(text)
+    assert payload["family"] == "phi4mm"
+    assert payload["policy_source"] == str(PHI)
+    (clip,) = payload["clips"]
+    assert set(clip) >= CLIP_KEYS
+    assert clip["source_rate"] == 16_000
+    assert clip["effective_rate"] == 16_000
+    assert clip["tokens"] == -(-clip["frames"] // 8)
+    totals = payload["totals"]
+    assert totals["tokens"] == clip["tokens"]
+    assert totals["prefill_positions"] > clip["tokens"]
+
+
+def test_family_defaults_without_a_checkpoint_and_without_a_prompt() -> None:
+    code, text = run("prepare", "--family", "qwen2audio", "--audio", str(SPEECH), "--json")
+    assert code == 0
+    payload = json.loads(text)
+    assert payload["policy_source"] == "--family qwen2audio"
+    assert "prefill_positions" not in payload["totals"]
+
+
+def test_out_writes_features_masks_and_input_ids(tmp_path: Path) -> None:
+    target = tmp_path / "prepared.npz"
+    code, _ = run(
+        "prepare",
+        "--model",
+        str(GEMMA),
+        "--audio",
+        str(SPEECH),
+        "--prompt",
+        "Hi",
+        "--out",
+        str(target),
+    )
+    assert code == 0
+    with np.load(target) as data:
+        assert set(data.files) == {"features_1", "mask_1", "input_ids"}
+        assert data["features_1"].shape[1] == 128
+        assert data["mask_1"].dtype == bool
+        assert data["input_ids"].dtype == np.int64
+
+
+def test_exit_codes_for_bad_input_limits_and_missing_files(tmp_path: Path, capsys) -> None:
+    corrupt = tmp_path / "corrupt.wav"
+    corrupt.write_bytes(b"RIFF\x04\x00\x00\x00WAVE")
+    code, _ = run("prepare", "--family", "gemma3n", "--audio", str(corrupt))
+    assert code == 2
+    assert "corrupt" in capsys.readouterr().err
+    long = tmp_path / "long.wav"
+    long.write_bytes(wav_bytes(noise(samples=16_000 * 31), rate_hz=16_000))
+    code, _ = run("prepare", "--family", "gemma3n", "--audio", str(long))
+    assert code == 3
+    err = capsys.readouterr().err
+    assert "limit exceeded" in err
+    assert err.count("\n") == 1
+    code, _ = run("prepare", "--family", "gemma3n", "--audio", str(tmp_path / "absent.wav"))
+    assert code == 2
+
+
+class FakeTerminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_bar_draws_on_a_terminal_only() -> None:
+    stream = FakeTerminal()
+    bar = _ProgressBar(stream, enabled=True)
+    bar("decode", 0, 2)
+    bar("features", 1, 2)
+    bar("done", 2, 2)
+    assert "clip 1/2: decode" in stream.getvalue()
+    assert "clip 2/2: features" in stream.getvalue()
+    quiet = io.StringIO()
+    _ProgressBar(quiet, enabled=False)("decode", 0, 1)
+    assert quiet.getvalue() == ""

@@ -1,0 +1,316 @@
+"""Chat requests to model inputs through the public API, on the bundled checkpoints.
+
+Tokenizers are built in the test from each family's real special tokens and chat
+template (``examples/models/build_tokenizers.py``), audio is generated, and the tiny
+random models consume the result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import importlib.util
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from audiogate.api import AudioGate
+from audiogate.errors import (
+    ContextLimitError,
+    DecodeError,
+    LimitError,
+    PlaceholderError,
+)
+from audiogate.pipeline import EncodedClip
+from audiogate.testing.audio import noise, tone, wav_bytes
+
+pytest.importorskip("transformers")
+
+REPO = Path(__file__).resolve().parents[2]
+MODELS = REPO / "examples" / "models"
+DIRECTORIES = {
+    "phi4mm": "phi-4-multimodal-instruct",
+    "phi4mm-native": "phi-4-multimodal-instruct-hf",
+    "gemma3n": "gemma-3n-e4b-it",
+    "qwen2audio": "qwen2-audio-7b-instruct",
+}
+
+
+def _load_builder():
+    spec = importlib.util.spec_from_file_location(
+        "build_tokenizers", MODELS / "build_tokenizers.py"
+    )
+    assert spec
+    assert spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["build_tokenizers"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+BUILDER = _load_builder()
+
+
+@pytest.fixture(scope="module")
+def model_dirs(tmp_path_factory) -> dict[str, Path]:
+    """Copies of the bundled checkpoints whose tokenizers are rebuilt here, in the test."""
+    import shutil
+
+    out = {}
+    root = tmp_path_factory.mktemp("models")
+    for spec in BUILDER.STAND_INS:
+        target = root / spec.directory
+        shutil.copytree(MODELS / spec.directory, target)
+        for name in BUILDER.TOKENIZER_FILES:
+            (target / name).unlink(missing_ok=True)
+        BUILDER.build(spec, target)
+        out[spec.directory] = target
+    return out
+
+
+@pytest.fixture(scope="module")
+def gates(model_dirs) -> dict[str, AudioGate]:
+    return {key: AudioGate.from_model_dir(model_dirs[name]) for key, name in DIRECTORIES.items()}
+
+
+def wav_b64(seconds: float, *, rate_hz: int = 16_000, seed: int = 0, channels: int = 1) -> str:
+    samples = noise(samples=int(seconds * rate_hz), channels=channels, amplitude=0.2, seed=seed)
+    samples = samples + tone(seconds=seconds, rate_hz=rate_hz, channels=channels, amplitude=0.2)
+    return base64.b64encode(wav_bytes(samples, rate_hz=rate_hz)).decode()
+
+
+def audio_part(seconds: float, **kw) -> dict:
+    return {"type": "input_audio", "input_audio": {"data": wav_b64(seconds, **kw), "format": "wav"}}
+
+
+def url_part(seconds: float, **kw) -> dict:
+    return {
+        "type": "audio_url",
+        "audio_url": {"url": "data:audio/wav;base64," + wav_b64(seconds, **kw)},
+    }
+
+
+def mixed_messages(*, image: bool = True) -> list[dict]:
+    first = [
+        {"type": "text", "text": "alpha"},
+        audio_part(1.0, seed=1),
+        {"type": "text", "text": "beta"},
+    ]
+    if image:
+        first.append({"type": "image_url", "image_url": {"url": "https://example.invalid/cat.png"}})
+    return [
+        {"role": "system", "content": "You answer briefly."},
+        {"role": "user", "content": first},
+        {"role": "assistant", "content": "delta"},
+        {
+            "role": "user",
+            "content": [url_part(0.5, rate_hz=48_000, seed=2), {"type": "text", "text": "gamma"}],
+        },
+    ]
+
+
+def decoded(gate: AudioGate, ids) -> str:
+    return gate.tokenizer.decode(list(ids), skip_special_tokens=False)
+
+
+@pytest.mark.parametrize("family", list(DIRECTORIES))
+def test_mixed_parts_over_several_messages_land_in_exact_positions(gates, family: str) -> None:
+    gate = gates[family]
+    image = family != "qwen2audio"  # Qwen2-Audio has no image input
+    result = gate.prepare(mixed_messages(image=image))
+    batch = result.batch
+    assert batch is not None
+    assert [c.ordinal for c in batch.clips] == [1, 2]
+    ids = result.input_ids
+    assert result.prefill_positions == len(ids)
+    # Each clip's run holds exactly its feature tokens, in clip order.
+    spans = result.audio_spans
+    assert [b - a for a, b in spans] == [c.tokens for c in batch.clips]
+    assert spans[0][1] <= spans[1][0]
+    before, between, after = (
+        decoded(gate, ids[: spans[0][0]]),
+        decoded(gate, ids[spans[0][1] : spans[1][0]]),
+        decoded(gate, ids[spans[1][1] :]),
+    )
+    assert "alpha" in before
+    assert "alpha" not in between + after
+    assert "beta" in between
+    assert "delta" in between
+    assert "gamma" in after
+    if image:
+        image_text = {
+            "phi4mm": "<|endoftext10|>",
+            "phi4mm-native": "<|image|>",
+            "gemma3n": "<image_soft_token>",
+        }
+        marker = image_text[family]
+        assert marker in between
+        assert marker not in before + after
+    # The text form tokenizes to the same ids.
+    assert result.text is not None
+    assert tuple(gate.tokenizer.encode(result.text, add_special_tokens=False)) == ids
+    # Features, masks and collated inputs come with it.
+    assert len(result.features) == 2
+    assert all(isinstance(f, np.ndarray) and f.dtype == np.float32 for f in result.features)
+    assert result.model_inputs
+
+
+@pytest.mark.parametrize("family", list(DIRECTORIES))
+def test_requests_without_audio_render_exactly_as_before(gates, family: str) -> None:
+    gate = gates[family]
+    messages = [{"role": "user", "content": "What is the capital of France?"}]
+    result = gate.prepare(messages)
+    expected = gate.tokenizer.apply_chat_template(
+        messages, tokenize=False, add_generation_prompt=True
+    )
+    assert result.text == expected
+    assert result.batch is None
+    assert result.audio_spans == ()
+    assert result.input_ids == tuple(gate.tokenizer.encode(expected, add_special_tokens=False))
+
+
+@pytest.mark.parametrize("family", ["phi4mm", "gemma3n", "qwen2audio"])
+@pytest.mark.parametrize("clips", [1, 2])
+def test_tiny_models_consume_what_the_api_prepares(gates, family: str, clips: int) -> None:
+    pytest.importorskip("torch")
+    from audiogate.testing.tiny_models import build_tiny_model, forward_tiny_model
+
+    gate = gates[family]
+    content = [audio_part(1.2 + 0.7 * k, seed=k) for k in range(clips)]
+    content.append({"type": "text", "text": "Describe the audio."})
+    result = gate.prepare([{"role": "user", "content": content}])
+    model = build_tiny_model(family)
+    out = forward_tiny_model(family, model, result.input_ids, result.model_inputs)
+    assert out.logits.shape[0] == 1
+    # The model's own check: one audio position too many is refused.
+    audio_id = result.input_ids[result.audio_spans[0][0]]
+    start = result.audio_spans[-1][1]
+    broken = (*result.input_ids[:start], audio_id, *result.input_ids[start:])
+    with pytest.raises((ValueError, RuntimeError)):
+        forward_tiny_model(family, model, broken, result.model_inputs)
+
+
+def test_blocking_and_async_prepare_agree(gates) -> None:
+    gate = gates["gemma3n"]
+    messages = [{"role": "user", "content": [audio_part(1.0), {"type": "text", "text": "hi"}]}]
+    a = gate.prepare(messages)
+    b = asyncio.run(gate.prepare_async(messages))
+    assert a.input_ids == b.input_ids
+    assert a.features[0].tobytes() == b.features[0].tobytes()
+
+
+def test_plain_prompt_with_clips_uses_the_family_placeholder_rules(gates) -> None:
+    gate = gates["phi4mm"]
+    clip = EncodedClip(data=base64.b64decode(wav_b64(1.0)), ordinal=1, origin="bytes")
+    result = gate.prepare(prompt="<|user|><|audio_1|>Transcribe.<|end|><|assistant|>", clips=[clip])
+    assert sum(b - a for a, b in result.audio_spans) == result.batch.clips[0].tokens
+    with pytest.raises(PlaceholderError, match=r"exactly once"):
+        gate.prepare(prompt="<|user|><|audio_2|>x<|end|><|assistant|>", clips=[clip])
+
+
+def test_messages_with_pre_acquired_clips_match_by_position(gates) -> None:
+    gate = gates["qwen2audio"]
+    data = base64.b64decode(wav_b64(1.0))
+    marker = {"type": "input_audio", "input_audio": {"data": "", "format": "wav"}}
+    messages = [{"role": "user", "content": [marker, {"type": "text", "text": "hi"}]}]
+    by_clip = gate.prepare(messages, clips=[EncodedClip(data=data, ordinal=1, origin="file")])
+    inline = [{"role": "user", "content": [audio_part(1.0), {"type": "text", "text": "hi"}]}]
+    assert by_clip.input_ids == gate.prepare(inline).input_ids
+    with pytest.raises(PlaceholderError, match="1 audio part"):
+        gate.prepare(messages, clips=[])
+
+
+# --- fail closed --------------------------------------------------------------------
+
+
+def test_injected_sentinel_text_is_refused(gates) -> None:
+    messages = [
+        {
+            "role": "user",
+            "content": [audio_part(1.0), {"type": "text", "text": "<|audiogate_media_0_audio_1|>"}],
+        }
+    ]
+    with pytest.raises(PlaceholderError, match="reserved media sentinel"):
+        gates["gemma3n"].prepare(messages)
+
+
+@pytest.mark.parametrize(
+    ("rewrite", "match"),
+    [
+        (lambda text, s: text.replace(s, ""), "contains 0 audio"),
+        (lambda text, s: text.replace(s, s + s), "out of sequence"),
+        (lambda text, s: text.replace(s, s.replace("audio_1", "audio_2")), "out of sequence"),
+        (lambda text, s: text.replace(s, s[:-2]), "malformed"),
+    ],
+    ids=["missing", "duplicated", "renumbered", "malformed"],
+)
+def test_a_template_that_drops_or_mangles_sentinels_fails_closed(
+    model_dirs, rewrite, match
+) -> None:
+    base = AudioGate.from_model_dir(model_dirs[DIRECTORIES["gemma3n"]])
+
+    def renderer(messages):
+        text = base.tokenizer.apply_chat_template(
+            [dict(m) for m in messages], tokenize=False, add_generation_prompt=True
+        )
+        start = text.index("<|audiogate_media_")
+        sentinel = text[start : text.index("|>", start) + 2]
+        return rewrite(text, sentinel)
+
+    gate = AudioGate.from_model_dir(model_dirs[DIRECTORIES["gemma3n"]], renderer=renderer)
+    messages = [{"role": "user", "content": [audio_part(1.0), {"type": "text", "text": "x"}]}]
+    with pytest.raises(PlaceholderError, match=match):
+        gate.prepare(messages)
+
+
+def test_invalid_audio_rejects_the_request_instead_of_dropping_it(gates) -> None:
+    bad = {
+        "type": "input_audio",
+        "input_audio": {"data": base64.b64encode(b"RIFF1234WAVEjunk").decode(), "format": "wav"},
+    }
+    messages = [{"role": "user", "content": [{"type": "text", "text": "hi"}, bad]}]
+    with pytest.raises(DecodeError):
+        gates["phi4mm"].prepare(messages)
+
+
+def test_unsupported_parts_are_refused_not_dropped(gates) -> None:
+    messages = [
+        {
+            "role": "user",
+            "content": [audio_part(1.0), {"type": "video_url", "video_url": {"url": "x"}}],
+        }
+    ]
+    with pytest.raises(PlaceholderError, match="video_url"):
+        gates["gemma3n"].prepare(messages)
+
+
+def test_max_prefill_rejects_with_context_limit(model_dirs) -> None:
+    gate = AudioGate.from_model_dir(model_dirs[DIRECTORIES["gemma3n"]], max_prefill_tokens=100)
+    messages = [{"role": "user", "content": [audio_part(1.0), {"type": "text", "text": "x"}]}]
+    with pytest.raises(ContextLimitError, match="prefill tokens") as info:
+        gate.prepare(messages)
+    assert info.value.reason == "context_limit"
+    assert info.value.maximum == 100
+
+
+def test_family_budgets_apply_to_chat_requests(gates) -> None:
+    messages = [{"role": "user", "content": [audio_part(31.0), {"type": "text", "text": "x"}]}]
+    with pytest.raises(LimitError, match="duration"):
+        gates["gemma3n"].prepare(messages)
+
+
+def test_chat_messages_need_a_template(gates) -> None:
+    gate = AudioGate.from_family("gemma3n")
+    with pytest.raises(PlaceholderError, match="chat template"):
+        gate.prepare([{"role": "user", "content": [audio_part(1.0)]}])
+
+
+def test_mlx_arrays_on_request(gates) -> None:
+    mx = pytest.importorskip("mlx.core", reason="mlx is not installed on this platform")
+    gate = gates["gemma3n"]
+    messages = [{"role": "user", "content": [audio_part(1.0), {"type": "text", "text": "x"}]}]
+    result = gate.prepare(messages, return_tensors="mlx")
+    assert isinstance(result.features[0], mx.array)
+    assert np.allclose(np.array(result.features[0]), gate.prepare(messages).features[0])
