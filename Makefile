@@ -22,9 +22,14 @@ install-test: $(BIN)/python
 	$(PIP) install --quiet "torch==2.13.0"
 	$(PIP) install --quiet $(PACKAGES) -r requirements/test.txt
 
+# The main job on bundled examples: a real speech clip through Gemma 3n's pinned defaults,
+# then the full chat path (template, sentinels, expansion) on a bundled checkpoint.
 demo: install
 	$(BIN)/audiogate families
-	$(BIN)/audiogate policy examples/models/gemma-3n-e4b-it
+	$(BIN)/audiogate prepare --family gemma3n --audio examples/audio/speech_16k.wav
+	$(BIN)/audiogate prepare --model examples/models/phi-4-multimodal-instruct \
+		--audio examples/audio/speech_16k.wav --audio examples/audio/speech_44k1_stereo.wav \
+		--prompt "Summarize what is said."
 
 lint:
 	$(BIN)/ruff check .

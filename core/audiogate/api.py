@@ -45,16 +45,23 @@ _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model"
 
 
 def load_tokenizer(model_dir: str | os.PathLike[str]) -> Any | None:
-    """The model directory's tokenizer through ``AutoTokenizer``, offline; ``None`` when
-    the directory has no tokenizer files or transformers is not installed."""
+    """The model directory's tokenizer and chat template, offline, never running remote
+    code; ``None`` when the directory has no tokenizer files or transformers is missing.
+
+    A ``tokenizer.json`` is loaded directly as a fast tokenizer: ``AutoTokenizer`` would
+    follow ``config.json``'s ``auto_map`` (Phi-4 MM's names a hub repository and asks to
+    run custom code), which a server must never do.
+    """
     root = Path(model_dir)
     if not any((root / name).exists() for name in _TOKENIZER_FILES):
         return None
     try:
-        from transformers import AutoTokenizer
+        from transformers import AutoTokenizer, PreTrainedTokenizerFast
     except ImportError:
         return None
-    return AutoTokenizer.from_pretrained(str(root), local_files_only=True)
+    if (root / "tokenizer.json").exists():
+        return PreTrainedTokenizerFast.from_pretrained(str(root), local_files_only=True)
+    return AutoTokenizer.from_pretrained(str(root), local_files_only=True, trust_remote_code=False)
 
 
 @attrs.frozen(kw_only=True)

@@ -314,3 +314,18 @@ def test_mlx_arrays_on_request(gates) -> None:
     result = gate.prepare(messages, return_tensors="mlx")
     assert isinstance(result.features[0], mx.array)
     assert np.allclose(np.array(result.features[0]), gate.prepare(messages).features[0])
+
+
+def test_tokenizer_loading_never_follows_auto_map_or_remote_code(monkeypatch) -> None:
+    import transformers
+
+    from audiogate.api import load_tokenizer
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("AutoTokenizer would follow config.json auto_map")
+
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", refuse)
+    # The real Phi-4 MM config.json maps AutoTokenizer to a hub repository.
+    tokenizer = load_tokenizer(MODELS / DIRECTORIES["phi4mm"])
+    assert tokenizer.convert_tokens_to_ids("<|endoftext11|>") == 200_011
+    assert tokenizer.chat_template
