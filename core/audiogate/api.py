@@ -31,7 +31,7 @@ from audiogate.chat import flatten_messages, parse_rendered
 from audiogate.errors import ContextLimitError, PlaceholderError
 from audiogate.host import FamilyHost, create_host
 from audiogate.pipeline import EncodedClip, PreparedBatch, Progress, prepare_clips
-from audiogate.policy import AudioPolicy, read_checkpoint_configs
+from audiogate.policy import AudioPolicy, FeatureBackend, read_checkpoint_configs
 from audiogate.records import ClipSlot, ExpandedPrompt, PromptSegment, TextSegment
 from audiogate.worker import AudioWorker
 
@@ -117,6 +117,8 @@ class AudioGate:
     :param worker: a bounded worker to run the CPU work on (default: the calling thread).
     :param max_prefill_tokens: refuse prompts longer than this (``context_limit``).
     :param policy_source: shown in summaries (the model directory or ``--family NAME``).
+    :param feature_backend: ``"numpy"`` (default) or ``"mlx"`` (``pip install
+        'audiogate[mlx]'``); overridable per call.
     """
 
     def __init__(
@@ -130,9 +132,10 @@ class AudioGate:
         worker: AudioWorker | None = None,
         max_prefill_tokens: int | None = None,
         policy_source: str = "",
+        feature_backend: FeatureBackend = "numpy",
     ) -> None:
         self.host = host
-        self.policy = policy
+        self.policy = attrs.evolve(policy, feature_backend=feature_backend)
         self.tokenizer = tokenizer
         self.renderer = renderer
         self.acquisition = (acquisition or AcquisitionPolicy()).narrowed(policy)
@@ -185,8 +188,9 @@ class AudioGate:
         prompt: str | None = None,
         clips: Sequence[EncodedClip] | None = None,
         cancel: CancelToken | None = None,
-        return_tensors: TensorKind = "np",
+        return_tensors: TensorKind | None = None,
         progress: Progress | None = None,
+        feature_backend: FeatureBackend | None = None,
     ) -> PreparedRequest:
         """Blocking :meth:`prepare_async` (for CLIs, tests and threaded servers)."""
         try:
@@ -200,6 +204,7 @@ class AudioGate:
                     cancel=cancel,
                     return_tensors=return_tensors,
                     progress=progress,
+                    feature_backend=feature_backend,
                 )
             )
         raise RuntimeError("AudioGate.prepare() called inside an event loop; await prepare_async()")
@@ -211,8 +216,9 @@ class AudioGate:
         prompt: str | None = None,
         clips: Sequence[EncodedClip] | None = None,
         cancel: CancelToken | None = None,
-        return_tensors: TensorKind = "np",
+        return_tensors: TensorKind | None = None,
         progress: Progress | None = None,
+        feature_backend: FeatureBackend | None = None,
     ) -> PreparedRequest:
         """Prepare chat ``messages`` (or a plain ``prompt`` with ``clips``).
 
@@ -223,10 +229,15 @@ class AudioGate:
         placeholders are inserted). Cancelling the awaiting task cancels acquisition and
         processing.
 
+        :param return_tensors: ``"np"`` or ``"mlx"``; by default what the backend computed.
         :param progress: ``progress(stage, clip_index, clip_count)`` (in-thread runs only).
+        :param feature_backend: ``"numpy"`` or ``"mlx"`` for this call (default: the gate's).
         :raises AudioGateError: a typed error; nothing is silently dropped.
         """
         token = cancel or CancelToken()
+        policy = self.policy
+        if feature_backend is not None and feature_backend != policy.feature_backend:
+            policy = attrs.evolve(policy, feature_backend=feature_backend)
         if messages is None and prompt is None and clips is None:
             raise TypeError("give chat messages, or a plain prompt and/or clips")
         if messages is not None and prompt is not None:
@@ -238,7 +249,7 @@ class AudioGate:
                     raise PlaceholderError(
                         f"{len(clips)} clip(s) were given but the messages have no audio part"
                     )
-                return self._text_only(flat.messages, return_tensors)
+                return self._text_only(flat.messages)
             if clips is not None:
                 if len(clips) != len(flat.audio_parts):
                     raise PlaceholderError(
@@ -262,25 +273,23 @@ class AudioGate:
             segments = [TextSegment(prompt)] if prompt is not None else []
 
         def finish(batch: PreparedBatch) -> tuple[PreparedBatch, ExpandedPrompt | None]:
-            return batch, self._expand(batch, segments) if segments else None
+            return batch, self._expand(policy, batch, segments) if segments else None
 
         if self.worker is not None:
             batch, expanded = await self.worker.prepare_async(
-                self.policy, encoded, finish=finish, cancel=token
+                policy, encoded, finish=finish, cancel=token
             )
         else:
             try:
                 batch, expanded = await asyncio.to_thread(
                     lambda: finish(
-                        prepare_clips(
-                            self.host, self.policy, encoded, cancel=token, progress=progress
-                        )
+                        prepare_clips(self.host, policy, encoded, cancel=token, progress=progress)
                     )
                 )
             except asyncio.CancelledError:
                 token.cancel()
                 raise
-        return self._result(batch, expanded, return_tensors)
+        return self._result(policy, batch, expanded, return_tensors)
 
     # --- steps -----------------------------------------------------------------------
 
@@ -297,12 +306,14 @@ class AudioGate:
         )
         return str(text)
 
-    def _expand(self, batch: PreparedBatch, segments: Sequence[PromptSegment]) -> ExpandedPrompt:
+    def _expand(
+        self, policy: AudioPolicy, batch: PreparedBatch, segments: Sequence[PromptSegment]
+    ) -> ExpandedPrompt:
         slots = [
             ClipSlot(ordinal=c.ordinal, tokens=c.tokens, frames=c.frames, sha256=c.sha256)
             for c in batch.clips
         ]
-        expanded = self.host.expand_prompt(self.policy, segments, slots, self.tokenizer)
+        expanded = self.host.expand_prompt(policy, segments, slots, self.tokenizer)
         if expanded.input_ids:
             self._check_audio_positions(expanded, [c.tokens for c in batch.clips])
             if (
@@ -341,9 +352,7 @@ class AudioGate:
                 f"{sum(tokens)}"
             )
 
-    def _text_only(
-        self, messages: Sequence[Mapping[str, Any]], return_tensors: TensorKind
-    ) -> PreparedRequest:
+    def _text_only(self, messages: Sequence[Mapping[str, Any]]) -> PreparedRequest:
         text = self._render(messages)
         ids: tuple[int, ...] = ()
         if self.tokenizer is not None:
@@ -365,12 +374,16 @@ class AudioGate:
         )
 
     def _result(
-        self, batch: PreparedBatch, expanded: ExpandedPrompt | None, return_tensors: TensorKind
+        self,
+        policy: AudioPolicy,
+        batch: PreparedBatch,
+        expanded: ExpandedPrompt | None,
+        return_tensors: TensorKind | None,
     ) -> PreparedRequest:
         convert = _converter(return_tensors)
         return PreparedRequest(
-            family=self.policy.family,
-            policy=self.policy,
+            family=policy.family,
+            policy=policy,
             input_ids=expanded.input_ids if expanded else (),
             text=expanded.text if expanded else None,
             audio_spans=expanded.audio_spans if expanded else (),
@@ -383,9 +396,13 @@ class AudioGate:
         )
 
 
-def _converter(kind: TensorKind) -> Callable[[Any], Any]:
-    if kind == "np":
+def _converter(kind: TensorKind | None) -> Callable[[Any], Any]:
+    if kind is None:
         return lambda array: array
+    if kind == "np":
+        import numpy as np
+
+        return lambda array: array if isinstance(array, np.ndarray) else np.asarray(array)
     if kind == "mlx":
         try:
             import mlx.core as mx

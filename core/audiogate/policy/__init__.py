@@ -13,6 +13,7 @@ from audiogate.policy.keys import LIMIT_NAMESPACES, PolicyKey, standard_keys
 from audiogate.policy.model import (
     MICROS_PER_SECOND,
     AudioPolicy,
+    FeatureBackend,
     OverflowMode,
     PlaceholderKind,
     ValueSource,
@@ -27,6 +28,7 @@ __all__ = [
     "PROCESSOR_CONFIGS",
     "AudioPolicy",
     "CheckpointConfigs",
+    "FeatureBackend",
     "OverflowMode",
     "PlaceholderKind",
     "PolicyKey",

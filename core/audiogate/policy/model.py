@@ -12,6 +12,7 @@ import attrs
 __all__ = [
     "MICROS_PER_SECOND",
     "AudioPolicy",
+    "FeatureBackend",
     "OverflowMode",
     "PlaceholderKind",
     "ValueSource",
@@ -24,6 +25,9 @@ MICROS_PER_SECOND = 1_000_000
 #: How over-long audio is handled: refused (the default everywhere) or cut at the limit
 #: with processed and received durations reported (opt-in, where a family allows it).
 OverflowMode = Literal["reject", "truncate"]
+
+#: Which array library computes and returns features.
+FeatureBackend = Literal["numpy", "mlx"]
 
 #: How a clip becomes prompt positions.
 PlaceholderKind = Literal["numbered_per_clip", "fixed_soft_tokens_per_clip", "rows_per_clip"]
@@ -124,6 +128,11 @@ class AudioPolicy:
     # --- prompt ----------------------------------------------------------------------
     placeholder: PlaceholderKind
     soft_tokens_per_clip: int | None = None
+
+    #: Where features are computed: ``"numpy"`` (the default and the reference) or ``"mlx"``
+    #: (arrays come back as ``mx.array``). A runtime choice of the caller, per model or per
+    #: call; never read from checkpoint files.
+    feature_backend: FeatureBackend = "numpy"
 
     #: Family-specific settings (token ids, padding side, ...), read-only.
     options: Mapping[str, Any] = attrs.field(factory=frozen_mapping, converter=frozen_mapping)
