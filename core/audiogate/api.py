@@ -27,7 +27,7 @@ import attrs
 
 from audiogate.acquire import AcquisitionPolicy, acquire_parts
 from audiogate.cancel import CancelToken
-from audiogate.chat import flatten_messages, parse_rendered
+from audiogate.chat import ChatRequestError, flatten_messages, parse_rendered
 from audiogate.errors import ContextLimitError, PlaceholderError
 from audiogate.host import FamilyHost, create_host
 from audiogate.pipeline import EncodedClip, PreparedBatch, Progress, prepare_clips
@@ -104,6 +104,21 @@ class PreparedRequest:
             "clips": clips,
             "totals": totals,
         }
+
+
+@attrs.frozen
+class _Finished:
+    """What the worker hands back: the batch and its expanded prompt."""
+
+    batch: PreparedBatch
+    expanded: ExpandedPrompt | None
+
+    @property
+    def prefill_positions(self) -> int:
+        """The prefill length the metrics record (audio tokens without a tokenized prompt)."""
+        if self.expanded is not None and self.expanded.input_ids:
+            return len(self.expanded.input_ids)
+        return self.batch.totals.tokens
 
 
 class AudioGate:
@@ -272,16 +287,14 @@ class AudioGate:
             encoded = list(clips or ())
             segments = [TextSegment(prompt)] if prompt is not None else []
 
-        def finish(batch: PreparedBatch) -> tuple[PreparedBatch, ExpandedPrompt | None]:
-            return batch, self._expand(policy, batch, segments) if segments else None
+        def finish(batch: PreparedBatch) -> _Finished:
+            return _Finished(batch, self._expand(policy, batch, segments) if segments else None)
 
         if self.worker is not None:
-            batch, expanded = await self.worker.prepare_async(
-                policy, encoded, finish=finish, cancel=token
-            )
+            finished = await self.worker.prepare_async(policy, encoded, finish=finish, cancel=token)
         else:
             try:
-                batch, expanded = await asyncio.to_thread(
+                finished = await asyncio.to_thread(
                     lambda: finish(
                         prepare_clips(self.host, policy, encoded, cancel=token, progress=progress)
                     )
@@ -289,7 +302,7 @@ class AudioGate:
             except asyncio.CancelledError:
                 token.cancel()
                 raise
-        return self._result(policy, batch, expanded, return_tensors)
+        return self._result(policy, finished.batch, finished.expanded, return_tensors)
 
     # --- steps -----------------------------------------------------------------------
 
@@ -301,9 +314,16 @@ class AudioGate:
                 "chat messages need a chat template: load a model directory with a tokenizer "
                 "or pass renderer="
             )
-        text = self.tokenizer.apply_chat_template(
-            [dict(m) for m in messages], tokenize=False, add_generation_prompt=True
-        )
+        try:
+            text = self.tokenizer.apply_chat_template(
+                [dict(m) for m in messages], tokenize=False, add_generation_prompt=True
+            )
+        except Exception as exc:
+            # Templates raise (jinja's ``raise_exception``) on messages they do not accept,
+            # e.g. roles that do not alternate: a bad request, not a server error.
+            raise ChatRequestError(
+                f"the chat template rejected the messages: {type(exc).__name__}: {exc}"
+            ) from exc
         return str(text)
 
     def _expand(

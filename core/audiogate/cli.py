@@ -336,6 +336,13 @@ def _add_serve_parser(sub: Any) -> None:
         metavar="SIZE",
         help="all request bodies held at once (default: 4 maximal bodies)",
     )
+    p.add_argument(
+        "--body-timeout",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="refuse a request whose body stalls this long (408; default 30)",
+    )
     p.add_argument("--max-prefill-tokens", type=_positive, metavar="N", help="prompt length cap")
     p.add_argument(
         "--log-level",
@@ -367,6 +374,7 @@ def _cmd_serve(args: argparse.Namespace, host: FamilyHost, out: TextIO) -> int:
         limits=ServerLimits(
             max_body_bytes=args.max_body_bytes,
             max_inflight_body_bytes=args.max_inflight_body_bytes,
+            body_idle_timeout_s=args.body_timeout,
         ),
         max_prefill_tokens=args.max_prefill_tokens,
         log_level=args.log_level,

@@ -16,6 +16,7 @@ import concurrent.futures
 import queue
 import threading
 import time
+import traceback
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, Final, Generic, TypeVar
@@ -43,7 +44,9 @@ MIB: Final = 1 << 20
 T = TypeVar("T")
 
 #: ``finish(batch)`` runs in the worker after the features (prompt expansion, ...); its
-#: return value is the job's result. It may raise ``ContextLimitError``.
+#: return value is the job's result. It may raise ``ContextLimitError``. If the value has a
+#: ``prefill_positions`` attribute (an int), that is the prefill length recorded in the
+#: metrics; otherwise the audio token count is.
 Finish = Callable[[PreparedBatch], Any]
 
 
@@ -262,6 +265,11 @@ class AudioWorker:
     # --- accounting ------------------------------------------------------------------
 
     @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` has been called (new jobs are refused)."""
+        return self._closed.is_set()
+
+    @property
     def queued_encoded_bytes(self) -> int:
         """Encoded bytes currently reserved."""
         return self._ledger.encoded
@@ -358,14 +366,22 @@ class AudioWorker:
     ) -> Any:
         """Submit and await (asyncio API). Cancelling the awaiting task cancels the job."""
         job = self.submit(policy, clips, finish=finish, cancel=cancel)
+        waiter = asyncio.wrap_future(job.future)
         try:
-            await asyncio.shield(asyncio.wrap_future(job.future))
+            await asyncio.shield(waiter)
         except asyncio.CancelledError:
             job.cancel()
+            # The job still ends (cancelled at its next checkpoint); take its outcome, or
+            # asyncio logs "Future exception was never retrieved" (shield drops its own
+            # callback once the outer future is cancelled).
+            waiter.add_done_callback(_retrieve)
             raise
         except BaseException:
             pass
-        return job.result()
+        try:
+            return job.result()
+        finally:
+            del job, waiter
 
     # --- processing ------------------------------------------------------------------
 
@@ -442,6 +458,10 @@ class AudioWorker:
         except BaseException as error:
             job._hand_off()
             self._reject(family, error)
+            # The traceback's frames hold this job and its clips; nobody needs them once
+            # the error is stored, and keeping them would leave the request's memory to
+            # the cycle collector (a cancelled client never reads its error).
+            _clear_frames(error)
             job.future.set_exception(error)
             return
         self.metrics.record_completed(
@@ -480,8 +500,21 @@ class AudioWorker:
         self.close()
 
 
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
+
+
 def _prefill_length(value: Any, default: int) -> int:
-    ids = getattr(value, "input_ids", None)
-    if ids is None and hasattr(value, "prompt"):
-        ids = getattr(value.prompt, "input_ids", None)
-    return len(ids) if ids is not None else default
+    positions = getattr(value, "prefill_positions", None)
+    return positions if isinstance(positions, int) else default
+
+
+def _clear_frames(error: BaseException) -> None:
+    """Drop the local variables of every frame in ``error``'s traceback chain."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        traceback.clear_frames(current.__traceback__)
+        current = current.__cause__ or current.__context__

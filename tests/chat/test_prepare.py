@@ -329,3 +329,15 @@ def test_tokenizer_loading_never_follows_auto_map_or_remote_code(monkeypatch) ->
     tokenizer = load_tokenizer(MODELS / DIRECTORIES["phi4mm"])
     assert tokenizer.convert_tokens_to_ids("<|endoftext11|>") == 200_011
     assert tokenizer.chat_template
+
+
+def test_a_template_refusing_the_messages_is_a_chat_request_error(gates) -> None:
+    from audiogate.chat import ChatRequestError
+
+    # Gemma 3n's template raises on roles that do not alternate.
+    messages = [
+        {"role": "user", "content": [audio_part(1.0)]},
+        {"role": "user", "content": "again"},
+    ]
+    with pytest.raises(ChatRequestError, match="chat template rejected"):
+        gates["gemma3n"].prepare(messages)

@@ -7,7 +7,9 @@ import struct
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["noise", "tone", "wav_bytes"]
+from audiogate.pipeline import EncodedClip
+
+__all__ = ["encoded_clip", "noise", "tone", "wav_bytes"]
 
 
 def tone(
@@ -62,3 +64,27 @@ def wav_bytes(samples: npt.ArrayLike, *, rate_hz: int, encoding: str = "pcm16") 
     if len(payload) % 2:
         body += b"\x00"
     return b"RIFF" + struct.pack("<I", len(body)) + body
+
+
+def encoded_clip(
+    *,
+    seconds: float | None = None,
+    samples: int | None = None,
+    rate_hz: int = 16_000,
+    channels: int = 1,
+    ordinal: int = 1,
+    encoding: str = "pcm16",
+    seed: int = 0,
+) -> EncodedClip:
+    """A WAV clip of deterministic noise over a 440 Hz tone, ready for the pipeline.
+
+    :param seconds: duration (or give ``samples``, sample frames per channel).
+    :param ordinal: the clip's one-based placeholder ordinal.
+    :param encoding: ``"pcm16"`` or ``"f32"``.
+    """
+    n = samples if samples is not None else round((seconds or 0.0) * rate_hz)
+    signal = noise(samples=n, channels=channels, amplitude=0.2, seed=seed)
+    signal = signal + tone(samples=n, rate_hz=rate_hz, channels=channels, amplitude=0.2)
+    return EncodedClip(
+        data=wav_bytes(signal, rate_hz=rate_hz, encoding=encoding), ordinal=ordinal, origin="bytes"
+    )

@@ -1,0 +1,372 @@
+"""Load test of ``audiogate serve`` on loopback with a real HTTP client.
+
+Starts the server as a subprocess (so its RSS is its own), drives it with N concurrent
+asyncio httpx clients for a fixed time, and prints throughput, p50/p99 latency, the
+server's peak RSS (``VmHWM``), rejections by status and by metrics reason, and the byte
+gauges after the run (which must be zero).
+
+Scenarios::
+
+    python benchmarks/loadtest_server.py --scenario gemma-5s    # target: >= 100 req/s,
+                                                                # p99 < 200 ms at -c 8
+    python benchmarks/loadtest_server.py --scenario flood-30s   # RSS <= baseline + budgets
+    python benchmarks/loadtest_server.py --scenario mixed       # 1 s .. 30 s clips
+
+Exit status 1 when a scenario misses its target or a gauge is not back to zero.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import httpx
+import numpy as np
+from prometheus_client.parser import text_string_to_metric_families
+
+REPO = Path(__file__).resolve().parent.parent
+MIB = 1 << 20
+PREPARE = "/v1/audio/prepare"
+
+SCENARIOS = {
+    # clip seconds (drawn uniformly per request), default concurrency, server options
+    "gemma-5s": {
+        "model": "gemma-3n-e4b-it",
+        "seconds": [5.0],
+        "concurrency": 8,
+        "server": [],
+        "target_rps": 100.0,
+        "target_p99_ms": 200.0,
+    },
+    "mixed": {
+        "model": "gemma-3n-e4b-it",
+        "seconds": [1.0, 2.0, 5.0, 10.0, 20.0, 30.0],
+        "concurrency": 8,
+        "server": [],
+    },
+    "flood-30s": {
+        "model": "gemma-3n-e4b-it",
+        "seconds": [30.0],
+        "concurrency": 64,
+        "server": [
+            "--queue-depth",
+            "8",
+            "--max-queued-encoded-bytes",
+            "16MiB",
+            "--max-inflight-host-bytes",
+            "192MiB",
+            "--max-inflight-body-bytes",
+            "32MiB",
+        ],
+        "budget_bytes": 16 * MIB + 192 * MIB + 32 * MIB,
+    },
+}
+
+
+def wav_bytes(seconds: float, *, rate_hz: int = 16_000, seed: int = 0) -> bytes:
+    """Speech-like PCM16 test audio (a wobbling tone plus a little noise)."""
+    n = round(seconds * rate_hz)
+    t = np.arange(n) / rate_hz
+    rng = np.random.default_rng(seed)
+    signal = 0.25 * np.sin(2 * np.pi * (220 + 40 * np.sin(2 * np.pi * 3 * t)) * t)
+    signal += 0.02 * rng.standard_normal(n)
+    pcm = np.clip(np.round(signal * 32767), -32768, 32767).astype("<i2").tobytes()
+    import struct
+
+    fmt = struct.pack("<HHIIHH", 1, 1, rate_hz, rate_hz * 2, 2, 16)
+    body = b"WAVE" + b"fmt " + struct.pack("<I", 16) + fmt + b"data" + struct.pack("<I", len(pcm))
+    return b"RIFF" + struct.pack("<I", len(body) + len(pcm)) + body + pcm
+
+
+def request_body(seconds: float, seed: int) -> bytes:
+    data = base64.b64encode(wav_bytes(seconds, seed=seed)).decode()
+    return json.dumps(
+        {
+            "model": "loadtest",
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "input_audio", "input_audio": {"data": data, "format": "wav"}},
+                        {"type": "text", "text": "Transcribe this clip."},
+                    ],
+                }
+            ],
+        }
+    ).encode()
+
+
+# --- the server process --------------------------------------------------------------
+
+
+class ServerProcess:
+    def __init__(self, model: str, workers: int, extra: list[str]) -> None:
+        command = [
+            sys.executable,
+            "-m",
+            "audiogate.cli",
+            "serve",
+            "--model",
+            str(REPO / "examples" / "models" / model),
+            "--port",
+            "0",
+            "--workers",
+            str(workers),
+            "--no-access-log",
+            *extra,
+        ]
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+        self.process = subprocess.Popen(
+            command, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env
+        )
+        self.log: list[str] = []
+        self.url = ""
+        found = threading.Event()
+
+        def drain() -> None:
+            assert self.process.stderr is not None
+            for line in self.process.stderr:
+                self.log.append(line)
+                match = re.search(r"running on (http://\S+)", line)
+                if match:
+                    self.url = match.group(1)
+                    found.set()
+
+        threading.Thread(target=drain, daemon=True).start()
+        if not found.wait(60):
+            self.stop()
+            raise RuntimeError("server did not start:\n" + "".join(self.log))
+
+    def status(self, key: str) -> int:
+        """A ``/proc/<pid>/status`` size in bytes (``VmRSS``, ``VmHWM``)."""
+        text = Path(f"/proc/{self.process.pid}/status").read_text()
+        match = re.search(rf"^{key}:\s+(\d+) kB", text, re.MULTILINE)
+        assert match is not None
+        return int(match.group(1)) * 1024
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU time of the server process so far."""
+        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def reset_peak(self) -> bool:
+        """Reset VmHWM to the current RSS (Linux >= 4.0); False if not permitted."""
+        try:
+            Path(f"/proc/{self.process.pid}/clear_refs").write_text("5")
+        except OSError:
+            return False
+        return True
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+
+
+def scrape(client: httpx.Client) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    out = {}
+    for family in text_string_to_metric_families(client.get("/metrics").text):
+        for sample in family.samples:
+            out[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return out
+
+
+def reasons(samples: dict) -> Counter[str]:
+    found: Counter[str] = Counter()
+    for (name, labels), value in samples.items():
+        labels_d = dict(labels)
+        if name == "audiogate_audio_preprocess_rejections_total":
+            found[labels_d["reason"]] += int(value)
+        elif name == "audiogate_audio_preprocess_cancelled_total":
+            found["cancelled"] += int(value)
+        elif name == "audiogate_audio_preprocess_completed_total":
+            found["completed"] += int(value)
+    return found
+
+
+GAUGES = (
+    "audiogate_audio_preprocess_queued_bytes",
+    "audiogate_audio_preprocess_inflight_host_bytes",
+    "audiogate_server_inflight_body_bytes",
+)
+
+
+# --- the clients ---------------------------------------------------------------------
+
+
+async def drive(
+    url: str, bodies: list[bytes], *, concurrency: int, duration_s: float, verify: bool
+) -> tuple[list[float], Counter[int], int]:
+    latencies: list[float] = []
+    statuses: Counter[int] = Counter()
+    errors = 0
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    deadline = time.perf_counter() + duration_s
+    headers = {"content-type": "application/json"}
+
+    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=120.0) as client:
+
+        async def one_client(index: int) -> None:
+            nonlocal errors
+            turn = index
+            while time.perf_counter() < deadline:
+                body = bodies[turn % len(bodies)]
+                turn += concurrency
+                started = time.perf_counter()
+                try:
+                    response = await client.post(PREPARE, content=body, headers=headers)
+                except httpx.HTTPError:
+                    errors += 1
+                    continue
+                elapsed = time.perf_counter() - started
+                statuses[response.status_code] += 1
+                if response.status_code == 200:
+                    latencies.append(elapsed)
+                    if verify:
+                        payload = response.json()
+                        assert payload["features"]["inputs"], payload.keys()
+                elif response.status_code == 429:
+                    await asyncio.sleep(0.01)
+
+        await asyncio.gather(*(one_client(i) for i in range(concurrency)))
+    return latencies, statuses, errors
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    return float(np.percentile(np.asarray(values), q))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--scenario", choices=sorted(SCENARIOS), default="gemma-5s")
+    parser.add_argument("-c", "--concurrency", type=int)
+    parser.add_argument("-d", "--duration", type=float, default=20.0, help="seconds of load")
+    parser.add_argument("--workers", type=int, default=1, help="server audio worker threads")
+    parser.add_argument("--warmup", type=float, default=2.0, help="seconds before measuring")
+    parser.add_argument("--verify", action="store_true", help="parse every 200 response")
+    args = parser.parse_args()
+    scenario = SCENARIOS[args.scenario]
+    concurrency = args.concurrency or scenario["concurrency"]
+    seconds = scenario["seconds"]
+    bodies = [request_body(s, seed=i) for i, s in enumerate(seconds * 4)]
+
+    print(
+        f"scenario {args.scenario}: {scenario['model']}, clips {seconds} s at 16 kHz, "
+        f"concurrency {concurrency}, {args.duration:.0f} s, server workers {args.workers}, "
+        f"{os.cpu_count()} CPUs"
+    )
+    server = ServerProcess(scenario["model"], args.workers, scenario["server"])
+    try:
+        with httpx.Client(base_url=server.url, timeout=30.0) as client:
+            # Idle after start-up (model policy, tokenizer, imports): the RSS baseline.
+            baseline_rss = server.status("VmRSS")
+            if args.warmup > 0:
+                asyncio.run(
+                    drive(
+                        server.url,
+                        bodies,
+                        concurrency=concurrency,
+                        duration_s=args.warmup,
+                        verify=False,
+                    )
+                )
+                time.sleep(0.5)
+            warm_rss = server.status("VmRSS")
+            peak_reset = server.reset_peak()
+            before = scrape(client)
+            server_cpu = server.cpu_seconds()
+            client_cpu = time.process_time()
+            started = time.perf_counter()
+            latencies, statuses, errors = asyncio.run(
+                drive(
+                    server.url,
+                    bodies,
+                    concurrency=concurrency,
+                    duration_s=args.duration,
+                    verify=args.verify,
+                )
+            )
+            wall = time.perf_counter() - started
+            server_cpu = server.cpu_seconds() - server_cpu
+            client_cpu = time.process_time() - client_cpu
+            peak_rss = server.status("VmHWM")
+            # Everything must be released once the last answer is out.
+            deadline = time.monotonic() + 10
+            while True:
+                after = scrape(client)
+                gauges = {name: after[(name, ())] for name in GAUGES}
+                if not any(gauges.values()) or time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
+    finally:
+        server.stop()
+
+    ok = statuses.get(200, 0)
+    rps = ok / wall
+    p50 = percentile(latencies, 50) * 1000
+    p99 = percentile(latencies, 99) * 1000
+    moved = reasons(after)
+    moved.subtract(reasons(before))
+    print(f"answers: {dict(sorted(statuses.items()))}, transport errors: {errors}")
+    print(f"throughput: {rps:.1f} req/s ({ok} in {wall:.1f} s)")
+    print(
+        f"latency of 200s: p50 {p50:.1f} ms, p99 {p99:.1f} ms, max {max(latencies) * 1e3:.1f} ms"
+        if latencies
+        else "latency: no successful request"
+    )
+    if latencies:
+        print(f"  mean {statistics.fmean(latencies) * 1e3:.1f} ms")
+    answered = max(sum(statuses.values()), 1)
+    print(
+        f"CPU per answer: server {server_cpu / answered * 1e3:.2f} ms, "
+        f"client {client_cpu / answered * 1e3:.2f} ms "
+        f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)"
+    )
+    print(
+        f"server RSS: idle baseline {baseline_rss / MIB:.1f} MiB, after warm-up "
+        f"{warm_rss / MIB:.1f} MiB, peak {peak_rss / MIB:.1f} MiB"
+        + ("" if peak_reset else " (peak since start: clear_refs not permitted)")
+    )
+    print("outcomes by metrics reason:", {k: v for k, v in sorted(moved.items()) if v})
+    print("byte gauges after the run:", {k: int(v) for k, v in gauges.items()})
+
+    failed = False
+    if any(gauges.values()):
+        print("FAIL: byte gauges are not zero after the run")
+        failed = True
+    if "target_rps" in scenario and concurrency == scenario["concurrency"]:
+        hit = rps >= scenario["target_rps"] and p99 < scenario["target_p99_ms"]
+        print(
+            f"target >= {scenario['target_rps']:.0f} req/s and p99 < "
+            f"{scenario['target_p99_ms']:.0f} ms: {'met' if hit else 'MISSED'}"
+        )
+        failed |= not hit
+    if "budget_bytes" in scenario:
+        bound = baseline_rss + scenario["budget_bytes"]
+        hit = peak_rss <= bound
+        print(
+            f"RSS bound baseline + in-flight budgets = {bound / MIB:.1f} MiB: "
+            f"{'held' if hit else 'EXCEEDED'} (peak - baseline = "
+            f"{(peak_rss - baseline_rss) / MIB:.1f} MiB of {scenario['budget_bytes'] / MIB:.0f})"
+        )
+        failed |= not hit
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

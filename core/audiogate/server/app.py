@@ -1,0 +1,715 @@
+"""The reference HTTP server: a Starlette app around one :class:`~audiogate.api.AudioGate`.
+
+``POST /v1/audio/prepare`` takes an OpenAI chat completions request and answers with the
+expanded token ids, the per-clip accounting and the collated model inputs (or a typed
+error); ``GET /metrics`` is Prometheus text; ``GET /healthz`` reports the worker.
+
+Every prepare request is counted once in the audio metrics: the bounded worker counts
+what reaches its admission (completed, cancelled or rejected); the server counts what
+fails or is cancelled before (body, JSON, acquisition, template). A successful request
+without audio is not an audio request and counts nowhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import contextvars
+import json
+import logging
+import math
+import re
+import traceback
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from typing import Any, Final, TypeVar
+
+import anyio.to_thread
+import attrs
+import numpy as np
+from prometheus_client import CONTENT_TYPE_LATEST, Counter, Gauge, generate_latest
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import Response
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
+
+from audiogate.api import AudioGate, PreparedRequest
+from audiogate.cancel import CancelToken
+from audiogate.errors import (
+    AudioGateError,
+    LimitError,
+    MemoryLimitError,
+    PreprocessCancelled,
+)
+from audiogate.host import FamilyHost
+from audiogate.metrics import AudioMetrics
+from audiogate.pipeline import EncodedClip
+from audiogate.policy import AudioPolicy
+from audiogate.server.encoding import (
+    FEATURE_FORMATS,
+    FeatureFormat,
+    encode_features,
+    safetensors_available,
+)
+from audiogate.server.errors import (
+    RETRY_AFTER_SECONDS,
+    STATUS_CLIENT_CLOSED,
+    BadRequestError,
+    RequestTimeoutError,
+    error_payload,
+    reason_for,
+    status_for,
+)
+from audiogate.worker import AudioJob, AudioWorker, Finish, WorkerLimits
+
+__all__ = [
+    "ABSOLUTE_MAX_AUDIO_REQUEST_BYTES",
+    "JSON_OVERHEAD_BYTES",
+    "PREPARE_PATH",
+    "ServerLimits",
+    "ServerWorker",
+    "create_app",
+    "default_max_body_bytes",
+]
+
+log = logging.getLogger("audiogate.server")
+
+MIB: Final = 1 << 20
+PREPARE_PATH: Final = "/v1/audio/prepare"
+#: The acquisition ceiling of one request's encoded audio (the seed's 500 MiB, §11).
+ABSOLUTE_MAX_AUDIO_REQUEST_BYTES: Final = 500 * MIB
+#: Room for the prompt text and the JSON around the base64 audio.
+JSON_OVERHEAD_BYTES: Final = 2 * MIB
+# Bodies larger than this are parsed (and responses larger than this rendered) on the
+# server's one helper thread, so a big request does not stall every other connection
+# (JSON and base64 run at GB/s: below this the hop costs more than it saves). One thread,
+# not a pool: every thread that allocates large buffers gets its own malloc arena.
+_OFFLOOP_BYTES: Final = 8 * MIB
+_T = TypeVar("_T")
+# Answers larger than this go out in slices of this size, each after the transport drained.
+_SEND_SLICE_BYTES: Final = 512 * 1024
+_OPTION_KEYS: Final = frozenset({"feature_format", "return_features"})
+_SURROGATE_ESCAPE: Final = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def default_max_body_bytes(max_audio_bytes: int) -> int:
+    """The body cap for a request ceiling of ``max_audio_bytes`` encoded audio bytes
+    (at most 500 MiB): their base64 plus :data:`JSON_OVERHEAD_BYTES`."""
+    audio = min(max_audio_bytes, ABSOLUTE_MAX_AUDIO_REQUEST_BYTES)
+    return math.ceil(audio / 3) * 4 + JSON_OVERHEAD_BYTES
+
+
+@attrs.frozen(kw_only=True)
+class ServerLimits:
+    """Limits the server applies before the gate sees a request.
+
+    :param max_body_bytes: one request body (checked on ``Content-Length`` and while
+        streaming, before JSON parsing); ``None``: :func:`default_max_body_bytes` of the
+        gate's (policy-narrowed) acquisition ceiling.
+    :param max_inflight_body_bytes: the bytes the server holds for requests at once: bodies
+        as their bytes arrive, then their answers until sent (``None``: four maximal
+        bodies). New bodies are refused (413) while it is full.
+    :param body_idle_timeout_s: refuse a request (408) whose body stalls this long.
+    """
+
+    max_body_bytes: int | None = attrs.field(
+        default=None, validator=attrs.validators.optional(attrs.validators.ge(1))
+    )
+    max_inflight_body_bytes: int | None = attrs.field(
+        default=None, validator=attrs.validators.optional(attrs.validators.ge(1))
+    )
+    body_idle_timeout_s: float = attrs.field(default=30.0, validator=attrs.validators.gt(0))
+
+
+# --- admission tracking --------------------------------------------------------------
+
+
+@attrs.define
+class _Ticket:
+    """One request's progress: once ``admitted``, the worker counts the outcome."""
+
+    admitted: bool = False
+    body_read: bool = False
+
+
+_TICKET: contextvars.ContextVar[_Ticket | None] = contextvars.ContextVar(
+    "audiogate_server_ticket", default=None
+)
+
+
+class ServerWorker(AudioWorker):
+    """An :class:`~audiogate.worker.AudioWorker` that tells the server which requests
+    reached its admission (it counts those itself), so nothing is counted twice."""
+
+    def __init__(
+        self,
+        host: FamilyHost,
+        *,
+        limits: WorkerLimits | None = None,
+        metrics: AudioMetrics | None = None,
+        name: str = "audiogate-server",
+    ) -> None:
+        super().__init__(host, limits=limits, metrics=metrics, name=name)
+
+    def submit(
+        self,
+        policy: AudioPolicy,
+        clips: Sequence[EncodedClip],
+        *,
+        finish: Finish | None = None,
+        cancel: CancelToken | None = None,
+    ) -> AudioJob[Any]:
+        """See :meth:`AudioWorker.submit`; marks the calling request as admitted first."""
+        ticket = _TICKET.get()
+        if ticket is not None:
+            ticket.admitted = True
+        return super().submit(policy, clips, finish=finish, cancel=cancel)
+
+
+# --- server-side accounting ----------------------------------------------------------
+
+
+class _ServerMetrics:
+    """The server's own series, on the audio metrics' registry."""
+
+    def __init__(self, metrics: AudioMetrics) -> None:
+        registry = metrics.registry
+        self.inflight_body_bytes = Gauge(
+            "audiogate_server_inflight_body_bytes",
+            "Bytes the server holds for requests: bodies as they arrive, answers until sent.",
+            registry=registry,
+        )
+        self.responses = Counter(
+            "audiogate_server_prepare_responses",
+            "Answers of POST /v1/audio/prepare by HTTP status.",
+            ["status"],
+            registry=registry,
+        )
+        for status in (200, 400, 408, 413, 429, 499, 500, 503):
+            self.responses.labels(status=str(status))
+
+
+class _BodyBudget:
+    """Bytes held for requests at once: bodies as they arrive, answers until sent
+    (event-loop confined: no lock)."""
+
+    def __init__(self, maximum: int, gauge: Gauge) -> None:
+        self.maximum = maximum
+        self.held = 0
+        self._gauge = gauge
+
+    def hold(self) -> _BodyHold:
+        return _BodyHold(self)
+
+    def fits(self, nbytes: int) -> bool:
+        return self.held + nbytes <= self.maximum
+
+    def refusal(self, nbytes: int) -> MemoryLimitError:
+        return MemoryLimitError(
+            "in-flight request body bytes", actual=self.held + nbytes, maximum=self.maximum
+        )
+
+    def _take(self, nbytes: int, *, force: bool = False) -> None:
+        if not force and not self.fits(nbytes):
+            raise self.refusal(nbytes)
+        self.held += nbytes
+        self._gauge.set(self.held)
+
+    def _give(self, nbytes: int) -> None:
+        self.held -= nbytes
+        self._gauge.set(self.held)
+
+
+class _BodyHold:
+    """One request's share of the body budget; :meth:`release` gives it all back."""
+
+    def __init__(self, budget: _BodyBudget) -> None:
+        self._budget = budget
+        self.nbytes = 0
+
+    def grow(self, nbytes: int, *, force: bool = False) -> None:
+        """Hold ``nbytes`` more; refused when the budget is full unless ``force``."""
+        self._budget._take(nbytes, force=force)
+        self.nbytes += nbytes
+
+    def release(self) -> None:
+        if self.nbytes:
+            self._budget._give(self.nbytes)
+            self.nbytes = 0
+
+
+# --- request parsing -----------------------------------------------------------------
+
+
+@attrs.frozen(kw_only=True)
+class _PrepareCall:
+    model: str | None
+    messages: list[Any]
+    feature_format: FeatureFormat
+    return_features: bool
+
+
+class _ClientGone(Exception):
+    """The client disconnected; there is nobody to answer."""
+
+
+def _lone_surrogate(value: Any) -> bool:
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
+
+
+def _parse_body(body: bytes | bytearray) -> Any:
+    try:
+        document = json.loads(body)
+    except RecursionError:
+        raise BadRequestError("the request body is nested too deeply") from None
+    except UnicodeDecodeError as exc:
+        raise BadRequestError(f"the request body is not UTF-8: {exc.reason}") from None
+    except ValueError as exc:
+        raise BadRequestError(f"the request body is not valid JSON: {exc}") from None
+    # JSON admits a lone "\udXXX" escape; Python keeps it, tokenizers fail on it. The walk
+    # only runs when the body has such an escape at all (a valid pair is fine).
+    if _SURROGATE_ESCAPE.search(body) and _lone_surrogate(document):
+        raise BadRequestError("the request contains a lone UTF-16 surrogate (invalid Unicode)")
+    return document
+
+
+def _parse_call(document: Any) -> _PrepareCall:
+    if not isinstance(document, dict):
+        raise BadRequestError(
+            f"the request body must be a JSON object (an OpenAI chat completions request), "
+            f"got {type(document).__name__}"
+        )
+    model = document.get("model")
+    if model is not None and not isinstance(model, str):
+        raise BadRequestError(
+            f"'model' must be a string, got {type(model).__name__}", field="model"
+        )
+    messages = document.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise BadRequestError("'messages' must be a non-empty list", field="messages")
+    options = document.get("audiogate", {})
+    if not isinstance(options, dict):
+        raise BadRequestError(
+            f"'audiogate' must be an object, got {type(options).__name__}", field="audiogate"
+        )
+    unknown = sorted(set(options) - _OPTION_KEYS)
+    if unknown:
+        raise BadRequestError(
+            f"unknown 'audiogate' option(s) {unknown}; allowed: {sorted(_OPTION_KEYS)}",
+            field="audiogate",
+        )
+    feature_format = options.get("feature_format", "npy")
+    if feature_format not in FEATURE_FORMATS:
+        raise BadRequestError(
+            f"'audiogate.feature_format' must be one of {list(FEATURE_FORMATS)}, "
+            f"got {feature_format!r}",
+            field="audiogate.feature_format",
+        )
+    if feature_format == "safetensors" and not safetensors_available():
+        raise BadRequestError(
+            "'audiogate.feature_format' 'safetensors' needs the safetensors package on the "
+            "server (pip install safetensors); use 'npy'",
+            field="audiogate.feature_format",
+        )
+    return_features = options.get("return_features", True)
+    if not isinstance(return_features, bool):
+        raise BadRequestError(
+            f"'audiogate.return_features' must be true or false, got {return_features!r}",
+            field="audiogate.return_features",
+        )
+    return _PrepareCall(
+        model=model,
+        messages=messages,
+        feature_format=feature_format,
+        return_features=return_features,
+    )
+
+
+# --- responses -----------------------------------------------------------------------
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, Mapping):
+        return dict(value)
+    if isinstance(value, tuple | set | frozenset):
+        return list(value)
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def _render_result(result: PreparedRequest, call: _PrepareCall, served_model: str) -> list[bytes]:
+    """The answer's JSON as fragments (their concatenation is the body)."""
+    summary = result.summary()
+    document = {
+        "object": "audiogate.prepared",
+        "model": call.model if call.model is not None else served_model,
+        "family": result.family,
+        "input_ids": list(result.input_ids),
+        "prefill_positions": result.prefill_positions,
+        "text": result.text,
+        "audio_spans": [list(span) for span in result.audio_spans],
+        "clips": summary["clips"],
+        "totals": summary["totals"],
+    }
+    head = json.dumps(document, separators=(",", ":"), default=_json_default).encode()
+    if call.return_features and result.model_inputs:
+        features = encode_features(result.model_inputs, call.feature_format)
+    else:
+        features = [b"null"]
+    return [head[:-1], b',"features":', *features, b"}"]
+
+
+class _FragmentsResponse(Response):
+    """A JSON answer sent from its fragments, slice by slice, without joining them.
+
+    Each slice waits for the transport to drain (uvicorn's flow control), so a slow reader
+    holds at most about one slice in the transport; ``on_sent`` runs once the last byte is
+    handed over or the client is gone.
+    """
+
+    def __init__(self, fragments: list[bytes], *, on_sent: Callable[[], None]) -> None:
+        super().__init__(media_type="application/json")
+        self.fragments = fragments
+        self.nbytes = sum(len(f) for f in fragments)
+        self.on_sent = on_sent
+        self.headers["content-length"] = str(self.nbytes)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            start = {"type": "http.response.start", "status": self.status_code}
+            await send({**start, "headers": self.raw_headers})
+            if self.nbytes <= _SEND_SLICE_BYTES:
+                slices: list[bytes | memoryview] = [b"".join(self.fragments)]
+            else:
+                slices = [
+                    memoryview(fragment)[offset : offset + _SEND_SLICE_BYTES]
+                    for fragment in self.fragments
+                    for offset in range(0, len(fragment), _SEND_SLICE_BYTES)
+                ]
+            last = len(slices) - 1
+            for index, piece in enumerate(slices):
+                more = index < last
+                await send({"type": "http.response.body", "body": piece, "more_body": more})
+        finally:
+            self.fragments = []
+            self.on_sent()
+
+
+def _json_response(status: int, payload: Any, headers: Mapping[str, str] | None = None) -> Response:
+    body = json.dumps(payload, separators=(",", ":"), default=_json_default).encode()
+    return Response(body, status_code=status, media_type="application/json", headers=headers)
+
+
+# --- the app -------------------------------------------------------------------------
+
+
+def _forget_frames(error: BaseException) -> None:
+    """Clear the locals of the finished frames an answered error's tracebacks hold.
+
+    Those frames hold the request (its parsed JSON, its clips, its task or job), and the
+    task or job holds the error back: a reference cycle that would keep every refused
+    request's memory until the cyclic GC happens to run, far past the budgets.
+    """
+    seen: set[int] = set()
+    pending: list[BaseException | None] = [error]
+    while pending:
+        current = pending.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        traceback.clear_frames(current.__traceback__)
+        pending += [current.__cause__, current.__context__]
+
+
+async def _wait_for_disconnect(receive: Receive) -> None:
+    # Once the body is read, the server's next message is ``http.disconnect``: the client
+    # went away (or the response completed, by which time this task is cancelled).
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+class _AudioServer:
+    def __init__(
+        self,
+        gate: AudioGate,
+        worker: ServerWorker,
+        *,
+        limits: ServerLimits,
+        served_model: str,
+        close_worker: bool,
+    ) -> None:
+        self.gate = gate
+        self.worker = worker
+        self.metrics = worker.metrics
+        self.family = gate.policy.family
+        self.metrics.ensure_family(self.family)
+        self.served_model = served_model
+        self.close_worker = close_worker
+        self.max_body_bytes = limits.max_body_bytes or default_max_body_bytes(
+            gate.acquisition.max_bytes_per_request
+        )
+        self.server_metrics = _ServerMetrics(self.metrics)
+        self.body_idle_timeout_s = limits.body_idle_timeout_s
+        self._helper = concurrent.futures.ThreadPoolExecutor(1, "audiogate-server-io")
+        self.bodies = _BodyBudget(
+            limits.max_inflight_body_bytes or 4 * self.max_body_bytes,
+            self.server_metrics.inflight_body_bytes,
+        )
+
+    # --- POST /v1/audio/prepare --------------------------------------------------------
+
+    async def prepare(self, request: Request) -> Response:
+        ticket = _Ticket()
+        _TICKET.set(ticket)
+        hold = self.bodies.hold()
+        response: Response
+        try:
+            response = await self._prepare(request, hold, ticket)
+        except (_ClientGone, ClientDisconnect, PreprocessCancelled) as gone:
+            self._count_failure(ticket, None)
+            response = Response(status_code=STATUS_CLIENT_CLOSED)
+            _forget_frames(gone)
+        except Exception as error:
+            self._count_failure(ticket, error)
+            response = self._error_response(error, close=not ticket.body_read)
+            _forget_frames(error)
+        except BaseException:  # cancelled (shutdown)
+            self._count_failure(ticket, None)
+            hold.release()
+            raise
+        if not isinstance(response, _FragmentsResponse):
+            hold.release()  # an answer being sent releases it once it is out
+        self.server_metrics.responses.labels(status=str(response.status_code)).inc()
+        return response
+
+    async def _prepare(self, request: Request, hold: _BodyHold, ticket: _Ticket) -> Response:
+        body = await self._read_body(request, hold)
+        ticket.body_read = True
+        if len(body) > _OFFLOOP_BYTES:
+            document = await self._off_loop(_parse_body, body)
+        else:
+            document = _parse_body(body)
+        del body
+        call = _parse_call(document)
+        del document
+        result = await self._run_until_disconnect(request, call.messages)
+        if result.batch is not None and result.batch.totals.frames and call.return_features:
+            nbytes = sum(int(np.asarray(a).nbytes) for a in result.model_inputs.values())
+        else:
+            nbytes = 0
+        if nbytes > _OFFLOOP_BYTES:
+            fragments = await self._off_loop(_render_result, result, call, self.served_model)
+        else:
+            fragments = _render_result(result, call, self.served_model)
+        del result
+        response = _FragmentsResponse(fragments, on_sent=hold.release)
+        # The answer is held until it is sent: it counts in the body budget, so a flood of
+        # clients that read slowly backpressures new uploads instead of growing memory.
+        hold.grow(response.nbytes, force=True)
+        return response
+
+    async def _off_loop(self, function: Callable[..., _T], *args: Any) -> _T:
+        return await asyncio.get_running_loop().run_in_executor(self._helper, function, *args)
+
+    async def _read_body(self, request: Request, hold: _BodyHold) -> bytearray:
+        cap = self.max_body_bytes
+        declared = request.headers.get("content-length")
+        async with contextlib.aclosing(request.stream()) as stream:
+            chunks = aiter(stream)
+            if declared is not None:
+                # h11 has already refused a malformed Content-Length. The preflight only
+                # checks: bytes are held as they arrive, never on the client's word.
+                length = int(declared)
+                if length > cap:
+                    raise LimitError("request body bytes", actual=length, maximum=cap)
+                if not self.bodies.fits(length):
+                    await self._discard(chunks)
+                    raise self.bodies.refusal(length)
+            buffer = bytearray()
+            while (chunk := await self._next_chunk(chunks)) is not None:
+                if len(buffer) + len(chunk) > cap:
+                    raise LimitError(
+                        "request body bytes", actual=len(buffer) + len(chunk), maximum=cap
+                    )
+                try:
+                    hold.grow(len(chunk))
+                except MemoryLimitError:
+                    if declared is not None:
+                        await self._discard(chunks)
+                    raise
+                buffer += chunk
+        return buffer
+
+    async def _next_chunk(self, chunks: AsyncIterator[bytes]) -> bytes | None:
+        try:
+            async with asyncio.timeout(self.body_idle_timeout_s):
+                return await anext(chunks)
+        except StopAsyncIteration:
+            return None
+        except TimeoutError:
+            raise RequestTimeoutError(
+                f"no request body bytes arrived for {self.body_idle_timeout_s:g} s"
+            ) from None
+
+    async def _discard(self, chunks: AsyncIterator[bytes]) -> None:
+        # A body under the cap refused for a full budget is read and dropped (nothing is
+        # kept), so the client, still sending, gets the 413 rather than a reset connection.
+        with contextlib.suppress(ClientDisconnect, RequestTimeoutError):
+            while await self._next_chunk(chunks) is not None:
+                pass
+
+    async def _run_until_disconnect(self, request: Request, messages: list[Any]) -> PreparedRequest:
+        token = CancelToken()
+        task = asyncio.create_task(self.gate.prepare_async(messages, cancel=token))
+        watcher = asyncio.create_task(_wait_for_disconnect(request.receive))
+        try:
+            done, _ = await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            watcher.cancel()
+            if not task.done():
+                # The client went away, or this handler is being cancelled (shutdown):
+                # cancel acquisition and processing, and wait until they have let go.
+                token.cancel()
+                task.cancel()
+                with contextlib.suppress(BaseException):
+                    await task
+        if task in done:
+            return task.result()
+        raise _ClientGone
+
+    def _count_failure(self, ticket: _Ticket, error: BaseException | None) -> None:
+        if ticket.admitted:
+            return  # the worker counted it
+        if error is None or isinstance(error, PreprocessCancelled):
+            self.metrics.record_cancelled(self.family)
+        else:
+            self.metrics.record_rejection(self.family, reason_for(error))
+
+    def _error_response(self, error: Exception, *, close: bool) -> Response:
+        status = status_for(error)
+        if status >= 500 and not isinstance(error, AudioGateError):
+            log.error("unexpected error preparing a request", exc_info=error)
+        elif status >= 500:
+            log.error("%s", error)
+        headers = {}
+        if status == 429:
+            headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
+        if close:
+            # The rest of the body was never read: the connection cannot be reused.
+            headers["Connection"] = "close"
+        return _json_response(status, error_payload(error), headers)
+
+    # --- GET /metrics, GET /healthz -----------------------------------------------------
+
+    async def metrics_endpoint(self, request: Request) -> Response:
+        return Response(generate_latest(self.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    async def healthz(self, request: Request) -> Response:
+        closed = self.worker.closed
+        limits = self.worker.limits
+        payload = {
+            "status": "unavailable" if closed else "ok",
+            "family": self.family,
+            "model": self.served_model,
+            "worker": {
+                "state": "closed" if closed else "running",
+                "threads": limits.threads,
+                "queue_depth": limits.queue_depth,
+                "queued_encoded_bytes": self.worker.queued_encoded_bytes,
+                "inflight_host_bytes": self.worker.inflight_host_bytes,
+                "max_queued_encoded_bytes": limits.max_queued_encoded_bytes,
+                "max_inflight_host_bytes": limits.max_inflight_host_bytes,
+            },
+            "server": {
+                "max_body_bytes": self.max_body_bytes,
+                "inflight_body_bytes": self.bodies.held,
+                "max_inflight_body_bytes": self.bodies.maximum,
+            },
+        }
+        return _json_response(503 if closed else 200, payload)
+
+    # --- app -----------------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        yield
+        if self.close_worker:
+            await anyio.to_thread.run_sync(self.worker.close)
+        self._helper.shutdown(wait=False)
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    payload = {
+        "error": {
+            "type": "HTTPException",
+            "reason": None,
+            "message": exc.detail,
+            "clip_index": None,
+        }
+    }
+    return _json_response(exc.status_code, payload, exc.headers)
+
+
+def create_app(
+    gate: AudioGate,
+    *,
+    limits: ServerLimits | None = None,
+    served_model: str | None = None,
+    close_worker: bool = True,
+) -> Starlette:
+    """The Starlette app serving ``gate``.
+
+    :param gate: the model's gate; its ``worker`` must be a :class:`ServerWorker` (the
+        audio metrics exported on ``/metrics`` are that worker's registry).
+    :param limits: body limits (defaults derived from the gate's policy).
+    :param served_model: the ``model`` echoed when a request names none (default: the
+        family name).
+    :param close_worker: close the worker when the app shuts down.
+    :raises TypeError: the gate has no :class:`ServerWorker`.
+    """
+    worker = gate.worker
+    if not isinstance(worker, ServerWorker):
+        raise TypeError(
+            "create_app needs an AudioGate whose worker is a ServerWorker "
+            f"(got {type(worker).__name__}); pass worker=ServerWorker(host, ...)"
+        )
+    server = _AudioServer(
+        gate,
+        worker,
+        limits=limits or ServerLimits(),
+        served_model=served_model or gate.policy.family,
+        close_worker=close_worker,
+    )
+    handlers: dict[Any, Callable[[Request, Exception], Any]] = {HTTPException: _http_error}
+    app = Starlette(
+        routes=[
+            Route(PREPARE_PATH, server.prepare, methods=["POST"]),
+            Route("/metrics", server.metrics_endpoint, methods=["GET"]),
+            Route("/healthz", server.healthz, methods=["GET"]),
+        ],
+        exception_handlers=handlers,
+        lifespan=server.lifespan,
+    )
+    app.state.audiogate = server
+    return app

@@ -1,0 +1,113 @@
+"""audiogate errors as HTTP answers: a status code and one JSON error shape.
+
+``{"error": {"type": <class name>, "reason": <metrics reason>, "message": ...,
+"clip_index": <int or null>, ...}}`` with ``limit`` / ``actual`` / ``maximum`` for a
+limit, ``code`` for a decode error, ``origin`` for an acquisition error and
+``checkpoint`` for a cancellation, where present.
+
+Bad input is never a 500: only a :class:`~audiogate.errors.PluginError` (a family plugin
+broke its contract: a server bug) and exceptions audiogate did not raise on purpose are,
+and the latter get a generic message (the details go to the log).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from audiogate.errors import (
+    AudioGateError,
+    LimitError,
+    PluginError,
+    PreprocessCancelled,
+    QueueFullError,
+    SizeOverflowError,
+    WorkerUnavailableError,
+)
+from audiogate.worker import rejection_reason
+
+__all__ = [
+    "RETRY_AFTER_SECONDS",
+    "STATUS_CLIENT_CLOSED",
+    "BadRequestError",
+    "RequestTimeoutError",
+    "error_payload",
+    "reason_for",
+    "status_for",
+]
+
+#: nginx's "client closed request": logged when the client went away; nothing is sent.
+STATUS_CLIENT_CLOSED: Final = 499
+#: ``Retry-After`` of a 429 (the queue drains in well under a second per job).
+RETRY_AFTER_SECONDS: Final = 1
+
+_EXTRA_FIELDS: Final = ("limit", "actual", "maximum", "code", "origin", "checkpoint")
+
+
+class BadRequestError(AudioGateError):
+    """The HTTP request is not a prepare request: body, JSON or shape.
+
+    :param field: the JSON path concerned (``"messages"``, ``"audiogate.feature_format"``).
+    """
+
+    reason = "waveform"
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        self.field = field
+        super().__init__(message)
+
+
+class RequestTimeoutError(BadRequestError):
+    """The request body stalled: no bytes arrived within the server's idle timeout."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, field=None)
+
+
+def reason_for(error: BaseException) -> str:
+    """The metrics reason of an error (``feature_panic`` for a server bug)."""
+    return rejection_reason(error)
+
+
+def status_for(error: BaseException) -> int:
+    """The HTTP status of an error (the table in docs/server.md)."""
+    if isinstance(error, PreprocessCancelled):
+        return STATUS_CLIENT_CLOSED
+    if isinstance(error, RequestTimeoutError):
+        return 408
+    if isinstance(error, QueueFullError):
+        return 429
+    if isinstance(error, WorkerUnavailableError):
+        return 503
+    if isinstance(error, LimitError | SizeOverflowError):
+        return 413
+    if isinstance(error, PluginError):
+        return 500
+    if isinstance(error, AudioGateError):
+        return 400
+    return 500
+
+
+def error_payload(error: BaseException) -> dict[str, Any]:
+    """The JSON error body of ``error``; unexpected exceptions get a generic message."""
+    if not isinstance(error, AudioGateError):
+        return {
+            "error": {
+                "type": "InternalServerError",
+                "reason": reason_for(error),
+                "message": "internal server error (logged on the server)",
+                "clip_index": None,
+            }
+        }
+    body: dict[str, Any] = {
+        "type": type(error).__name__,
+        "reason": reason_for(error),
+        "message": str(error),
+        "clip_index": getattr(error, "clip_index", None),
+    }
+    if isinstance(error, BadRequestError) and error.field is not None:
+        body["field"] = error.field
+    for name in _EXTRA_FIELDS:
+        value = getattr(error, name, None)
+        if value is not None:
+            body[name] = value if isinstance(value, int | float | str | bool) else str(value)
+    return {"error": body}

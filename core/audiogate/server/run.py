@@ -1,0 +1,185 @@
+"""Starting the server: build the gate, worker and app from options, run uvicorn.
+
+``audiogate serve --model DIR`` calls :func:`serve`; tests and the load test use
+:class:`ServerThread` (uvicorn in a background thread on an ephemeral loopback port).
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Final
+
+import attrs
+import uvicorn
+from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
+from starlette.applications import Starlette
+
+from audiogate.acquire import AcquisitionPolicy
+from audiogate.api import AudioGate
+from audiogate.host import FamilyHost, create_host
+from audiogate.metrics import AudioMetrics
+from audiogate.server.app import ServerLimits, ServerWorker, create_app
+from audiogate.worker import WorkerLimits
+
+__all__ = ["ServeOptions", "ServerThread", "build_app", "parse_size", "serve", "server_registry"]
+
+_UNITS: Final = {"": 1, "b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30}
+_SIZE: Final = re.compile(r"^\s*(\d+)\s*([a-zA-Z]*)\s*$")
+
+
+def parse_size(text: str) -> int:
+    """Bytes from ``"1048576"``, ``"512KiB"``, ``"64MiB"`` or ``"1GiB"`` (binary units).
+
+    :raises ValueError: not a whole number of bytes with a known unit.
+    """
+    match = _SIZE.match(text)
+    if match is None or match.group(2).lower() not in _UNITS:
+        raise ValueError(f"{text!r} is not a size; use bytes or KiB, MiB, GiB (e.g. 64MiB)")
+    return int(match.group(1)) * _UNITS[match.group(2).lower()]
+
+
+@attrs.frozen(kw_only=True)
+class ServeOptions:
+    """Everything ``audiogate serve`` takes.
+
+    :param model_dir: the checkpoint directory (config files, tokenizer, chat template).
+    :param media_root: the directory ``file://`` URLs and bare paths are confined to
+        (``--media-path``); ``None`` refuses local files.
+    :param allow_url_fetch: fetch ``http(s)://`` audio (public addresses only).
+    :param threads: worker threads of the bounded worker (``--workers``).
+    :param worker: the worker's capacities (``threads`` overrides its thread count).
+    :param limits: body limits.
+    """
+
+    model_dir: Path = attrs.field(converter=Path)
+    host: str = "127.0.0.1"
+    port: int = 8000
+    media_root: Path | None = attrs.field(default=None, converter=attrs.converters.optional(Path))
+    allow_url_fetch: bool = False
+    threads: int = 1
+    worker: WorkerLimits = attrs.field(factory=WorkerLimits)
+    limits: ServerLimits = attrs.field(factory=ServerLimits)
+    max_prefill_tokens: int | None = None
+    log_level: str = "info"
+    access_log: bool = True
+
+
+def server_registry() -> CollectorRegistry:
+    """A fresh registry with prometheus-client's process, platform and GC collectors."""
+    registry = CollectorRegistry()
+    ProcessCollector(registry=registry)
+    PlatformCollector(registry=registry)
+    GCCollector(registry=registry)
+    return registry
+
+
+def build_app(options: ServeOptions, *, host: FamilyHost | None = None) -> Starlette:
+    """The app for ``options``: a :func:`server_registry` with the audio series, a
+    :class:`ServerWorker` and the model's gate.
+
+    :raises AudioGateError: the model directory cannot be loaded (``PolicyError``, ...).
+    """
+    host = host or create_host()
+    metrics = AudioMetrics(server_registry(), families=host.families)
+    worker = ServerWorker(
+        host, limits=attrs.evolve(options.worker, threads=options.threads), metrics=metrics
+    )
+    try:
+        acquisition = AcquisitionPolicy(
+            allow_url_fetch=options.allow_url_fetch,
+            media_root=None if options.media_root is None else options.media_root.resolve(),
+        )
+        gate = AudioGate.from_model_dir(
+            options.model_dir,
+            host=host,
+            worker=worker,
+            acquisition=acquisition,
+            max_prefill_tokens=options.max_prefill_tokens,
+        )
+        return create_app(gate, limits=options.limits, served_model=options.model_dir.name)
+    except BaseException:
+        worker.close()
+        raise
+
+
+def _config(app: Starlette, options: ServeOptions) -> uvicorn.Config:
+    return uvicorn.Config(
+        app,
+        host=options.host,
+        port=options.port,
+        log_level=options.log_level,
+        access_log=options.access_log,
+        lifespan="on",
+        # One process: the bounded worker is the unit of parallelism (``--workers``).
+        workers=None,
+    )
+
+
+def serve(options: ServeOptions, *, host: FamilyHost | None = None) -> int:
+    """Run the server until interrupted (SIGINT/SIGTERM); returns the exit code."""
+    app = build_app(options, host=host)
+    server = uvicorn.Server(_config(app, options))
+    server.run()
+    return 0 if server.started else 1
+
+
+class ServerThread:
+    """uvicorn serving ``app`` in a background thread (tests, the load test).
+
+    ``port=0`` binds an ephemeral port; :attr:`url` is the bound address::
+
+        with ServerThread(app) as running:
+            httpx.get(running.url + "/healthz")
+    """
+
+    def __init__(
+        self, app: Any, *, host: str = "127.0.0.1", port: int = 0, log_level: str = "warning"
+    ) -> None:
+        self.config = uvicorn.Config(
+            app, host=host, port=port, log_level=log_level, access_log=False, lifespan="on"
+        )
+        self.server = uvicorn.Server(self.config)
+        self._thread = threading.Thread(target=self.server.run, name="audiogate-uvicorn")
+        self.port = 0
+
+    @property
+    def url(self) -> str:
+        """``http://host:port`` of the running server."""
+        return f"http://{self.config.host}:{self.port}"
+
+    def start(self, *, timeout_s: float = 30.0) -> ServerThread:
+        """Start and wait until the socket is bound.
+
+        :raises RuntimeError: the server did not start within ``timeout_s``.
+        """
+        self._thread.start()
+        deadline = time.monotonic() + timeout_s
+        while not self.server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError("the audiogate server did not start")
+            time.sleep(0.01)
+        sockets = self.server.servers[0].sockets
+        self.port = int(sockets[0].getsockname()[1])
+        return self
+
+    def stop(self, *, timeout_s: float = 30.0) -> None:
+        """Ask the server to exit (graceful: in-flight requests finish) and join it."""
+        self.server.should_exit = True
+        if self._thread.is_alive():
+            self._thread.join(timeout_s)
+
+    def __enter__(self) -> ServerThread:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

@@ -1,0 +1,917 @@
+"""The family contract suite: what every audiogate family, shipped or third-party, must pass.
+
+Subclass :class:`FamilyContract` in a test module and name the family::
+
+    from audiogate.testing.contract import FamilyContract
+
+    class TestGemma3nContract(FamilyContract):
+        family = "gemma3n"
+        sample_rates_hz = (16_000, 48_000)
+
+Everything is called through the plugin host, as the pipeline calls it. The checks:
+
+* the family registers, and implements every hook that has no core default;
+* stage hooks return ``None`` for another family's policy;
+* the pinned defaults round-trip: a checkpoint restating every recognized key at its
+  pinned value validates against the schema and yields the same policy, with every key's
+  source recorded as the checkpoint;
+* ``schema.json`` is a valid draft 2020-12 schema and fresh against
+  :func:`audiogate.policy.build_schema` of the family's keys;
+* for edge lengths (0, 1, 2 samples, around the frame, hop, padding and token
+  boundaries, one second, a long clip) the feature plan's frames, tokens and shape are
+  what extraction returns, and the policy's declared framing counts the same frames;
+* every source rate the family claims goes through the whole pipeline;
+* the expanded prompt holds exactly the planned number of audio positions per clip, in
+  clip order, for chat and plain prompts, and a clip/placeholder count mismatch fails
+  closed with :class:`~audiogate.errors.PlaceholderError`;
+* cancellation is noticed inside the Decode, Resample and Feature loops of a long clip;
+* the request's reservation (:attr:`~audiogate.pipeline.RequestPlan.host_bytes`) covers
+  the traced peak of preparing a large admitted request;
+* collation keeps the per-clip token counts, batches every input along axis 0, and
+  preparation is deterministic.
+
+See ``docs/plugins/testing.md`` for what each check protects and how to configure it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import tracemalloc
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, ClassVar, Final
+
+import attrs
+import numpy as np
+import numpy.typing as npt
+import pytest
+from jsonschema import Draft202012Validator
+
+from audiogate.cancel import NEVER, Checkpoint
+from audiogate.chat import flatten_messages, parse_rendered
+from audiogate.errors import FeatureError, LimitError, PlaceholderError, PreprocessCancelled
+from audiogate.family import FamilySpec
+from audiogate.host import FamilyHost, create_host
+from audiogate.pipeline import EncodedClip, preflight, prepare_clips, process_request
+from audiogate.policy import AudioPolicy, CheckpointConfigs, build_schema, dump_schema
+from audiogate.policy.schema import SCHEMA_DIALECT, iter_schema_errors
+from audiogate.records import (
+    ClipFeatures,
+    ClipSlot,
+    ExpandedPrompt,
+    MediaSegment,
+    PromptSegment,
+    TextSegment,
+    readonly,
+)
+from audiogate.testing.audio import encoded_clip, noise
+from audiogate.testing.cancel import CancelAt
+from audiogate.testing.checkpoints import pinned_document, pinned_value
+
+__all__ = [
+    "REQUIRED_HOOKS",
+    "FamilyContract",
+    "check_expansion",
+    "edge_lengths",
+    "pinned_document",
+    "pinned_value",
+]
+
+#: Hooks with no core default: a family must implement each of them.
+REQUIRED_HOOKS: Final = frozenset(
+    {
+        "audiogate_register_families",
+        "audiogate_plan_features",
+        "audiogate_extract_features",
+        "audiogate_collate_features",
+        "audiogate_expand_prompt",
+    }
+)
+
+_FOREIGN: Final = "contractforeign"
+_PROMPT: Final = "What is said in the audio?"
+_TOKENIZER_FILES: Final = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
+
+contract = pytest.mark.audiogate_contract
+
+
+# --- helpers (public: family tests may use them directly) ----------------------------
+
+
+def edge_lengths(
+    host: FamilyHost, policy: AudioPolicy, *, rate_hz: int, long_samples: int
+) -> list[int]:
+    """Normalized clip lengths that exercise a frontend's arithmetic.
+
+    0, 1 and 2 samples; one either side of the minimum, the frame, frame + hop and the
+    padding multiple (and twice it); the first two lengths where the token count changes;
+    one second; and ``long_samples``. Lengths above ``max_samples_per_clip`` are dropped.
+    """
+    frame = policy.frame_length_samples
+    hop = policy.frame_hop_samples
+    pad = policy.pad_multiple_samples
+    lowest = policy.min_samples_per_clip
+    candidates = {0, 1, 2, rate_hz, rate_hz + 1, long_samples}
+    for edge in (lowest, frame, frame + hop, pad, 2 * pad):
+        candidates.update((edge - 1, edge, edge + 1))
+    start = max(lowest, frame, 1)
+    previous: int | None = None
+    changes = 0
+    for samples in range(start, start + 32 * hop + pad):
+        try:
+            tokens = host.plan_features(
+                policy, rate_hz=rate_hz, samples=samples, clip_index=0
+            ).tokens
+        except FeatureError:
+            continue
+        if previous is not None and tokens != previous:
+            candidates.update((samples - 1, samples, samples + 1))
+            changes += 1
+            if changes == 2:
+                break
+        previous = tokens
+    return sorted(n for n in candidates if 0 <= n <= policy.max_samples_per_clip)
+
+
+def check_expansion(
+    expanded: ExpandedPrompt, clips: Sequence[ClipSlot], tokenizer: Any
+) -> list[str]:
+    """Problems with an expanded prompt (empty when it keeps the expansion invariant).
+
+    Every clip has one run of exactly ``clip.tokens`` audio ids, in clip order; the prompt
+    holds no other audio id; tokenizing ``text`` (where there is one) gives ``input_ids``.
+    """
+    problems: list[str] = []
+    ids = expanded.input_ids
+    if len(expanded.audio_spans) != len(clips):
+        problems.append(f"{len(expanded.audio_spans)} audio runs for {len(clips)} clips")
+        return problems
+    previous_stop = 0
+    for clip, (start, stop) in zip(clips, expanded.audio_spans, strict=True):
+        if start < previous_stop:
+            problems.append(f"clip {clip.ordinal}'s run starts at {start}, before the last run")
+        previous_stop = stop
+        run = ids[start:stop]
+        if stop - start != clip.tokens:
+            problems.append(
+                f"clip {clip.ordinal}: {stop - start} audio positions, its features produce "
+                f"{clip.tokens}"
+            )
+        if any(i != expanded.audio_token_id for i in run):
+            problems.append(f"clip {clip.ordinal}: its run holds ids other than the audio id")
+    total = sum(1 for i in ids if i == expanded.audio_token_id)
+    if total != sum(c.tokens for c in clips):
+        problems.append(
+            f"the prompt holds {total} audio ids, the clips produce {sum(c.tokens for c in clips)}"
+        )
+    if expanded.text is not None:
+        encoded = tuple(tokenizer.encode(expanded.text, add_special_tokens=False))
+        if encoded != ids:
+            problems.append("tokenizing the expanded text does not give input_ids")
+    return problems
+
+
+def _waveform(samples: int, seed: int = 0) -> npt.NDArray[np.float32]:
+    return readonly(noise(samples=samples, amplitude=0.3, seed=seed).astype(np.float32))
+
+
+# --- the suite -----------------------------------------------------------------------
+
+
+class FamilyContract:
+    """Base class of a family's contract tests. Set :attr:`family`; override as needed.
+
+    Class attributes:
+
+    ``family``
+        the family name (required).
+    ``sample_rates_hz``
+        source rates to push through the pipeline; default: the target rate and, if the
+        policy admits it, 48 kHz. The first rate other than the target is the one whose
+        resampler is cancelled.
+    ``plugins``
+        plugin objects to register directly (entry points are then not loaded); default:
+        the installed families.
+    ``model_type``
+        the ``config.json`` ``model_type`` of the checkpoint whose policy is tested
+        (a family with variants tests each in its own subclass); default: the first.
+    ``model_dir``
+        an example checkpoint directory: its configs must select this family, and its
+        tokenizer (``AutoTokenizer``, offline), if it has one, drives the expansion checks.
+    ``special_tokens`` / ``chat_template``
+        without ``model_dir``: a stand-in tokenizer
+        (:func:`audiogate.testing.tokenizers.build_stand_in_tokenizer`) with these tokens.
+    ``round_trip_skip_targets``
+        key targets a variant refuses to have restated (left out of the round trip).
+    ``long_clip_seconds``
+        the long clip of the arithmetic and cancellation checks (capped by the policy).
+    ``reservation_clips`` / ``reservation_clip_seconds``
+        the request whose reservation is checked: this many clips of this duration at the
+        highest source rate, in stereo where admitted, reduced until the policy admits it.
+    """
+
+    family: ClassVar[str]
+    sample_rates_hz: ClassVar[tuple[int, ...]] = ()
+    plugins: ClassVar[tuple[object, ...]] = ()
+    model_type: ClassVar[str | None] = None
+    model_dir: ClassVar[str | Path | None] = None
+    special_tokens: ClassVar[Mapping[str, int] | None] = None
+    chat_template: ClassVar[str | None] = None
+    round_trip_skip_targets: ClassVar[tuple[str, ...]] = ()
+    long_clip_seconds: ClassVar[float] = 20.0
+    reservation_clips: ClassVar[int] = 4
+    reservation_clip_seconds: ClassVar[float] = 30.0
+
+    # --- overridable factories -------------------------------------------------------
+
+    def make_host(self) -> FamilyHost:
+        """A fresh host with the family (installed, or :attr:`plugins` registered directly)."""
+        if self.plugins:
+            return create_host(plugins=self.plugins, load_entry_points=False)
+        return create_host(load_entry_points=True)
+
+    def checkpoint_configs(
+        self, spec: FamilySpec, processor: Mapping[str, Any] | None = None
+    ) -> CheckpointConfigs:
+        """A checkpoint of :attr:`model_type` whose processor file is ``processor``."""
+        model_type = self.model_type or spec.model_types[0]
+        return CheckpointConfigs(
+            model={"model_type": model_type},
+            processor=processor,
+            processor_file="preprocessor_config.json" if processor is not None else None,
+        )
+
+    def make_policy(self, host: FamilyHost) -> AudioPolicy:
+        """The policy under test: a checkpoint of :attr:`model_type` that declares nothing."""
+        spec = host.family(self.family).spec
+        return host.parse_policy(self.family, self.checkpoint_configs(spec))
+
+    def make_tokenizer(self) -> Any:
+        """The tokenizer of the expansion checks (skips them when there is none).
+
+        :attr:`model_dir`'s tokenizer when it has one, else a stand-in built from
+        :attr:`special_tokens` and :attr:`chat_template`.
+        """
+        if self.model_dir is not None and any(
+            (Path(self.model_dir) / name).exists() for name in _TOKENIZER_FILES
+        ):
+            transformers = pytest.importorskip("transformers")
+            return transformers.AutoTokenizer.from_pretrained(
+                str(self.model_dir), local_files_only=True
+            )
+        if self.special_tokens is not None:
+            pytest.importorskip("transformers")
+            from audiogate.testing.tokenizers import build_stand_in_tokenizer
+
+            return build_stand_in_tokenizer(self.special_tokens, chat_template=self.chat_template)
+        pytest.skip(
+            f"{type(self).__name__} gives no tokenizer: set model_dir (with tokenizer files) "
+            f"or special_tokens, or override make_tokenizer()"
+        )
+
+    def make_segments(self, count: int, tokenizer: Any) -> list[PromptSegment]:
+        """Prompt segments with ``count`` audio positions, as the core builds them.
+
+        With a chat template: flatten a user message with ``count`` audio parts into
+        sentinels, render it with the template and parse it back (what
+        :class:`audiogate.api.AudioGate` does). Without one: text around bare media
+        segments.
+        """
+        if getattr(tokenizer, "chat_template", None):
+            content: list[dict[str, Any]] = [
+                {"type": "input_audio", "input_audio": {"data": "", "format": "wav"}}
+                for _ in range(count)
+            ]
+            content.append({"type": "text", "text": _PROMPT})
+            flat = flatten_messages([{"role": "user", "content": content}])
+            assert flat.codec is not None
+            rendered = tokenizer.apply_chat_template(
+                [dict(m) for m in flat.messages], tokenize=False, add_generation_prompt=True
+            )
+            return parse_rendered(str(rendered), flat.codec, expected={"audio": count})
+        segments: list[PromptSegment] = [TextSegment("Listen. ")]
+        for ordinal in range(1, count + 1):
+            segments.extend((MediaSegment("audio", ordinal), TextSegment(" ")))
+        segments.append(TextSegment(_PROMPT))
+        return segments
+
+    # --- fixtures --------------------------------------------------------------------
+
+    @pytest.fixture
+    def contract_host(self) -> FamilyHost:
+        """A fresh host per test."""
+        return self.make_host()
+
+    @pytest.fixture
+    def contract_spec(self, contract_host: FamilyHost) -> FamilySpec:
+        """The family's registration record."""
+        return contract_host.family(self.family).spec
+
+    @pytest.fixture
+    def contract_policy(self, contract_host: FamilyHost) -> AudioPolicy:
+        """The policy under test."""
+        return self.make_policy(contract_host)
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def contract_tokenizer(cls) -> Any:
+        """The tokenizer (built once per class: loading one takes a moment)."""
+        return cls().make_tokenizer()
+
+    # --- small helpers ---------------------------------------------------------------
+
+    def rates(self, policy: AudioPolicy) -> tuple[int, ...]:
+        """The source rates to exercise (see :attr:`sample_rates_hz`)."""
+        if self.sample_rates_hz:
+            return self.sample_rates_hz
+        rates = [policy.target_rate_hz]
+        allowed = policy.allowed_source_rates_hz
+        if policy.min_source_rate_hz <= 48_000 <= policy.max_source_rate_hz and (
+            allowed is None or 48_000 in allowed
+        ):
+            rates.append(48_000)
+        return tuple(dict.fromkeys(rates))
+
+    def long_seconds(self, policy: AudioPolicy) -> float:
+        """Duration of the long clip: :attr:`long_clip_seconds` within the per-clip caps."""
+        return min(
+            self.long_clip_seconds,
+            policy.max_duration_seconds,
+            policy.max_samples_per_clip / policy.target_rate_hz,
+        )
+
+    def long_samples(self, policy: AudioPolicy, rate_hz: int) -> int:
+        """Samples of the long clip at ``rate_hz``."""
+        return int(self.long_seconds(policy) * rate_hz)
+
+    def slots(
+        self, host: FamilyHost, policy: AudioPolicy, clips: Sequence[EncodedClip]
+    ) -> list[ClipSlot]:
+        """Expansion slots of ``clips``, with tokens and frames from the family's plans."""
+        plan = preflight(host, policy, clips)
+        return [
+            ClipSlot(
+                ordinal=clip.ordinal,
+                tokens=clip_plan.features.tokens,
+                frames=clip_plan.features.frames,
+                sha256=clip.sha256,
+            )
+            for clip, clip_plan in zip(clips, plan.clips, strict=True)
+        ]
+
+    def expansion_clips(self, policy: AudioPolicy) -> list[EncodedClip]:
+        """Three clips of different lengths at the target rate."""
+        rate = policy.target_rate_hz
+        seconds = (1.0, 2.37, min(6.1, policy.max_duration_seconds))
+        return [
+            encoded_clip(seconds=s, rate_hz=rate, ordinal=i + 1, seed=i)
+            for i, s in enumerate(seconds)
+        ]
+
+    def reservation_request(self, host: FamilyHost, policy: AudioPolicy) -> list[EncodedClip]:
+        """The largest request of the configured shape that the policy admits."""
+        rate = max(self.rates(policy))
+        channels = min(2, policy.max_source_channels)
+        seconds = min(self.reservation_clip_seconds, policy.max_duration_seconds)
+        count = min(self.reservation_clips, policy.max_clips)
+        while True:
+            request = [
+                encoded_clip(
+                    seconds=seconds, rate_hz=rate, channels=channels, ordinal=i + 1, seed=i
+                )
+                for i in range(count)
+            ]
+            try:
+                preflight(host, policy, request)
+            except LimitError:
+                if count > 1:
+                    count -= 1
+                elif seconds > 0.5:
+                    seconds *= 0.75
+                else:
+                    raise
+                continue
+            return request
+
+    # --- registration ----------------------------------------------------------------
+
+    @contract
+    def test_family_registers(self, contract_host: FamilyHost, contract_spec: FamilySpec) -> None:
+        """The family is registered under its name and model types, with every hook it needs."""
+        registered = contract_host.family(self.family)
+        assert contract_spec.name == self.family
+        assert contract_spec.defaults.family == self.family
+        for model_type in contract_spec.model_types:
+            assert contract_host.family_for_model_type(model_type).spec.name == self.family
+        implemented = {
+            hook
+            for name, _, hooks in contract_host.plugins()
+            if name == registered.plugin_name
+            for hook in hooks
+        }
+        missing = sorted(REQUIRED_HOOKS - implemented)
+        assert not missing, f"plugin {registered.plugin_name!r} does not implement {missing}"
+
+    @contract
+    def test_stage_hooks_ignore_other_families(
+        self, contract_host: FamilyHost, contract_spec: FamilySpec, contract_policy: AudioPolicy
+    ) -> None:
+        """Every stage hook of the plugin returns ``None`` for a policy of another family."""
+        policy = contract_policy
+        rate = self.rates(policy)[-1]
+        plan = contract_host.plan_resample(
+            policy, source_rate_hz=rate, source_samples=rate, clip_index=0
+        )
+        samples = policy.target_rate_hz
+        features_plan = contract_host.plan_features(
+            policy, rate_hz=policy.target_rate_hz, samples=samples, clip_index=0
+        )
+        features = contract_host.extract_features(
+            policy,
+            features_plan,
+            _waveform(samples),
+            rate_hz=policy.target_rate_hz,
+            clip_index=0,
+            cancel=NEVER,
+        )
+        foreign = attrs.evolve(policy, family=_FOREIGN)
+        foreign_spec = attrs.evolve(
+            contract_spec,
+            name=_FOREIGN,
+            defaults=attrs.evolve(contract_spec.defaults, family=_FOREIGN),
+        )
+        arguments: dict[str, dict[str, Any]] = {
+            "audiogate_parse_policy": {
+                "family": foreign_spec,
+                "configs": CheckpointConfigs(model={"model_type": _FOREIGN}),
+            },
+            "audiogate_plan_resample": {
+                "policy": foreign,
+                "source_rate_hz": rate,
+                "source_samples": rate,
+                "clip_index": 0,
+            },
+            "audiogate_resample": {
+                "policy": foreign,
+                "plan": plan,
+                "samples": _waveform(rate),
+                "clip_index": 0,
+                "cancel": NEVER,
+            },
+            "audiogate_plan_features": {
+                "policy": foreign,
+                "rate_hz": policy.target_rate_hz,
+                "samples": samples,
+                "clip_index": 0,
+            },
+            "audiogate_extract_features": {
+                "policy": foreign,
+                "plan": features_plan,
+                "waveform": _waveform(samples),
+                "rate_hz": policy.target_rate_hz,
+                "clip_index": 0,
+                "cancel": NEVER,
+            },
+            "audiogate_collate_features": {"policy": foreign, "clips": [features]},
+            "audiogate_expand_prompt": {
+                "policy": foreign,
+                "segments": [TextSegment(_PROMPT)],
+                "clips": [ClipSlot(ordinal=1, tokens=features.tokens, frames=1, sha256="0" * 64)],
+                "tokenizer": None,
+            },
+        }
+        answered = [
+            hook
+            for hook, result in _call_plugin_hooks(contract_host, self.family, arguments)
+            if result is not None
+        ]
+        assert not answered, (
+            f"these hooks of the {self.family!r} plugin answered for family {_FOREIGN!r}; "
+            f"return None unless policy.family (family.name) is yours: {answered}"
+        )
+
+    # --- policy and schema -----------------------------------------------------------
+
+    @contract
+    def test_empty_checkpoint_gets_the_pinned_defaults(
+        self, contract_host: FamilyHost, contract_spec: FamilySpec
+    ) -> None:
+        """A checkpoint of the first model type that declares nothing gets the pinned policy."""
+        configs = CheckpointConfigs(model={"model_type": contract_spec.model_types[0]})
+        policy = contract_host.parse_policy(self.family, configs)
+        assert policy == contract_host.default_policy(self.family)
+
+    @contract
+    def test_policy_round_trips_through_every_recognized_key(
+        self, contract_host: FamilyHost, contract_spec: FamilySpec
+    ) -> None:
+        """Restating every recognized key at its pinned value validates and changes nothing."""
+        document = pinned_document(contract_spec, skip_targets=self.round_trip_skip_targets)
+        errors = [
+            f"{pointer} = {value!r}: {error.message}"
+            for pointer, value, error in iter_schema_errors(contract_spec.schema, document)
+        ]
+        assert not errors, f"the family's own pinned values break its schema: {errors}"
+        baseline = contract_host.parse_policy(self.family, self.checkpoint_configs(contract_spec))
+        loaded = contract_host.parse_policy(
+            self.family, self.checkpoint_configs(contract_spec, document)
+        )
+        changed = {
+            name: (getattr(baseline, name), getattr(loaded, name))
+            for name in baseline.as_dict()
+            if getattr(baseline, name) != getattr(loaded, name)
+        }
+        assert not changed, f"restating the pinned values changed the policy: {changed}"
+        assert loaded == baseline
+        not_recorded = sorted(
+            {
+                key.target
+                for key in contract_spec.keys
+                if key.target not in self.round_trip_skip_targets
+                and loaded.source_of(key.target).kind != "checkpoint"
+            }
+        )
+        assert not not_recorded, f"keys read but not recorded as checkpoint values: {not_recorded}"
+
+    @contract
+    def test_schema_is_valid_and_fresh(self, contract_spec: FamilySpec) -> None:
+        """``schema.json`` is draft 2020-12 and equals ``build_schema`` of the key table."""
+        schema = json.loads(dump_schema(contract_spec.schema))
+        Draft202012Validator.check_schema(schema)
+        assert schema.get("$schema") == SCHEMA_DIALECT
+        fresh = json.loads(dump_schema(build_schema(self.family, contract_spec.keys)))
+        assert schema == fresh, (
+            f"the {self.family!r} schema.json is stale: regenerate it with "
+            f"audiogate.policy.dump_schema(build_schema({self.family!r}, KEYS))"
+        )
+
+    @contract
+    def test_example_checkpoint_selects_the_family(self, contract_host: FamilyHost) -> None:
+        """The example model directory's configs load as this family."""
+        if self.model_dir is None:
+            pytest.skip(f"{type(self).__name__} names no example checkpoint (model_dir)")
+        policy = contract_host.load_model_policy(self.model_dir)
+        assert policy.family == self.family
+
+    # --- frame and token arithmetic --------------------------------------------------
+
+    @contract
+    def test_feature_plan_matches_extracted_features(
+        self, contract_host: FamilyHost, contract_policy: AudioPolicy
+    ) -> None:
+        """At edge lengths, extraction returns exactly the planned shape, frames and tokens."""
+        host, policy = contract_host, contract_policy
+        rate = policy.target_rate_hz
+        lengths = edge_lengths(
+            host, policy, rate_hz=rate, long_samples=self.long_samples(policy, rate)
+        )
+        problems: list[str] = []
+        for samples in lengths:
+            try:
+                plan = host.plan_features(policy, rate_hz=rate, samples=samples, clip_index=0)
+            except FeatureError:
+                continue
+            # The host raises PluginError when shape, frames or tokens differ from the plan.
+            features = host.extract_features(
+                policy, plan, _waveform(samples), rate_hz=rate, clip_index=0, cancel=NEVER
+            )
+            problems.extend(f"{samples} samples: {p}" for p in _feature_problems(features))
+        assert not problems, problems
+
+    @contract
+    def test_policy_framing_counts_the_planned_frames(
+        self, contract_host: FamilyHost, contract_policy: AudioPolicy
+    ) -> None:
+        """``AudioPolicy.estimate_frames`` (used to derive frame caps) agrees with the plan.
+
+        Where the policy admits a length and its framing counts frames, the frontend plans
+        that many; where the frontend refuses a length, the policy's framing counts none
+        or ``min_samples_per_clip`` refuses it first. The longest admitted clip fits
+        ``max_frames_per_clip``.
+        """
+        host, policy = contract_host, contract_policy
+        rate = policy.target_rate_hz
+        lengths = edge_lengths(
+            host, policy, rate_hz=rate, long_samples=self.long_samples(policy, rate)
+        )
+        problems: list[str] = []
+        for samples in lengths:
+            estimate = policy.estimate_frames(samples)
+            try:
+                plan = host.plan_features(policy, rate_hz=rate, samples=samples, clip_index=0)
+            except FeatureError as exc:
+                if estimate > 0 and samples >= policy.min_samples_per_clip:
+                    problems.append(
+                        f"{samples} samples: refused ({exc}) though the policy admits it and "
+                        f"its framing counts {estimate} frames"
+                    )
+                continue
+            if samples < policy.min_samples_per_clip:
+                continue
+            if plan.frames != estimate:
+                problems.append(
+                    f"{samples} samples: the plan has {plan.frames} frames, the policy's "
+                    f"framing (frame {policy.frame_length_samples}, hop "
+                    f"{policy.frame_hop_samples}, pad to {policy.pad_multiple_samples}) "
+                    f"counts {estimate}"
+                )
+        longest = host.plan_features(
+            policy, rate_hz=rate, samples=policy.max_samples_per_clip, clip_index=0
+        )
+        if longest.frames > policy.max_frames_per_clip:
+            problems.append(
+                f"the longest admitted clip ({policy.max_samples_per_clip} samples) plans "
+                f"{longest.frames} frames, above max_frames_per_clip {policy.max_frames_per_clip}"
+            )
+        assert not problems, problems
+
+    @contract
+    def test_every_source_rate_goes_through_the_pipeline(
+        self, contract_host: FamilyHost, contract_policy: AudioPolicy
+    ) -> None:
+        """Each claimed source rate, mono and stereo, prepares as planned."""
+        host, policy = contract_host, contract_policy
+        for rate in self.rates(policy):
+            clips = [
+                encoded_clip(seconds=1.0, rate_hz=rate, ordinal=1),
+                encoded_clip(
+                    seconds=2.37,
+                    rate_hz=rate,
+                    channels=min(2, policy.max_source_channels),
+                    ordinal=2,
+                    encoding="f32",
+                    seed=1,
+                ),
+            ]
+            plan = preflight(host, policy, clips)
+            batch = prepare_clips(host, policy, clips)
+            assert [c.tokens for c in batch.clips] == [p.features.tokens for p in plan.clips]
+            assert [c.normalized_samples for c in batch.clips] == [
+                p.normalized_samples for p in plan.clips
+            ]
+            for clip in batch.clips:
+                assert not clip.waveform.flags.writeable
+                assert clip.waveform.dtype == np.float32
+
+    # --- expansion -------------------------------------------------------------------
+
+    @contract
+    def test_chat_expansion_has_the_planned_audio_positions(
+        self, contract_host: FamilyHost, contract_policy: AudioPolicy, contract_tokenizer: Any
+    ) -> None:
+        """A rendered chat prompt expands to exactly each clip's tokens, in clip order."""
+        host, policy, tokenizer = contract_host, contract_policy, contract_tokenizer
+        clips = self.expansion_clips(policy)
+        slots = self.slots(host, policy, clips)
+        for count in (1, len(slots)):
+            segments = self.make_segments(count, tokenizer)
+            expanded = host.expand_prompt(policy, segments, slots[:count], tokenizer)
+            problems = check_expansion(expanded, slots[:count], tokenizer)
+            assert not problems, problems
+            text_only = host.expand_prompt(policy, segments, slots[:count], None)
+            assert text_only.input_ids == ()
+            assert text_only.audio_spans == ()
+            assert text_only.text == expanded.text
+
+    @contract
+    def test_plain_prompt_expansion_inserts_the_placeholders(
+        self, contract_host: FamilyHost, contract_policy: AudioPolicy, contract_tokenizer: Any
+    ) -> None:
+        """A plain prompt without placeholders gets one run per clip, of the planned length."""
+        host, policy, tokenizer = contract_host, contract_policy, contract_tokenizer
+        slots = self.slots(host, policy, self.expansion_clips(policy))
+        expanded = host.expand_prompt(policy, [TextSegment(_PROMPT)], slots, tokenizer)
+        problems = check_expansion(expanded, slots, tokenizer)
+        assert not problems, problems
+
+    @contract
+    def test_clip_count_mismatch_fails_closed(
+        self, contract_host: FamilyHost, contract_policy: AudioPolicy, contract_tokenizer: Any
+    ) -> None:
+        """More or fewer media positions than clips is a PlaceholderError, never fixed up."""
+        host, policy, tokenizer = contract_host, contract_policy, contract_tokenizer
+        slots = self.slots(host, policy, self.expansion_clips(policy)[:2])
+        two = self.make_segments(2, tokenizer)
+        one = self.make_segments(1, tokenizer)
+        with pytest.raises(PlaceholderError):
+            host.expand_prompt(policy, two, slots[:1], tokenizer)
+        with pytest.raises(PlaceholderError):
+            host.expand_prompt(policy, one, slots, tokenizer)
+
+    # --- cancellation ----------------------------------------------------------------
+
+    @contract
+    @pytest.mark.parametrize(
+        ("checkpoint", "nth"),
+        # The pipeline polls once before each stage; these reach into the stage's loop.
+        [(Checkpoint.DECODE, 4), (Checkpoint.RESAMPLE, 3), (Checkpoint.FEATURE, 3)],
+        ids=["decode", "resample", "feature"],
+    )
+    def test_cancellation_is_noticed_inside_each_stage(
+        self,
+        contract_host: FamilyHost,
+        contract_policy: AudioPolicy,
+        checkpoint: Checkpoint,
+        nth: int,
+    ) -> None:
+        """A long clip's stage loop polls the token and stops at the poll that cancels."""
+        host, policy = contract_host, contract_policy
+        rate = policy.target_rate_hz
+        if checkpoint is Checkpoint.RESAMPLE:
+            others = [r for r in self.rates(policy) if r != policy.target_rate_hz]
+            if not others:
+                pytest.skip("no source rate other than the target rate to resample from")
+            rate = max(others)
+        clip = encoded_clip(samples=self.long_samples(policy, rate), rate_hz=rate)
+        plan = preflight(host, policy, [clip])
+        counting = CancelAt()
+        process_request(host, plan, [clip], cancel=counting)
+        polls = counting.count(checkpoint, 0)
+        seconds = plan.clips[0].geometry.duration_us / 1e6
+        assert polls >= nth, (
+            f"a {seconds:.1f} s clip at {rate} Hz polls the {checkpoint.value} checkpoint "
+            f"{polls} times; poll cancel.check(Checkpoint.{checkpoint.name}, clip_index) "
+            f"inside the loop (every few thousand samples or few hundred frames)"
+        )
+        token = CancelAt(checkpoint, nth)
+        with pytest.raises(PreprocessCancelled) as info:
+            process_request(host, plan, [clip], cancel=token)
+        assert info.value.checkpoint == checkpoint.value
+        assert info.value.clip_index == 0
+        assert token.count(checkpoint) == nth
+
+    # --- reservations and collation --------------------------------------------------
+
+    @contract
+    def test_reservation_covers_the_traced_peak(
+        self, contract_host: FamilyHost, contract_policy: AudioPolicy
+    ) -> None:
+        """Preparing a large admitted request allocates no more than its planned host bytes."""
+        host, policy = contract_host, contract_policy
+        request = self.reservation_request(host, policy)
+        plan = preflight(host, policy, request)
+        # Warm caches (filter banks, windows) that are built once per process, not per request.
+        prepare_clips(host, policy, [encoded_clip(seconds=1.0, rate_hz=max(self.rates(policy)))])
+        with _traced() as peak:
+            batch = prepare_clips(host, policy, request)
+        assert batch.totals.clips == len(request)
+        assert peak[0] <= plan.host_bytes, (
+            f"{len(request)} clip(s) of {plan.clips[0].geometry.duration_us / 1e6:.1f} s at "
+            f"{plan.clips[0].geometry.rate_hz} Hz: traced peak {peak[0]} B exceeds the "
+            f"reservation of {plan.host_bytes} B (waveform working "
+            f"{plan.waveform_working_bytes}, feature working {plan.feature_working_bytes}, "
+            f"prepared results {plan.prepared_result_bytes})"
+        )
+
+    @contract
+    def test_declared_working_bytes_cover_each_stage(
+        self, contract_host: FamilyHost, contract_policy: AudioPolicy
+    ) -> None:
+        """The resampler and the frontend allocate no more than their plans declare.
+
+        ``ResamplePlan.working_bytes`` must cover the resampler's traced peak besides its
+        output, and ``FeaturePlan.working_bytes`` the frontend's besides its result
+        (``feature_bytes``); the request reservation is built from these declarations.
+        """
+        host, policy = contract_host, contract_policy
+        rate = max(self.rates(policy))
+        clip = encoded_clip(samples=self.long_samples(policy, rate), rate_hz=rate)
+        (clip_plan,) = preflight(host, policy, [clip]).clips
+        source = _waveform(clip_plan.resample.source_samples)
+        # Warm once-per-process caches (filter banks, windows) before tracing.
+        warm = host.resample(policy, clip_plan.resample, source, clip_index=0, cancel=NEVER)
+        host.extract_features(
+            policy,
+            clip_plan.features,
+            warm[: clip_plan.normalized_samples],
+            rate_hz=clip_plan.resample.output_rate_hz,
+            clip_index=0,
+            cancel=NEVER,
+        )
+        del warm
+        problems: list[str] = []
+        with _traced() as peak:
+            out = host.resample(policy, clip_plan.resample, source, clip_index=0, cancel=NEVER)
+        allowed = clip_plan.resample.working_bytes + clip_plan.resample.output_samples * 4
+        if out is source:
+            allowed = clip_plan.resample.working_bytes
+        if peak[0] > allowed:
+            problems.append(
+                f"resampling {clip_plan.resample.source_samples} samples at {rate} Hz "
+                f"({clip_plan.resample.algorithm}) traced {peak[0]} B; the plan declares "
+                f"{clip_plan.resample.working_bytes} B of working memory besides its "
+                f"{clip_plan.resample.output_samples * 4} B output"
+            )
+        waveform = out[: clip_plan.normalized_samples]
+        del source
+        with _traced() as peak:
+            host.extract_features(
+                policy,
+                clip_plan.features,
+                waveform,
+                rate_hz=clip_plan.resample.output_rate_hz,
+                clip_index=0,
+                cancel=NEVER,
+            )
+        allowed = clip_plan.features.working_bytes + clip_plan.features.feature_bytes
+        if peak[0] > allowed:
+            problems.append(
+                f"extracting {clip_plan.features.frames} frames traced {peak[0]} B; the plan "
+                f"declares {clip_plan.features.working_bytes} B of working memory besides its "
+                f"{clip_plan.features.feature_bytes} B result"
+            )
+        assert not problems, problems
+
+    @contract
+    def test_collation_keeps_each_clips_tokens(
+        self, contract_host: FamilyHost, contract_policy: AudioPolicy
+    ) -> None:
+        """Collated tokens equal the per-clip tokens; every input is batched along axis 0."""
+        host, policy = contract_host, contract_policy
+        clips = self.expansion_clips(policy)
+        batch = prepare_clips(host, policy, clips)
+        per_clip = tuple(c.tokens for c in batch.clips)
+        assert batch.inputs.tokens == per_clip
+        features: list[ClipFeatures] = [c.features for c in batch.clips]
+        for subset in (features[:1], features[::-1]):
+            collated = host.collate_features(policy, subset)
+            assert collated.tokens == tuple(f.tokens for f in subset)
+        assert batch.inputs.inputs, "collate_features returned no model inputs"
+        for name, array in batch.inputs.inputs.items():
+            assert isinstance(array, np.ndarray), f"{name} is a {type(array).__name__}"
+            assert not array.flags.writeable, f"{name} is writable; return readonly() arrays"
+            assert array.shape[:1] == (len(clips),), (
+                f"{name} has shape {array.shape}; expected one row per clip ({len(clips)})"
+            )
+
+    @contract
+    def test_preparation_is_deterministic(
+        self, contract_host: FamilyHost, contract_policy: AudioPolicy
+    ) -> None:
+        """The same request prepares to the same bytes twice (no hidden state)."""
+        host, policy = contract_host, contract_policy
+        clips = self.expansion_clips(policy)[:2]
+        first = prepare_clips(host, policy, clips)
+        second = prepare_clips(host, policy, clips)
+        for a, b in zip(first.clips, second.clips, strict=True):
+            assert a.features.features.tobytes() == b.features.features.tobytes()
+        for name, array in first.inputs.inputs.items():
+            assert array.tobytes() == second.inputs.inputs[name].tobytes(), name
+
+
+# --- internals -----------------------------------------------------------------------
+
+
+def _feature_problems(features: ClipFeatures) -> Iterator[str]:
+    array = features.features
+    if not isinstance(array, np.ndarray) or array.dtype != np.float32:
+        yield f"features are {getattr(array, 'dtype', type(array).__name__)}, not float32"
+        return
+    if array.flags.writeable:
+        yield "features are writable; return readonly() arrays"
+    if not np.isfinite(array).all():
+        yield "features contain NaN or infinity"
+    mask = features.mask
+    if mask is not None:
+        if mask.dtype != np.bool_:
+            yield f"the mask is {mask.dtype}, not bool"
+        if mask.flags.writeable:
+            yield "the mask is writable; return readonly() arrays"
+        if int(mask.sum()) != features.frames:
+            yield f"the mask marks {int(mask.sum())} valid frames, the clip has {features.frames}"
+
+
+def _call_plugin_hooks(
+    host: FamilyHost, family: str, arguments: Mapping[str, Mapping[str, Any]]
+) -> Iterator[tuple[str, Any]]:
+    """Call the family plugin's own implementations (not the others') of the given hooks."""
+    # The façade only calls whole hooks; the contract needs one plugin's implementations.
+    pm = host._pm
+    plugin = pm.get_plugin(host.family(family).plugin_name)
+    for caller in pm.get_hookcallers(plugin) or []:
+        if caller.name not in arguments:
+            continue
+        for impl in caller.get_hookimpls():
+            if impl.plugin is plugin:
+                kwargs = {name: arguments[caller.name][name] for name in impl.argnames}
+                yield caller.name, impl.function(**kwargs)
+
+
+@contextlib.contextmanager
+def _traced() -> Iterator[list[int]]:
+    """``with _traced() as peak:``; afterwards ``peak[0]`` is the traced peak in bytes
+    above what was allocated before the block."""
+    peak = [0]
+    was_tracing = tracemalloc.is_tracing()
+    if not was_tracing:
+        tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        baseline, _ = tracemalloc.get_traced_memory()
+        yield peak
+        _, highest = tracemalloc.get_traced_memory()
+        peak[0] = highest - baseline
+    finally:
+        if not was_tracing:
+            tracemalloc.stop()

@@ -1,0 +1,16 @@
+"""Gemma 3n passes the family contract suite (``audiogate.testing.contract``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from audiogate.testing.contract import FamilyContract
+
+MODELS = Path(__file__).resolve().parents[2] / "examples" / "models"
+
+
+class TestGemma3nContract(FamilyContract):
+    family = "gemma3n"
+    # The linear resampler takes any rate; these are the common ones.
+    sample_rates_hz = (16_000, 8_000, 44_100, 48_000)
+    model_dir = MODELS / "gemma-3n-e4b-it"

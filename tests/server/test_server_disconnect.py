@@ -1,0 +1,153 @@
+"""A client that goes away cancels acquisition and processing: counted once as
+cancelled, every byte gauge back to zero, the worker still serving."""
+
+from __future__ import annotations
+
+import gc
+import json
+import socket
+from pathlib import Path
+
+import numpy as np
+import pytest
+from serverkit import PREPARE, Blocker, chat, delta, serving, wait_until, wav_b64
+
+from audiogate.acquire import AcquisitionPolicy
+from audiogate.server import ServerLimits
+from audiogate.testing.audio import wav_bytes
+
+
+def open_request(port: int, headers: dict[str, str]) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+    head = f"POST {PREPARE} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+    head += "".join(f"{name}: {value}\r\n" for name, value in headers.items()) + "\r\n"
+    sock.sendall(head.encode())
+    return sock
+
+
+def test_a_slow_upload_that_stops_is_cancelled_and_freed(gemma) -> None:
+    before = gemma.outcomes()
+    body = json.dumps(chat(wav_b64(5.0))).encode()
+    sock = open_request(gemma.server.port, {"Content-Length": str(len(body))})
+    sock.sendall(body[:20_000])
+    # The server holds what has arrived (never the declared size on the client's word).
+    wait_until(lambda: gemma.gauges()[2] == 20_000)
+    sock.close()
+    wait_until(lambda: delta(before, gemma.outcomes()) == {"cancelled": 1})
+    gemma.wait_idle()
+    assert gemma.client.post(PREPARE, json=chat(wav_b64(1.0))).status_code == 200
+
+
+def test_a_declared_length_alone_holds_nothing(gemma) -> None:
+    # Four idle connections each declaring a body near the cap do not exhaust the body
+    # budget (four maximal bodies): nothing is reserved before bytes arrive.
+    cap = gemma.client.get("/healthz").json()["server"]["max_body_bytes"]
+    before = gemma.outcomes()
+    socks = [open_request(gemma.server.port, {"Content-Length": str(cap)}) for _ in range(5)]
+    try:
+        assert gemma.client.post(PREPARE, json=chat(wav_b64(1.0))).status_code == 200
+        assert gemma.gauges()[2] == 0
+    finally:
+        for sock in socks:
+            sock.close()
+    wait_until(lambda: delta(before, gemma.outcomes()) == {"completed": 1, "cancelled": 5})
+    gemma.wait_idle()
+
+
+def test_a_stalled_body_is_a_408() -> None:
+    with serving(limits=ServerLimits(body_idle_timeout_s=0.3)) as running:
+        before = running.outcomes()
+        sock = open_request(running.server.port, {"Content-Length": "1000"})
+        sock.sendall(b'{"messages": ')
+        reply = sock.makefile("rb")
+        assert reply.readline().startswith(b"HTTP/1.1 408")
+        headers = dict(
+            line.decode().lower().rstrip().split(": ", 1) for line in iter(reply.readline, b"\r\n")
+        )
+        assert headers["connection"] == "close"
+        error = json.loads(reply.read(int(headers["content-length"])))["error"]
+        assert reply.read() == b""  # and the server closed the connection
+        reply.close()
+        sock.close()
+        assert error["type"] == "RequestTimeoutError"
+        assert error["reason"] == "waveform"
+        assert delta(before, running.outcomes()) == {"waveform": 1}
+        running.wait_idle()
+
+
+def test_a_chunked_upload_that_stops_is_cancelled_and_freed(gemma) -> None:
+    before = gemma.outcomes()
+    sock = open_request(gemma.server.port, {"Transfer-Encoding": "chunked"})
+    piece = b'{"messages": [' + b" " * 30_000
+    sock.sendall(f"{len(piece):x}\r\n".encode() + piece + b"\r\n")
+    wait_until(lambda: gemma.gauges()[2] >= len(piece))
+    sock.close()
+    wait_until(lambda: delta(before, gemma.outcomes()) == {"cancelled": 1})
+    gemma.wait_idle()
+
+
+def test_a_client_gone_during_processing_cancels_the_job(caplog) -> None:
+    blocker = Blocker()
+    with serving(blocker=blocker) as running:
+        before = running.outcomes()
+        body = json.dumps(chat(wav_b64(2.0), wav_b64(2.0))).encode()
+        sock = open_request(running.server.port, {"Content-Length": str(len(body))})
+        sock.sendall(body)
+        assert blocker.entered.wait(20)
+        queued, inflight, held = running.gauges()
+        assert queued > 0
+        assert inflight > 0
+        assert held == len(body)
+        sock.close()
+        # The blocked feature loop notices the token; the worker counts the cancellation.
+        wait_until(lambda: delta(before, running.outcomes()) == {"cancelled": 1})
+        running.wait_idle()
+        gc.collect()
+        assert "never retrieved" not in caplog.text  # a disconnect is not a server error
+        blocker.open()
+        assert running.client.post(PREPARE, json=chat(wav_b64(1.0))).status_code == 200
+        assert delta(before, running.outcomes()) == {"cancelled": 1, "completed": 1}
+
+
+def long_wav(path: Path, *, seconds: int, rate_hz: int) -> int:
+    """A long noise WAV written straight as PCM16 (no float64 copy of the whole clip)."""
+    rng = np.random.default_rng(7)
+    samples = rng.integers(-8000, 8000, size=seconds * rate_hz, dtype=np.int16)
+    header = wav_bytes(np.zeros(0), rate_hz=rate_hz)
+    header = header[:4] + (len(header) - 8 + samples.nbytes).to_bytes(4, "little") + header[8:-4]
+    data = header + samples.nbytes.to_bytes(4, "little") + samples.tobytes()
+    path.write_bytes(data)
+    return len(data)
+
+
+@pytest.fixture(scope="module")
+def long_clip(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("media")
+    long_wav(root / "lecture.wav", seconds=600, rate_hz=32_000)
+    return root
+
+
+def test_a_long_phi4_clip_is_cancelled_mid_processing(long_clip: Path) -> None:
+    acquisition = AcquisitionPolicy(media_root=long_clip)
+    with serving("phi-4-multimodal-instruct", acquisition=acquisition) as running:
+        before = running.outcomes()
+        request = {
+            "model": "phi-4",
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "audio_url", "audio_url": {"url": "file://lecture.wav"}},
+                        {"type": "text", "text": "Summarize the lecture."},
+                    ],
+                }
+            ],
+        }
+        body = json.dumps(request).encode()
+        sock = open_request(running.server.port, {"Content-Length": str(len(body))})
+        sock.sendall(body)
+        # Admitted: the worker holds the clip's bytes (10 minutes at 32 kHz take seconds).
+        wait_until(lambda: running.gauges()[1] > 0)
+        sock.close()
+        wait_until(lambda: delta(before, running.outcomes()) == {"cancelled": 1})
+        running.wait_idle()
