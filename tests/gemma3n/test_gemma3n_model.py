@@ -1,15 +1,14 @@
 """A tiny random ``Gemma3nForConditionalGeneration`` consumes our features and token ids.
 
 Built from a small config (``tiny-models.md`` §2) with the real special-token ids; the
-timm vision tower cannot be imported against the CPU torch, so ``AutoModel.from_config``
-returns a parameter-free stub for the vision config during construction only. Everything
+timm vision tower cannot be imported against the CPU torch, so the shared builder
+(``audiogate.testing.tiny_models``) stubs it during construction only. Everything
 that touches audio is the real model code, including its placeholder-count check.
 """
 
 from __future__ import annotations
 
 from typing import Any
-from unittest import mock
 
 import numpy as np
 import pytest
@@ -21,67 +20,18 @@ from audiogate.records import ClipSlot, readonly
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from transformers import (  # noqa: E402
-    AutoModel,
-    Gemma3nConfig,
-    Gemma3nForConditionalGeneration,
-    PreTrainedModel,
-)
-from transformers.models.gemma3n.configuration_gemma3n import Gemma3nVisionConfig  # noqa: E402
-
-
-class _VisionStub(PreTrainedModel):
-    config_class = Gemma3nVisionConfig
-
-    def __init__(self, config: Gemma3nVisionConfig) -> None:
-        super().__init__(config)
-
-    def forward(self, *args: Any, **kwargs: Any) -> Any:  # pragma: no cover - never called
-        raise AssertionError("the vision tower is a stub")
-
 
 @pytest.fixture(scope="module")
 def model() -> Any:
-    torch.manual_seed(0)
-    config = Gemma3nConfig(
-        text_config={
-            "vocab_size": 262_400,
-            "vocab_size_per_layer_input": 262_144,
-            "hidden_size": 32,
-            "hidden_size_per_layer_input": 4,
-            "intermediate_size": 64,
-            "num_hidden_layers": 1,
-            "num_attention_heads": 2,
-            "num_key_value_heads": 1,
-            "head_dim": 16,
-            "laurel_rank": 4,
-            "num_kv_shared_layers": 0,
-            "sliding_window": 512,
-            "max_position_embeddings": 4096,
-        },
-        audio_config={
-            "input_feat_size": 128,
-            "hidden_size": 32,
-            "conf_num_attention_heads": 2,
-            "conf_num_hidden_layers": 1,
-            "sscp_conv_channel_size": [8, 4],
-        },
-        vision_config={"hidden_size": 16},
-    )
+    from audiogate.testing.tiny_models import build_tiny_model
+
+    built = build_tiny_model("gemma3n")
+    config = built.config
     assert (config.boa_token_id, config.audio_token_id, config.eoa_token_id) == (
         256_000, 262_273, 262_272,
     )  # fmt: skip
     assert config.audio_soft_tokens_per_image == 188
-    original = AutoModel.from_config
-
-    def from_config(cfg: Any, *args: Any, **kwargs: Any) -> Any:
-        if isinstance(cfg, Gemma3nVisionConfig):
-            return _VisionStub(cfg)
-        return original(cfg, *args, **kwargs)
-
-    with mock.patch.object(AutoModel, "from_config", side_effect=from_config):
-        built = Gemma3nForConditionalGeneration(config)
-    return built.eval()
+    return built
 
 
 def prepare(host, policy, tokenizer, clips: list[np.ndarray]):

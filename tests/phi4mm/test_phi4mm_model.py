@@ -27,40 +27,11 @@ CLIPS = [(16_000, 0.61), (48_000, 1.0), (8_000, 1.37)]
 
 @pytest.fixture(scope="module")
 def model():
-    torch.manual_seed(0)
-    config = transformers.Phi4MultimodalConfig(
-        vocab_size=200_064,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        max_position_embeddings=4096,
-        original_max_position_embeddings=4096,
-        audio_config={
-            "hidden_size": 32,
-            "intermediate_size": 32,
-            "num_blocks": 1,
-            "num_attention_heads": 2,
-            "ext_pw_out_channel": 32,
-            "depthwise_separable_out_channel": 32,
-            "nemo_conv_channels": 8,
-            "input_size": 80,
-            "time_reduction": 8,
-            "bias_max_distance": 64,
-        },
-        vision_config={
-            "hidden_size": 16,
-            "intermediate_size": 16,
-            "num_hidden_layers": 1,
-            "num_attention_heads": 2,
-            "image_size": 28,
-            "patch_size": 14,
-            "crop_size": 28,
-        },
-    )
-    assert config.audio_config.audio_token_id == AUDIO
-    return transformers.Phi4MultimodalForCausalLM(config).eval()
+    from audiogate.testing.tiny_models import build_tiny_model
+
+    built = build_tiny_model("phi4mm")
+    assert built.config.audio_config.audio_token_id == AUDIO
+    return built
 
 
 def _prepare(host: FamilyHost, policy, count: int, tokenizer):

@@ -25,27 +25,11 @@ CODEC = SentinelCodec("feedfacefeedface")
 
 @pytest.fixture(scope="module")
 def model():
-    torch.manual_seed(0)
-    config = transformers.Qwen2AudioConfig(
-        audio_config={
-            "d_model": 16,
-            "encoder_layers": 1,
-            "encoder_attention_heads": 2,
-            "encoder_ffn_dim": 32,
-            "num_mel_bins": 128,
-            "max_source_positions": 1500,
-        },
-        text_config={
-            "vocab_size": 151_936,
-            "hidden_size": 32,
-            "intermediate_size": 64,
-            "num_hidden_layers": 1,
-            "num_attention_heads": 2,
-            "num_key_value_heads": 1,
-        },
-        audio_token_index=151_646,
-    )
-    return transformers.Qwen2AudioForConditionalGeneration(config).eval()
+    from audiogate.testing.tiny_models import build_tiny_model
+
+    built = build_tiny_model("qwen2audio")
+    assert built.config.audio_token_index == 151_646
+    return built
 
 
 def prepare(qwen_host, policy, tokenizer, lengths):
