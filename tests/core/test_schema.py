@@ -8,7 +8,7 @@ import pytest
 from jsonschema import Draft202012Validator
 
 from audiogate.policy import build_schema, dump_schema
-from audiogate.policy.keys import PolicyKey
+from audiogate.testing.checkpoints import pinned_document
 
 FAMILIES = ("phi4mm", "gemma3n", "qwen2audio")
 
@@ -25,31 +25,13 @@ def test_schema_is_a_valid_draft_2020_12_schema(host, family: str) -> None:
     Draft202012Validator.check_schema(dict(host.family(family).spec.schema))
 
 
-def _value(key: PolicyKey, policy) -> object:
-    if key.has_const:
-        return key.const
-    if key.enum is not None:
-        return key.enum[0]
-    if key.apply == "cap_samples_by_seconds":
-        return policy.max_duration_seconds
-    if key.target.startswith("options."):
-        return policy.options[key.target.removeprefix("options.")]
-    return getattr(policy, key.target)
-
-
 @pytest.mark.parametrize("family", FAMILIES)
 def test_pinned_values_written_at_every_path_load_back_unchanged(
     host, model_dir, family: str
 ) -> None:
     spec = host.family(family).spec
     pinned = host.default_policy(family)
-    document: dict = {}
-    for key in spec.keys:
-        node = document
-        parts = key.paths[0][1:].split("/")
-        for part in parts[:-1]:
-            node = node.setdefault(part, {})
-        node[parts[-1]] = _value(key, pinned)
+    document = pinned_document(spec)
     Draft202012Validator(dict(spec.schema)).validate(document)
     policy = host.load_model_policy(model_dir(family, preprocessor=document))
     assert policy == pinned
