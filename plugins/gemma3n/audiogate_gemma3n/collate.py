@@ -39,6 +39,7 @@ from audiogate_gemma3n.features import (
     Gemma3nClipFeatures,
     floor_value,
     log_mel_frames,
+    mlx_frontend_module,
     padding_side,
 )
 from audiogate_gemma3n.framing import (
@@ -64,9 +65,14 @@ def _check(clip: ClipFeatures, index: int) -> None:
 def collate_features(policy: AudioPolicy, clips: Sequence[ClipFeatures]) -> FeatureBatch:
     """Pad every clip to the batch's frame count, as the FE pads a batch.
 
-    :returns: read-only ``input_features`` and ``input_features_mask``; ``tokens`` per clip.
+    :returns: read-only ``input_features`` and ``input_features_mask``; ``tokens`` per clip
+        (``mx.array`` when ``policy.feature_backend == "mlx"``, see
+        :mod:`audiogate_gemma3n.mlx_frontend`).
     :raises PluginError: malformed clip features, or left padding without the waveform.
     """
+    if policy.feature_backend == "mlx":
+        batch: FeatureBatch = mlx_frontend_module().collate_features(policy, clips)
+        return batch
     side = padding_side(policy)
     for index, clip in enumerate(clips):
         _check(clip, index)

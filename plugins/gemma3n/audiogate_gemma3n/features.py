@@ -35,12 +35,17 @@ its own is padded up to a multiple of 128 on that side. With left padding, the l
 zeros shift the frame grid and the first frame is masked whenever the clip is not a
 multiple of 128 samples long, exactly as ``Gemma3nAudioFeatureExtractor(padding_side=
 "left")`` does. See :mod:`audiogate_gemma3n.collate` for the batch view.
+
+With ``policy.feature_backend == "mlx"`` the checks, frame layout and mask stay here and
+:mod:`audiogate_gemma3n.mlx_frontend` computes the log-mel; features, tail and mask are
+then ``mx.array`` (``docs/mlx.md``).
 """
 
 from __future__ import annotations
 
 import threading
-from typing import Final, Literal
+from types import ModuleType
+from typing import Any, Final, Literal
 
 import attrs
 import numpy as np
@@ -75,6 +80,7 @@ __all__ = [
     "extract_features",
     "floor_value",
     "log_mel_frames",
+    "mlx_frontend_module",
     "padding_side",
     "plan_features",
 ]
@@ -148,6 +154,23 @@ def _scratch() -> _BlockScratch:
             if _SCRATCH is None:
                 _SCRATCH = _BlockScratch()
     return _SCRATCH
+
+
+def mlx_frontend_module(*, clip_index: int | None = None) -> ModuleType:
+    """:mod:`audiogate_gemma3n.mlx_frontend`, imported on first use of the mlx backend.
+
+    :raises PluginError: MLX is not importable here (the message says how to install it).
+    """
+    try:
+        from audiogate_gemma3n import mlx_frontend
+    except ImportError as exc:
+        where = "" if clip_index is None else f" (clip {clip_index})"
+        raise PluginError(
+            f"the mlx feature backend of family 'gemma3n' cannot be used{where}: {exc}; the "
+            f"mlx backend needs `pip install 'audiogate[mlx]'` (on Linux: `pip install "
+            f"'mlx[cpu]'`), or select feature_backend='numpy'"
+        ) from exc
+    return mlx_frontend
 
 
 def floor_value() -> np.float32:
@@ -384,19 +407,34 @@ def extract_features(
     # Right padding: the tail frames continue the same frame grid, so one pass computes
     # the clip's frames and its tail together.
     tail_count = _tail_frames(samples, side)
-    computed = np.empty((frames + tail_count, FEATURE_SIZE), dtype=np.float32)
-    log_mel_frames(
-        waveform,
-        lead_samples=lead,
-        first_frame=0,
-        stop_frame=frames + tail_count,
-        out=computed,
-        clip_index=clip_index,
-        cancel=cancel,
-    )
-    readonly(computed)
     # The FE's mask: a frame is valid iff its first sample is real audio.
-    mask = np.arange(frames) * FRAME_HOP_SAMPLES >= lead
+    mask: Any = readonly(np.arange(frames) * FRAME_HOP_SAMPLES >= lead)
+    features: Any
+    tail: Any
+    if policy.feature_backend == "mlx":
+        # Same checks, layout and mask; the log-mel is computed (and returned) with MLX.
+        features, tail, mask = mlx_frontend_module(clip_index=clip_index).clip_arrays(
+            waveform,
+            lead_samples=lead,
+            frames=frames,
+            tail_frames=tail_count,
+            mask=mask,
+            clip_index=clip_index,
+            cancel=cancel,
+        )
+    else:
+        computed = np.empty((frames + tail_count, FEATURE_SIZE), dtype=np.float32)
+        log_mel_frames(
+            waveform,
+            lead_samples=lead,
+            first_frame=0,
+            stop_frame=frames + tail_count,
+            out=computed,
+            clip_index=clip_index,
+            cancel=cancel,
+        )
+        readonly(computed)
+        features, tail = computed[:frames], computed[frames:]
     if side == "left" and not waveform.flags.writeable:
         kept: npt.NDArray[np.float32] | None = waveform
     elif side == "left":
@@ -404,12 +442,12 @@ def extract_features(
     else:
         kept = None
     return Gemma3nClipFeatures(
-        features=computed[:frames],
-        mask=readonly(mask),
+        features=features,
+        mask=mask,
         frames=frames,
         tokens=plan.tokens,
         samples=samples,
         padding_side=side,
-        tail=computed[frames:],
+        tail=tail,
         waveform=kept,
     )

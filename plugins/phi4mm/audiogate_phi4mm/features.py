@@ -27,12 +27,17 @@ only the bins it covers (``[B, K_g] @ [K_g, N_g]``, 11 % of the dense multiply-a
 Besides being faster, each product is small enough that BLAS runs it on the calling
 thread: handing a few tens of microseconds of work per block to BLAS threads costs far
 more than it saves when other processes share the cores.
+
+With ``policy.feature_backend == "mlx"``, :func:`extract_features` runs the same algorithm
+in :mod:`audiogate_phi4mm.mlx_frontend` and returns ``mx.array`` (``docs/mlx.md``); the plan
+is the same for both backends.
 """
 
 from __future__ import annotations
 
 import math
 from functools import cache
+from types import ModuleType
 from typing import Final, Literal
 
 import attrs
@@ -40,7 +45,7 @@ import numpy as np
 import numpy.typing as npt
 
 from audiogate.cancel import CancelToken, Checkpoint
-from audiogate.errors import FeatureError
+from audiogate.errors import FeatureError, PluginError
 from audiogate.policy import AudioPolicy
 from audiogate.records import ClipFeatures, FeaturePlan, readonly
 from audiogate_phi4mm.melbank import FFT_BINS, MEL_FILTERS, native_mel_bank, speechlib_mel_bank
@@ -57,6 +62,7 @@ __all__ = [
     "frame_count",
     "frontend_for",
     "log_mel",
+    "mlx_frontend_module",
     "plan_features",
 ]
 
@@ -345,8 +351,10 @@ def extract_features(
     """Compute one clip's features exactly as :func:`plan_features` planned them.
 
     :param waveform: read-only mono float32 ``[shape=(n,)]`` at ``rate_hz``.
-    :returns: read-only float32 ``[shape=(plan.frames, 80)]``, no mask (one clip has no
-        padding; :func:`~audiogate_phi4mm.collate.collate_features` builds the batch mask).
+    :returns: read-only float32 ``[shape=(plan.frames, 80)]`` (an ``mx.array`` when
+        ``policy.feature_backend == "mlx"``), no mask (one clip has no padding;
+        :func:`~audiogate_phi4mm.collate.collate_features` builds the batch mask).
+    :raises PluginError: the mlx backend is selected and MLX is not importable.
     """
     replanned = plan_features(
         policy, rate_hz=rate_hz, samples=int(waveform.shape[0]), clip_index=clip_index
@@ -356,7 +364,11 @@ def extract_features(
             f"clip {clip_index}: the waveform gives {replanned.frames} frames / "
             f"{replanned.tokens} tokens, but the plan says {plan.frames} / {plan.tokens}"
         )
-    features = log_mel(
+    compute = log_mel
+    if policy.feature_backend == "mlx":
+        # The same algorithm in MLX; the result is an ``mx.array``.
+        compute = mlx_frontend_module(clip_index=clip_index).log_mel
+    features = compute(
         waveform,
         frontend=frontend_for(policy, rate_hz, clip_index=clip_index),
         bank="native" if policy.variant == "native" else "speechlib",
@@ -364,4 +376,23 @@ def extract_features(
         clip_index=clip_index,
         cancel=cancel,
     )
-    return ClipFeatures(features=readonly(features), frames=plan.frames, tokens=plan.tokens)
+    if isinstance(features, np.ndarray):
+        readonly(features)
+    return ClipFeatures(features=features, frames=plan.frames, tokens=plan.tokens)
+
+
+def mlx_frontend_module(*, clip_index: int | None = None) -> ModuleType:
+    """:mod:`audiogate_phi4mm.mlx_frontend`, imported on first use of the mlx backend.
+
+    :raises PluginError: MLX is not importable here (the message says how to install it).
+    """
+    try:
+        from audiogate_phi4mm import mlx_frontend
+    except ImportError as exc:
+        where = "" if clip_index is None else f" (clip {clip_index})"
+        raise PluginError(
+            f"the mlx feature backend of family 'phi4mm' cannot be used{where}: {exc}; the "
+            f"mlx backend needs `pip install 'audiogate[mlx]'` (on Linux: `pip install "
+            f"'mlx[cpu]'`), or select feature_backend='numpy'"
+        ) from exc
+    return mlx_frontend

@@ -122,6 +122,9 @@ def audiogate_collate_features(
     """``audio_input_features``, ``audio_embed_sizes``, ``audio_attention_mask``."""
     if policy.family != FAMILY:
         return None
+    if policy.feature_backend == "mlx":
+        batch: FeatureBatch = features.mlx_frontend_module().collate_features(clips)
+        return batch
     return collate.collate_features(clips)
 
 

@@ -1,14 +1,20 @@
-"""The feature stage: plan (frames, tokens, bytes) and extraction, from one geometry."""
+"""The feature stage: plan (frames, tokens, bytes) and extraction, from one geometry.
+
+Extraction runs :func:`~audiogate_qwen2audio.features.whisper_log_mel`, or with
+``policy.feature_backend == "mlx"`` the same algorithm in
+:mod:`audiogate_qwen2audio.mlx_frontend` (``docs/mlx.md``); the plan is the same for both.
+"""
 
 from __future__ import annotations
 
 import math
+from types import ModuleType
 
 import numpy as np
 import numpy.typing as npt
 
 from audiogate.cancel import CancelToken
-from audiogate.errors import FeatureError, LimitError
+from audiogate.errors import FeatureError, LimitError, PluginError
 from audiogate.policy import AudioPolicy
 from audiogate.records import ClipFeatures, FeaturePlan
 from audiogate_qwen2audio.features import FEATURE_SHAPE, whisper_log_mel, working_bytes
@@ -22,7 +28,7 @@ from audiogate_qwen2audio.policy import (
 )
 from audiogate_qwen2audio.tokens import WhisperGeometry, whisper_geometry
 
-__all__ = ["extract_features", "feature_bytes", "plan_features"]
+__all__ = ["extract_features", "feature_bytes", "mlx_frontend_module", "plan_features"]
 
 
 def feature_bytes(geometry: WhisperGeometry) -> int:
@@ -93,7 +99,11 @@ def extract_features(
     clip_index: int,
     cancel: CancelToken,
 ) -> ClipFeatures:
-    """Features ``[shape=(128, 3000)]`` and the frame mask of one clip, as planned."""
+    """Features ``[shape=(128, 3000)]`` and the frame mask of one clip, as planned
+    (``mx.array`` when ``policy.feature_backend == "mlx"``).
+
+    :raises PluginError: the mlx backend is selected and MLX is not importable.
+    """
     geometry = _checked_geometry(
         policy, rate_hz=rate_hz, samples=int(waveform.shape[0]), clip_index=clip_index
     )
@@ -102,7 +112,11 @@ def extract_features(
             f"clip {clip_index}: {waveform.shape[0]} samples give {geometry.valid_frames} frames "
             f"/ {geometry.tokens} tokens, but the plan has {plan.frames} / {plan.tokens}"
         )
-    features, mask = whisper_log_mel(
+    compute = whisper_log_mel
+    if policy.feature_backend == "mlx":
+        # The same algorithm in MLX; features and mask are ``mx.array``.
+        compute = mlx_frontend_module(clip_index=clip_index).whisper_log_mel
+    features, mask = compute(
         np.ascontiguousarray(waveform, dtype=np.float32),
         geometry,
         clip_index=clip_index,
@@ -111,3 +125,20 @@ def extract_features(
     return ClipFeatures(
         features=features, mask=mask, frames=geometry.valid_frames, tokens=geometry.tokens
     )
+
+
+def mlx_frontend_module(*, clip_index: int | None = None) -> ModuleType:
+    """:mod:`audiogate_qwen2audio.mlx_frontend`, imported on first use of the mlx backend.
+
+    :raises PluginError: MLX is not importable here (the message says how to install it).
+    """
+    try:
+        from audiogate_qwen2audio import mlx_frontend
+    except ImportError as exc:
+        where = "" if clip_index is None else f" (clip {clip_index})"
+        raise PluginError(
+            f"the mlx feature backend of family 'qwen2audio' cannot be used{where}: {exc}; "
+            f"the mlx backend needs `pip install 'audiogate[mlx]'` (on Linux: `pip install "
+            f"'mlx[cpu]'`), or select feature_backend='numpy'"
+        ) from exc
+    return mlx_frontend

@@ -105,6 +105,9 @@ def audiogate_collate_features(
     """``input_features`` and ``feature_attention_mask`` for the model's forward."""
     if policy.family != FAMILY:
         return None
+    if policy.feature_backend == "mlx":
+        batch: FeatureBatch = frontend.mlx_frontend_module().collate_features(clips)
+        return batch
     return collate.collate_features(clips)
 
 

@@ -1,0 +1,180 @@
+"""The SpeechLib log-mel of :mod:`audiogate_phi4mm.features`, computed with MLX.
+
+Selected by ``policy.feature_backend == "mlx"``; ``import mlx.core`` happens only here,
+so the numpy path never needs MLX. Same algorithm, same framing, same blocks:
+
+* the waveform (numpy, the resampler's output) is copied to MLX once;
+* per block of :data:`~audiogate_phi4mm.features.BLOCK_FRAMES` frames: SpeechLib
+  pre-emphasis (``y[0] = x[0] - 0.97·x[0]``, ``y[i] = x[i] - 0.97·x[i-1]``) in float32,
+  the frames as a strided view, times the symmetric Hamming window scaled by 32768, one
+  batched ``mx.fft.rfft`` (512 points at 16 kHz; 256 at 8 kHz, bins 0..127 kept and the
+  rest zero, the ``"fillzero"`` method), power ``|S|²``, one matmul with the bank over the
+  bins it covers, ``ln(max(·, 1))``; ``mx.eval`` and a ``Feature`` cancellation check.
+
+MLX computes in float32 throughout (its FFT has no float64), where the numpy path keeps
+the original's float64 window product and FFT: the difference is the float32 FFT's
+rounding, below 1e-4 in the log on the parity signals (``tests/mlx``). Frames, tokens and
+shapes come from the numpy module's own functions (:func:`~audiogate_phi4mm.features.
+plan_features`), never a second copy.
+
+Batches from :func:`collate_features` are all MLX: float32 features, int64 token counts
+and a bool frame mask.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from functools import cache
+from typing import Any
+
+import mlx.core as mx
+import numpy as np
+import numpy.typing as npt
+
+from audiogate.cancel import CancelToken, Checkpoint
+from audiogate.records import ClipFeatures, FeatureBatch, readonly
+from audiogate_phi4mm.features import (
+    BLOCK_FRAMES,
+    INPUT_SCALE,
+    PREEMPHASIS,
+    BankName,
+    Frontend,
+    frame_count,
+)
+from audiogate_phi4mm.melbank import MEL_FILTERS, native_mel_bank, speechlib_mel_bank
+
+__all__ = ["collate_features", "log_mel"]
+
+_LOCAL = threading.local()
+
+
+def _constant(key: tuple[Any, ...], build: Callable[[], Any]) -> Any:
+    """An mx array built once per thread and device (the bank, the window)."""
+    cache: dict[tuple[Any, ...], Any] | None = getattr(_LOCAL, "cache", None)
+    if cache is None:
+        cache = {}
+        _LOCAL.cache = cache
+    full = (*key, str(mx.default_device()))
+    found = cache.get(full)
+    if found is None:
+        found = build()
+        mx.eval(found)
+        cache[full] = found
+    return found
+
+
+@cache
+def _dense_bank(name: BankName, kept_bins: int) -> tuple[npt.NDArray[np.float32], int, int]:
+    """The float32 bank over the bins ``[low, high)`` it covers below ``kept_bins`` (the
+    fillzero bins are zero and contribute nothing) ``[shape=(high - low, 80)]``."""
+    if name == "native":
+        # transformers casts its float64 bank to float32 for the matmul.
+        dense = np.asarray(native_mel_bank(), dtype=np.float32)
+    else:
+        dense = speechlib_mel_bank().T
+    covered = np.flatnonzero(dense[:kept_bins].any(axis=1))
+    low, high = int(covered[0]), int(covered[-1]) + 1
+    return readonly(np.ascontiguousarray(dense[low:high])), low, high
+
+
+def _bank(name: BankName, kept_bins: int) -> tuple[Any, int, int]:
+    """:func:`_dense_bank` as an mx array, and its bins ``[low, high)``."""
+    weights, low, high = _dense_bank(name, kept_bins)
+    return _constant(("phi4mm.bank", name, kept_bins), lambda: mx.array(weights)), low, high
+
+
+def _window(window_samples: int) -> Any:
+    """The symmetric Hamming window times 32768, float32 ``[shape=(window_samples,)]``."""
+    return _constant(
+        ("phi4mm.window", window_samples),
+        lambda: mx.array((np.hamming(window_samples) * INPUT_SCALE).astype(np.float32)),
+    )
+
+
+def log_mel(
+    waveform: npt.NDArray[np.float32],
+    *,
+    frontend: Frontend,
+    bank: BankName,
+    frames: int,
+    clip_index: int,
+    cancel: CancelToken,
+) -> Any:
+    """SpeechLib log-mel of a mono waveform with MLX, block by block.
+
+    :param waveform: float32 ``[shape=(n,)]`` with ``frame_count(n) == frames >= 1``.
+    :returns: ``mx.array`` float32 ``[shape=(frames, 80)]``, evaluated.
+    """
+    wave_np = np.ascontiguousarray(waveform, dtype=np.float32)
+    if frames < 1 or frame_count(wave_np.shape[0], frontend) != frames:
+        raise ValueError(
+            f"clip {clip_index}: {wave_np.shape[0]} samples give "
+            f"{frame_count(wave_np.shape[0], frontend)} frames, not {frames}"
+        )
+    win, hop, kept = frontend.window_samples, frontend.hop_samples, frontend.kept_bins
+    weights, low, high = _bank(bank, kept)
+    window = _window(win)
+    coefficient = mx.array(float(PREEMPHASIS), dtype=mx.float32)
+    floor = mx.array(1.0, dtype=mx.float32)
+    wave = mx.array(wave_np)
+    blocks: list[Any] = []
+    cancel.check(Checkpoint.FEATURE, clip_index)
+    for start in range(0, frames, BLOCK_FRAMES):
+        count = min(BLOCK_FRAMES, frames - start)
+        origin = start * hop
+        length = (count - 1) * hop + win
+        region = wave[origin : origin + length]
+        # Pre-emphasis once per sample (frames overlap 2.5x): e[j] = x[j+1] - 0.97·x[j].
+        emphasis = region[1:] - region[:-1] * coefficient
+        rest = mx.as_strided(emphasis, (count, win - 1), (hop, 1))
+        # The first sample of each frame is pre-emphasised against itself: x0 - 0.97·x0.
+        heads = region[: (count - 1) * hop + 1 : hop]
+        first = heads - heads * coefficient
+        framed = mx.concatenate([first[:, None], rest], axis=1) * window
+        spectrum = mx.fft.rfft(framed, n=frontend.fft_size, axis=-1)
+        power = mx.square(mx.abs(spectrum[:, low:high]))
+        mel = mx.maximum(power @ weights, floor)
+        block = mx.log(mel)
+        mx.eval(block)
+        blocks.append(block)
+        cancel.check(Checkpoint.FEATURE, clip_index)
+    out = blocks[0] if len(blocks) == 1 else mx.concatenate(blocks, axis=0)
+    mx.eval(out)
+    return out
+
+
+def collate_features(clips: Sequence[ClipFeatures]) -> FeatureBatch:
+    """:func:`audiogate_phi4mm.collate.collate_features` with MLX arrays.
+
+    :returns: ``audio_input_features`` float32 ``[shape=(n, T_max, 80)]``,
+        ``audio_embed_sizes`` int64 ``[shape=(n,)]``, ``audio_attention_mask`` bool
+        ``[shape=(n, T_max)]``, all ``mx.array``; ``tokens`` per clip.
+    """
+    if not clips:
+        raise ValueError("collate_features needs at least one clip")
+    for index, clip in enumerate(clips):
+        shape = tuple(clip.features.shape)
+        if shape != (clip.frames, MEL_FILTERS):
+            raise ValueError(
+                f"clip {index} has features {shape}, expected ({clip.frames}, {MEL_FILTERS})"
+            )
+    longest = max(clip.frames for clip in clips)
+    features = mx.stack(
+        [
+            mx.pad(mx.array(clip.features, dtype=mx.float32), [(0, longest - clip.frames), (0, 0)])
+            for clip in clips
+        ]
+    )
+    frames = mx.array([clip.frames for clip in clips])
+    mask = mx.arange(longest)[None, :] < frames[:, None]
+    sizes = mx.array(np.array([clip.tokens for clip in clips], dtype=np.int64))
+    mx.eval(features, mask, sizes)
+    return FeatureBatch(
+        inputs={
+            "audio_input_features": features,
+            "audio_embed_sizes": sizes,
+            "audio_attention_mask": mask,
+        },
+        tokens=tuple(clip.tokens for clip in clips),
+    )

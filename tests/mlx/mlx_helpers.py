@@ -1,0 +1,157 @@
+"""Shared helpers of the MLX backend tests: parity signals, the comparison rule, runners."""
+
+from __future__ import annotations
+
+import base64
+import threading
+import tracemalloc
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+import numpy as np
+
+from audiogate.cancel import NEVER, CancelToken
+from audiogate.host import FamilyHost
+from audiogate.policy import AudioPolicy
+from audiogate.records import ClipFeatures, FeaturePlan
+from audiogate.testing.audio import noise, tone, wav_bytes
+
+#: ``pytest.importorskip`` reason shared by every MLX test module.
+MLX_REASON = "MLX is not importable here (pip install 'mlx[cpu]' on Linux)"
+
+#: Broadband signals (noise, speech-like) and narrowband ones (a pure tone, a sweep),
+#: plus digital silence.
+SIGNALS = ("clip", "speech", "tone", "sweep", "silence")
+
+
+def make_signal(name: str, samples: int, rate_hz: int, *, seed: int = 0) -> np.ndarray:
+    """A read-only float32 test signal ``[shape=(samples,)]`` in [-1, 1]."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(samples) / rate_hz
+    if name == "clip":  # what audiogate.testing.audio.encoded_clip encodes
+        x = noise(samples=samples, amplitude=0.2, seed=seed)
+        x = x + tone(samples=samples, rate_hz=rate_hz, amplitude=0.2)
+    elif name == "speech":  # a 150 Hz harmonic series, syllable-rate envelope, noise floor
+        envelope = 0.5 * (1 + np.sin(2 * np.pi * 3 * t))
+        voiced = sum(np.sin(2 * np.pi * 150 * k * t) / k for k in range(1, 20))
+        x = 0.1 * envelope * voiced + 0.01 * rng.standard_normal(samples)
+    elif name == "tone":
+        x = 0.5 * np.sin(2 * np.pi * 440 * t)
+    elif name == "sweep":  # 50 Hz to 0.45·rate over the clip
+        duration = max(samples / rate_hz, 1e-3)
+        x = 0.5 * np.sin(2 * np.pi * (50 * t + (0.45 * rate_hz - 50) * t**2 / (2 * duration)))
+    elif name == "silence":
+        x = np.zeros(samples)
+    else:
+        raise ValueError(name)
+    out = np.clip(x, -1.0, 1.0).astype(np.float32)
+    out.flags.writeable = False
+    return out
+
+
+def with_backend(policy: AudioPolicy, backend: str) -> AudioPolicy:
+    """``policy`` with ``feature_backend`` set."""
+    return attrs.evolve(policy, feature_backend=backend)
+
+
+def extract_both(
+    host: FamilyHost,
+    policy: AudioPolicy,
+    waveform: np.ndarray,
+    *,
+    rate_hz: int,
+    clip_index: int = 0,
+    cancel: Callable[[], CancelToken] = lambda: NEVER,
+) -> tuple[FeaturePlan, ClipFeatures, ClipFeatures]:
+    """``(plan, numpy features, mlx features)`` of one clip, through the host's checks."""
+    plan = host.plan_features(
+        policy, rate_hz=rate_hz, samples=int(waveform.shape[0]), clip_index=clip_index
+    )
+    out = []
+    for backend in ("numpy", "mlx"):
+        out.append(
+            host.extract_features(
+                with_backend(policy, backend),
+                plan,
+                waveform,
+                rate_hz=rate_hz,
+                clip_index=clip_index,
+                cancel=cancel(),
+            )
+        )
+    return plan, out[0], out[1]
+
+
+def assert_log_energy_close(
+    reference: Any, got: Any, *, atol_of_peak: float, log_tolerance: float = 1e-4
+) -> None:
+    """Log-energy features ``[shape=(frames, bands)]`` agree as a float32 FFT allows.
+
+    In the energy domain, per frame: ``|e^got - e^ref| <= log_tolerance·e^ref +
+    atol_of_peak·max(e^ref)``. So the logs of the strong bands agree within about
+    ``log_tolerance``; a band far below its frame's strongest may be off by the float32
+    FFT's rounding, which is relative to the whole frame's spectrum, not to the band,
+    bounded by ``atol_of_peak`` of the frame's peak energy.
+    """
+    ref = np.asarray(reference, dtype=np.float64)
+    new = np.asarray(got, dtype=np.float64)
+    assert ref.shape == new.shape
+    e_ref, e_new = np.exp(ref), np.exp(new)
+    peak = e_ref.max(axis=-1, keepdims=True)
+    excess = np.abs(e_new - e_ref) - (log_tolerance * e_ref + atol_of_peak * peak)
+    worst = np.unravel_index(int(np.argmax(excess)), excess.shape)
+    assert excess[worst] <= 0, (
+        f"frame {worst[0]} band {worst[1]}: {new[worst]} vs {ref[worst]} (frame peak "
+        f"{np.log(peak[worst[0], 0])}); max |diff| {np.abs(new - ref).max()}"
+    )
+
+
+def max_abs_diff(reference: Any, got: Any) -> float:
+    """``max |got - reference|`` over all values, in float64."""
+    return float(
+        np.abs(np.asarray(got, dtype=np.float64) - np.asarray(reference, dtype=np.float64)).max()
+    )
+
+
+def traced_in_fresh_thread(run: Callable[[], Any]) -> tuple[Any, int]:
+    """``(result, peak bytes tracemalloc saw)`` of ``run`` in a new thread (so per-thread
+    constants and scratch are built inside the measurement)."""
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        tracemalloc.start()
+        try:
+            box["result"] = run()
+            box["peak"] = tracemalloc.get_traced_memory()[1]
+        except BaseException as exc:  # re-raised in the caller
+            box["error"] = exc
+        finally:
+            tracemalloc.stop()
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    thread.join()
+    if "error" in box:
+        raise box["error"]
+    return box["result"], box["peak"]
+
+
+def mlx_peak_bytes(run: Callable[[], Any]) -> int:
+    """Peak bytes MLX's allocator held during ``run()`` beyond what it held before."""
+    import mlx.core as mx
+
+    run()  # warm: the per-thread constants (bank, window) are built once and kept
+    before = mx.get_active_memory()
+    mx.reset_peak_memory()
+    result = run()
+    peak = mx.get_peak_memory() - before
+    del result
+    return peak
+
+
+def audio_part(seconds: float, *, rate_hz: int = 16_000, seed: int = 0) -> dict[str, Any]:
+    """An ``input_audio`` chat part holding a PCM16 WAV of the ``clip`` signal."""
+    samples = make_signal("clip", round(seconds * rate_hz), rate_hz, seed=seed)
+    data = base64.b64encode(wav_bytes(samples, rate_hz=rate_hz)).decode()
+    return {"type": "input_audio", "input_audio": {"data": data, "format": "wav"}}
