@@ -7,19 +7,26 @@ pipeline calls them (plan resample, resample, plan features, extract), once dire
 once through the plugin host. Both sides get the same mono float32 samples.
 
 Also printed: the FFT alone (the FE's float32 ``numpy.fft.rfft`` and ours, float64 in
-zero-padded blocks), which bounds what any parity-exact implementation can gain, and the
-maximum feature difference against the FE.
+zero-padded blocks on the same threads as the frontend), which bounds what any
+parity-exact implementation can gain (float32 FFTs break the parity bound), against the
+time a 5x target leaves; and the maximum feature difference against the FE.
 
 Before timing, one untimed 30 s pass of every path lets glibc's malloc raise its mmap
 threshold, as it has in any long-running server; in a fresh process both sides pay page
 faults on every buffer over 128 KiB (ours then takes ~1 ms for 1 s of audio, not ~0.3).
 
-The FE's float64 mel matmul runs on OpenBLAS threads, which a loaded machine punishes
-hard; ``OPENBLAS_NUM_THREADS=1`` compares single-threaded runs (ours is single-threaded
-either way). Timings are medians (and bests) of runs taken in alternating rounds after a
-warm-up; tests never assert on them.
+Ours spreads a clip's frame blocks over ``audiogate.blocks.BLOCK_THREADS`` threads (2 on
+a 2-vCPU machine: the 30 s rows; a 1 s clip is one block); the FE's float64 mel matmul
+runs on OpenBLAS threads. ``OPENBLAS_NUM_THREADS=1`` and ``--threads 1`` compare
+single-threaded runs. The paths take turns in rounds of consecutive runs, each turn after
+:data:`SETTLE_SECONDS` of untimed runs of the same path: OpenBLAS's threads spin for
+about 0.1 s after the FE's matmul and would otherwise take a core from the next path, and
+busy runs (not a pause) keep both vCPUs of a VM awake. Timings are medians (and bests);
+each case prints PASS/MISS against the issue's target (at least 5x the FE, resampling
+included, through the host; the verdict is on the median ratio, the best-time ratio is
+shown beside it); tests never assert on them.
 
-Usage: ``python benchmarks/bench_gemma3n.py [--repeat N]``.
+Usage: ``python benchmarks/bench_gemma3n.py [--repeat N] [--threads N]``.
 """
 
 from __future__ import annotations
@@ -27,13 +34,15 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import threading
 import time
 from collections.abc import Callable
 
 import numpy as np
 import soxr
 
-from audiogate.cancel import NEVER
+import audiogate.blocks
+from audiogate.cancel import NEVER, Checkpoint
 from audiogate.host import create_host
 from audiogate.policy import CheckpointConfigs
 from audiogate_gemma3n.features import FRAMES_PER_BLOCK, extract_features, plan_features
@@ -42,6 +51,8 @@ from audiogate_gemma3n.resample import linear_resample, plan_resample
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 TARGET_RATIO = 5.0
+#: Untimed runs before each turn, longer than OpenBLAS's worker threads spin after a call.
+SETTLE_SECONDS = 0.2
 
 
 def interleaved_ms(
@@ -54,13 +65,15 @@ def interleaved_ms(
     after each call) do not steal time from the next function's every run. CPU time (all
     of this process's threads) is what a shared machine inflates least.
     """
-    for fn in fns:
-        fn()
     wall: list[list[float]] = [[] for _ in fns]
     cpu: list[list[float]] = [[] for _ in fns]
     per_round = max(1, repeat // rounds)
     for _ in range(rounds):
         for fn, w, c in zip(fns, wall, cpu, strict=True):
+            settled = time.perf_counter() + SETTLE_SECONDS
+            fn()
+            while time.perf_counter() < settled:
+                fn()
             for _ in range(per_round):
                 c0, w0 = time.process_time(), time.perf_counter()
                 fn()
@@ -83,7 +96,11 @@ def signal(seconds: float, rate_hz: int) -> np.ndarray:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=0, help="runs per case (default: auto)")
+    parser.add_argument("--threads", type=int, default=None, help="cap audiogate's block threads")
     args = parser.parse_args()
+    if args.threads is not None:
+        # Benchmark-only override of the process-wide constant (run_blocks reads it).
+        audiogate.blocks.BLOCK_THREADS = min(args.threads, audiogate.blocks.BLOCK_THREADS)  # type: ignore[misc]
 
     from transformers import Gemma3nAudioFeatureExtractor
 
@@ -113,10 +130,17 @@ def main() -> int:
         reference(clip, rate)
         ours_direct(clip, rate)
         ours_host(clip, rate)
-    print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
+    print(
+        f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs; audiogate block "
+        f"threads {audiogate.blocks.BLOCK_THREADS}"
+    )
     print("wall ms: median (best) of alternating rounds; ratio = FE / ours, through the host")
-    print(f"{'case':<16}{'FE':>17}{'ours':>17}{'via host':>17}{'ratio':>16}{'CPU ratio':>11}")
-    worst = float("inf")
+    print(
+        f"{'case':<16}{'FE':>17}{'ours':>17}{'via host':>17}{'ratio':>16}{'CPU ratio':>11}"
+        f"  target (median ratio)"
+    )
+    verdicts: list[str] = []
+    fe_median: dict[float, float] = {}
     for seconds in (1.0, 30.0):
         for rate in (16_000, 48_000):
             x = signal(seconds, rate)
@@ -130,44 +154,65 @@ def main() -> int:
                 ],
                 repeat,
             )
-            worst = min(worst, ref / via)
+            ratio, best = ref / via, ref_best / via_best
+            if rate == 16_000:
+                fe_median[seconds] = ref
+            met = "PASS" if ratio >= TARGET_RATIO else "MISS"
+            met_best = "PASS" if best >= TARGET_RATIO else "MISS"
+            label = f"{seconds:g} s @ {rate // 1000} kHz"
+            verdicts.append(f"{label}: {met} (median {ratio:.2f}x, best {best:.2f}x)")
             print(
-                f"{f'{seconds:g} s @ {rate // 1000} kHz':<16}"
+                f"{label:<16}"
                 f"{ref:>9.3f} ({ref_best:.3f}){our:>9.3f} ({our_best:.3f})"
                 f"{via:>9.3f} ({via_best:.3f})"
-                f"{ref / via:>7.2f}x ({ref_best / via_best:.2f}x)"
+                f"{ratio:>7.2f}x ({best:.2f}x)"
                 f"{ref_cpu / max(via_cpu, 1e-9):>10.2f}x"
+                f"  >= {TARGET_RATIO:g}x: {met} (best: {met_best})"
             )
 
     print("\nFFT alone (the floor of a parity-exact frontend):")
+    local = threading.local()
+
+    def fft_block(index: int, frames: int) -> None:
+        if not hasattr(local, "padded"):
+            local.padded = np.zeros((FRAMES_PER_BLOCK, FFT_LENGTH))
+            local.padded[:, :FRAME_SAMPLES] = 0.1
+            local.spectrum = np.empty((FRAMES_PER_BLOCK, FFT_LENGTH // 2 + 1), np.complex128)
+        n = min(FRAMES_PER_BLOCK, frames - index * FRAMES_PER_BLOCK)
+        np.fft.rfft(local.padded[:n], axis=-1, out=local.spectrum[:n])
+
     for seconds in (1.0, 30.0):
         frames = feature_frames(round(seconds * 16_000))
         block = np.random.default_rng(1).standard_normal((frames, FRAME_SAMPLES)).astype(np.float32)
-        rows = min(FRAMES_PER_BLOCK, frames)
-        padded = np.zeros((rows, FFT_LENGTH))
-        padded[:, :FRAME_SAMPLES] = block[:rows]
-        spectrum = np.empty((rows, FFT_LENGTH // 2 + 1), dtype=np.complex128)
 
-        def blocks(frames: int = frames, padded=padded, spectrum=spectrum) -> None:
-            for start in range(0, frames, FRAMES_PER_BLOCK):
-                n = min(FRAMES_PER_BLOCK, frames - start)
-                np.fft.rfft(padded[:n], axis=-1, out=spectrum[:n])
+        def blocks(frames: int = frames) -> None:
+            audiogate.blocks.run_blocks(
+                -(-frames // FRAMES_PER_BLOCK),
+                lambda index, frames=frames: fft_block(index, frames),
+                cancel=NEVER,
+                checkpoint=Checkpoint.FEATURE,
+                clip_index=0,
+            )
 
         repeat = args.repeat or (300 if seconds < 2 else 30)
-        (np_ms, _, _), (ours_fft_ms, _, _) = interleaved_ms(
+        (np_ms, _, _), (ours_fft_ms, ours_fft_best, _) = interleaved_ms(
             [lambda b=block: np.fft.rfft(b, n=FFT_LENGTH, axis=-1), blocks], repeat
         )
+        threads = audiogate.blocks.block_threads(-(-frames // FRAMES_PER_BLOCK))
         print(
             f"  {seconds:g} s ({frames} frames): the FE's float32 rfft {np_ms:.3f} ms, "
-            f"ours (float64, zero-padded blocks) {ours_fft_ms:.3f} ms"
+            f"ours (float64, zero-padded blocks, {threads} thread(s)) {ours_fft_ms:.3f} ms "
+            f"(best {ours_fft_best:.3f}); a {TARGET_RATIO:g}x target leaves "
+            f"{fe_median[seconds] / TARGET_RATIO:.3f} ms for everything"
         )
 
     x = signal(30.0, 16_000)
     diff = np.abs(ours_direct(x, 16_000) - reference(x, 16_000)).max()
     print(f"\nmax |ours - FE| on 30 s at 16 kHz: {diff:.2e} (parity bound 5e-06)")
     print(f"hop {FRAME_HOP_SAMPLES}, frame {FRAME_SAMPLES}, FFT {FFT_LENGTH}")
-    verdict = "met" if worst >= TARGET_RATIO else "NOT met"
-    print(f"target >= {TARGET_RATIO:g}x at every case (through the host): {verdict}")
+    print(f"targets (>= {TARGET_RATIO:g}x the FE, through the host; verdict on the median ratio):")
+    for line in verdicts:
+        print(f"  {line}")
     return 0
 
 

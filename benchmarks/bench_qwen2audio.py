@@ -1,15 +1,26 @@
 """Benchmark the Qwen2-Audio frontend against ``WhisperFeatureExtractor(feature_size=128)``.
 
-Run: ``python benchmarks/bench_qwen2audio.py [--runs N] [--torch-threads T]``. For 1 s and
-30 s of audio, prints the median time of our features (plan + extraction, as the plugin
-runs them) against the reference extractor (torch path, ``padding="max_length"``, as
-``Qwen2AudioProcessor`` calls it), and for 48 kHz input our soxr resampling + features
-against ``soxr.resample`` + the extractor. Ratios are reference / ours. Targets: at least
-20x at 1 s (the reference always computes the 30 s window) and at least 5x at 30 s.
+Run: ``python benchmarks/bench_qwen2audio.py [--runs N] [--torch-threads T] [--threads N]``.
+For 1 s and 30 s of audio, prints the median and best time of our features (plan +
+extraction, through the plugin host) against the reference extractor (torch path,
+``padding="max_length"``, as ``Qwen2AudioProcessor`` calls it), and for 48 kHz input our
+soxr resampling + features against ``soxr.resample`` + the extractor. Ratios are
+reference / ours, of medians and of bests. Targets (the issue's): at least 20x at 1 s (the
+reference always computes the 30 s window) and at least 5x at 30 s, for both inputs; each
+row prints PASS/MISS on the median ratio, with the best-time verdict beside it.
 
-Both paths are timed interleaved, run by run, so load on the machine hits both alike.
-Ours is single-threaded; the reference runs with ``--torch-threads`` intra-op threads
-(default 1, for a like-for-like comparison; torch's own default is the core count).
+The two take turns in rounds of consecutive runs, each turn after :data:`SETTLE_SECONDS`
+of untimed runs of the same path (torch's OpenMP threads spin for a few ms after each
+call and would take a core from the next path; busy runs rather than a pause also keep
+both vCPUs of a VM awake). Ours spreads a clip's frame blocks over
+``audiogate.blocks.BLOCK_THREADS`` threads (2 on a 2-vCPU machine; a 1 s clip is one
+block); the reference runs torch at its default intra-op thread count (the core count)
+unless ``--torch-threads`` says otherwise. ``--threads 1 --torch-threads 1`` compares
+single-threaded runs.
+
+The 30 s rows are bounded by the float64 FFT that parity needs (a float32 FFT breaks the
+tolerances): the benchmark prints that FFT alone, on our threads, next to the time the 5x
+target leaves.
 """
 
 from __future__ import annotations
@@ -17,6 +28,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import threading
 import time
 from collections.abc import Callable
 
@@ -25,10 +37,13 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import numpy as np
 import soxr
 
-from audiogate.cancel import NEVER
+import audiogate.blocks
+from audiogate.cancel import NEVER, Checkpoint
 from audiogate.host import create_host
 from audiogate.policy import CheckpointConfigs
 from audiogate_qwen2audio import plugin
+from audiogate_qwen2audio.features import BLOCK_FRAMES
+from audiogate_qwen2audio.policy import N_FFT
 
 RATE_HZ = 16_000
 
@@ -41,33 +56,71 @@ def signal(seconds: float, rate_hz: int) -> np.ndarray:
     return (x + 0.05 * rng.standard_normal(n)).astype(np.float32)
 
 
+#: Untimed runs before each turn, longer than torch's (and OpenBLAS's) threads spin.
+SETTLE_SECONDS = 0.2
+
+
 def interleaved(
-    a: Callable[[], object], b: Callable[[], object], runs: int
+    a: Callable[[], object], b: Callable[[], object], runs: int, *, rounds: int = 5
 ) -> tuple[list[float], list[float]]:
-    """Run times of ``a`` and ``b``, alternating, after one warm-up call each."""
-    a()
-    b()
-    times_a, times_b = [], []
-    for _ in range(runs):
-        start = time.perf_counter()
-        a()
-        times_a.append(time.perf_counter() - start)
-        start = time.perf_counter()
-        b()
-        times_b.append(time.perf_counter() - start)
-    return times_a, times_b
+    """Run times of ``a`` and ``b``: ``rounds`` turns each of consecutive runs, each turn
+    after :data:`SETTLE_SECONDS` of untimed runs (which also warm caches and plans)."""
+    times: tuple[list[float], list[float]] = ([], [])
+    per_round = max(1, -(-runs // rounds))
+    for _ in range(rounds):
+        for fn, out in zip((a, b), times, strict=True):
+            settled = time.perf_counter() + SETTLE_SECONDS
+            fn()
+            while time.perf_counter() < settled:
+                fn()
+            for _ in range(per_round):
+                start = time.perf_counter()
+                fn()
+                out.append(time.perf_counter() - start)
+    return times
+
+
+def fft_floor_ms(frames: int, runs: int) -> float:
+    """Median time of the float64 FFTs alone of ``frames`` frames, in our blocks and threads."""
+    local = threading.local()
+
+    def block(index: int) -> None:
+        if not hasattr(local, "frames"):
+            local.frames = np.full((BLOCK_FRAMES, N_FFT), 0.1)
+            local.spectrum = np.empty((BLOCK_FRAMES, N_FFT // 2 + 1), np.complex128)
+        count = min(BLOCK_FRAMES, frames - index * BLOCK_FRAMES)
+        np.fft.rfft(local.frames[:count], axis=-1, out=local.spectrum[:count])
+
+    def run() -> None:
+        audiogate.blocks.run_blocks(
+            -(-frames // BLOCK_FRAMES),
+            block,
+            cancel=NEVER,
+            checkpoint=Checkpoint.FEATURE,
+            clip_index=0,
+        )
+
+    times, _ = interleaved(run, lambda: None, runs)
+    return statistics.median(times) * 1e3
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=30)
-    parser.add_argument("--torch-threads", type=int, default=1)
+    parser.add_argument(
+        "--torch-threads", type=int, default=None, help="torch intra-op threads (default: torch's)"
+    )
+    parser.add_argument("--threads", type=int, default=None, help="cap audiogate's block threads")
     args = parser.parse_args()
 
     import torch
     from transformers import WhisperFeatureExtractor
 
-    torch.set_num_threads(args.torch_threads)
+    if args.torch_threads is not None:
+        torch.set_num_threads(args.torch_threads)
+    if args.threads is not None:
+        # Benchmark-only override of the process-wide constant (run_blocks reads it).
+        audiogate.blocks.BLOCK_THREADS = min(args.threads, audiogate.blocks.BLOCK_THREADS)  # type: ignore[misc]
     extractor = WhisperFeatureExtractor(feature_size=128)
     host = create_host(plugins=[plugin], load_entry_points=False)
     policy = host.parse_policy("qwen2audio", CheckpointConfigs(model={"model_type": "qwen2_audio"}))
@@ -97,30 +150,45 @@ def main() -> None:
         return reference(soxr.resample(source, 48_000, RATE_HZ, "soxr_hq"))
 
     print(
-        f"torch {torch.__version__}, {args.torch_threads} intra-op thread(s); "
-        f"{args.runs} interleaved runs; ratios of medians (and of minima)"
+        f"torch {torch.__version__}, {torch.get_num_threads()} intra-op thread(s); audiogate "
+        f"block threads {audiogate.blocks.BLOCK_THREADS}; load {os.getloadavg()[0]:.2f} on "
+        f"{os.cpu_count()} CPUs; {args.runs} runs per case in alternating rounds"
     )
-    print(f"{'case':40s} {'ref ms':>7s} {'ours ms':>8s} {'ratio':>7s} {'(min)':>7s}  target")
+    print("ms: median (best); ratio = reference / ours, of medians (of bests)")
+    print(f"{'case':40s} {'ref ms':>16s} {'ours ms':>14s} {'ratio':>15s}  target (median ratio)")
+    verdicts: list[str] = []
+    budgets: dict[float, float] = {}
     for seconds, target in ((1.0, 20.0), (30.0, 5.0)):
         at16 = signal(seconds, RATE_HZ)
         at48 = signal(seconds, 48_000)
         rows = (
-            (f"16 kHz input, {seconds:g} s", reference, ours, at16, target),
-            (f"48 kHz input (soxr + features), {seconds:g} s", reference_48k, ours_48k, at48, None),
+            (f"16 kHz input, {seconds:g} s", reference, ours, at16),
+            (f"48 kHz input (soxr + features), {seconds:g} s", reference_48k, ours_48k, at48),
         )
-        for label, ref, mine, x, goal in rows:
+        for label, ref, mine, x in rows:
             ref_t, our_t = interleaved(
                 lambda ref=ref, x=x: ref(x), lambda mine=mine, x=x: mine(x), args.runs
             )
             ref_s, our_s = statistics.median(ref_t), statistics.median(our_t)
             ratio, best = ref_s / our_s, min(ref_t) / min(our_t)
-            verdict = (
-                "" if goal is None else f">= {goal:g}x: {'met' if ratio >= goal else 'missed'}"
-            )
+            met = "PASS" if ratio >= target else "MISS"
+            met_best = "PASS" if best >= target else "MISS"
+            budgets.setdefault(seconds, ref_s * 1e3 / target)
+            verdicts.append(f"{label}: {met} (median {ratio:.1f}x, best {best:.1f}x)")
             print(
-                f"{label:40s} {ref_s * 1e3:7.2f} {our_s * 1e3:8.2f} {ratio:6.1f}x "
-                f"{best:6.1f}x  {verdict}"
+                f"{label:40s} {f'{ref_s * 1e3:.2f} ({min(ref_t) * 1e3:.2f})':>16s} "
+                f"{f'{our_s * 1e3:.2f} ({min(our_t) * 1e3:.2f})':>14s} "
+                f"{f'{ratio:.1f}x ({best:.1f}x)':>15s}  >= {target:g}x: {met} (best: {met_best})"
             )
+    frames = 3000
+    floor = fft_floor_ms(frames, args.runs)
+    print(
+        f"float64 FFT alone, {frames} frames (30 s) in our blocks and threads: {floor:.2f} ms; "
+        f"the 5x target at 30 s leaves {budgets[30.0]:.2f} ms for everything"
+    )
+    print("targets (verdict on the median ratio):")
+    for line in verdicts:
+        print(f"  {line}")
 
 
 if __name__ == "__main__":

@@ -20,15 +20,18 @@ Numerics, measured against transformers 5.24.0 / NumPy 2.4:
   not enough: bins near a frame's rounding floor (high bands of tones and sweeps, single
   bins of noise) then differ by up to 1.07 in the log on a sweep, 1e-4 on noise. The FFT
   is most of the run time (see ``benchmarks/bench_gemma3n.py``).
-* The magnitude is the FE's own complex64 ``abs``. The mel projection is a sparse
+* The magnitude is the FE's own complex64 ``abs`` (the complex64 rounding happens in
+  numpy's cast buffer, reading the spectrum bins-by-frames). The mel projection is a sparse
   float32 product per block over the bank's non-zero bins 9..486 (946 weights; the FE's dense
   float64 matmul does 65,664 multiply-adds per frame) and the log is float32; the
   difference from the FE's float64 path stays below 1e-6 (one float32 ulp). Every frame
   is summed in the same order, so a frame's values do not depend on the clip around it.
 
 Frames go through in blocks of :data:`FRAMES_PER_BLOCK`, with a cancellation check per
-block. The block's buffers (about 5 MiB) are allocated once per thread and reused, so a
-call allocates only its result.
+block. Clips of several blocks are spread over :data:`~audiogate.blocks.BLOCK_THREADS`
+threads (:func:`audiogate.blocks.run_blocks`; the FFT is most of the work and every block
+gives the same values on any thread). Each thread's block buffers (about 4.5 MiB) are
+allocated once and reused, so a call allocates only its result and per-block products.
 
 Padding side (``policy.options["padding_side"]``, right by default, as the FE): a clip on
 its own is padded up to a multiple of 128 on that side. With left padding, the leading
@@ -51,6 +54,7 @@ import attrs
 import numpy as np
 import numpy.typing as npt
 
+from audiogate.blocks import block_threads, run_blocks
 from audiogate.cancel import NEVER, CancelToken, Checkpoint
 from audiogate.errors import FeatureError, LimitError, NonFiniteSampleError, PluginError
 from audiogate.policy import AudioPolicy
@@ -92,30 +96,37 @@ PaddingSide = Literal["right", "left"]
 FRAMES_PER_BLOCK: Final = 240
 _FLOAT32: Final = 4
 _FLOAT64: Final = 8
-_COMPLEX64: Final = 8
 _COMPLEX128: Final = 16
 _BINS: Final = FFT_LENGTH // 2 + 1
-#: Fixed scratch of one block (kept per thread, see :class:`_BlockScratch`): the
-#: zero-padded source span and its pre-emphasis, the float64 FFT input, the complex128
-#: spectrum, its complex64 rounding, the magnitudes and the sparse product's result.
+#: Fixed scratch of one block and thread (see :class:`_BlockScratch`): the zero-padded
+#: source span and its pre-emphasis, the float64 FFT input, the complex128 spectrum, the
+#: magnitudes, and the sparse product's result (allocated per block by SciPy).
 _BLOCK_SCRATCH_BYTES: Final = 2 * _FLOAT32 * (
     FRAME_HOP_SAMPLES * (FRAMES_PER_BLOCK - 1) + FRAME_SAMPLES
 ) + FRAMES_PER_BLOCK * (
-    FFT_LENGTH * _FLOAT64 + _BINS * (_COMPLEX128 + _COMPLEX64 + _FLOAT32) + FEATURE_SIZE * _FLOAT32
+    FFT_LENGTH * _FLOAT64 + _BINS * (_COMPLEX128 + _FLOAT32) + FEATURE_SIZE * _FLOAT32
 )
 #: NumPy's casting buffers (8,192 elements per operand) and small per-block temporaries.
 _UFUNC_BUFFER_BYTES: Final = 256 << 10
 
 
+def _blocks(frames: int) -> int:
+    return -(-frames // FRAMES_PER_BLOCK)
+
+
 def _working_bytes(frames: int) -> int:
-    # Block scratch, the mask's int64 index arithmetic and the ufunc buffers.
-    return _BLOCK_SCRATCH_BYTES + frames * 2 * _FLOAT64 + _UFUNC_BUFFER_BYTES
+    # Block scratch and ufunc buffers per thread, and the mask's int64 index arithmetic.
+    threads = block_threads(_blocks(frames))
+    return threads * (_BLOCK_SCRATCH_BYTES + _UFUNC_BUFFER_BYTES) + frames * 2 * _FLOAT64
 
 
 # The FE's float32 constants: NumPy 2 casts the Python floats to the array's float32.
 _PREEMPHASIS32: Final = np.float32(PREEMPHASIS)
 _FIRST_SCALE32: Final = np.float32(1.0 - PREEMPHASIS)
 _MEL_FLOOR32: Final = np.float32(MEL_FLOOR)
+#: The floor as a row: numpy (2.4) runs ``maximum`` with a scalar operand in a scalar
+#: loop, 2-3x slower than with a broadcast row.
+_MEL_FLOOR_ROW: Final = readonly(np.full(FRAMES_PER_BLOCK, _MEL_FLOOR32))
 #: Periodic Hann(512) in float32, computed with the FE's float32 operations.
 HANN_WINDOW: Final = readonly(
     (
@@ -137,9 +148,15 @@ class _BlockScratch(threading.local):
         span = FRAME_HOP_SAMPLES * (FRAMES_PER_BLOCK - 1) + FRAME_SAMPLES
         self.source = np.empty(span, dtype=np.float32)
         self.emphasis = np.empty(span - 1, dtype=np.float32)
+        # Samples 1..511 of frame t are emphasis[160·t :]; built once (as_strided is slow).
+        self.frames = np.lib.stride_tricks.as_strided(
+            self.emphasis,
+            shape=(FRAMES_PER_BLOCK, FRAME_SAMPLES - 1),
+            strides=(FRAME_HOP_SAMPLES * _FLOAT32, _FLOAT32),
+            writeable=False,
+        )
         self.fft_input = np.zeros((FRAMES_PER_BLOCK, FFT_LENGTH), dtype=np.float64)
         self.spectrum = np.empty((FRAMES_PER_BLOCK, _BINS), dtype=np.complex128)
-        self.rounded = np.empty((FRAMES_PER_BLOCK, stop - start), dtype=np.complex64)
         self.magnitude = np.empty((stop - start) * FRAMES_PER_BLOCK, dtype=np.float32)
 
 
@@ -316,53 +333,69 @@ def log_mel_frames(
         )
     if count == 0:
         return
+
+    def block(index: int) -> None:
+        t0 = first_frame + index * FRAMES_PER_BLOCK
+        row = t0 - first_frame
+        rows = min(FRAMES_PER_BLOCK, stop_frame - t0)
+        _log_mel_block(
+            waveform, start=FRAME_HOP_SAMPLES * t0 - lead_samples, out=out[row : row + rows]
+        )
+
+    run_blocks(
+        _blocks(count), block, cancel=cancel, checkpoint=Checkpoint.FEATURE, clip_index=clip_index
+    )
+
+
+def _log_mel_block(
+    waveform: npt.NDArray[np.float32], *, start: int, out: npt.NDArray[np.float32]
+) -> None:
+    """Log-mel of ``len(out)`` frames into ``out``; the first starts at sample ``start``
+    of the waveform (negative: inside the leading zeros)."""
     projection, bin_start, bin_stop = mel_projection()
     scratch = _scratch()
+    rows = out.shape[0]
     n = waveform.shape[0]
-    window_rest = HANN_WINDOW[1:]
-    for t0 in range(first_frame, stop_frame, FRAMES_PER_BLOCK):
-        cancel.check(Checkpoint.FEATURE, clip_index)
-        rows = min(FRAMES_PER_BLOCK, stop_frame - t0)
-        span = FRAME_HOP_SAMPLES * (rows - 1) + FRAME_SAMPLES
-        # The padded clip's samples [start, start + span).
-        start = FRAME_HOP_SAMPLES * t0 - lead_samples
+    span = FRAME_HOP_SAMPLES * (rows - 1) + FRAME_SAMPLES
+    lo, hi = max(start, 0), min(start + span, n)
+    if lo == start and hi == start + span:
+        src = waveform[start : start + span]
+    else:
+        # The padded clip's samples [start, start + span), zeros outside the waveform.
         src = scratch.source[:span]
-        lo, hi = max(start, 0), min(start + span, n)
         if lo >= hi:
             src.fill(0.0)
         else:
             src[: lo - start].fill(0.0)
             src[lo - start : hi - start] = waveform[lo:hi]
             src[hi - start :].fill(0.0)
-        # Pre-emphasis once over the span: samples 1..511 of every frame are
-        # ``x[i] - 0.97·x[i-1]`` whatever the frame, in the FE's float32 operation order.
-        emph = scratch.emphasis[: span - 1]
-        np.multiply(src[:-1], _PREEMPHASIS32, out=emph)
-        np.subtract(src[1:], emph, out=emph)
-        step = emph.strides[0]
-        rest = np.lib.stride_tricks.as_strided(
-            emph, shape=(rows, FRAME_SAMPLES - 1), strides=(FRAME_HOP_SAMPLES * step, step)
-        )
-        frames = scratch.fft_input[:rows]
-        # Windowing rounds in float32, as in the FE; the float64 copy is exact.
-        np.multiply(rest, window_rest, out=frames[:, 1:FRAME_SAMPLES], dtype=np.float32)
-        # HTK flavour: the first sample is scaled by 0.03, then windowed by Hann[0] = 0.
-        firsts = src[: FRAME_HOP_SAMPLES * (rows - 1) + 1 : FRAME_HOP_SAMPLES]
-        np.multiply(firsts * _FIRST_SCALE32, HANN_WINDOW[0], out=frames[:, 0], dtype=np.float32)
-        # NumPy >= 2 computes the FE's float32 ``rfft`` in double precision and rounds it
-        # to complex64: the float64 ``rfft`` of the same values, rounded here, is the FE's
-        # spectrum bit for bit, and the magnitude is then the FE's own complex64 ``abs``.
-        spectrum = scratch.spectrum[:rows]
-        np.fft.rfft(frames, axis=-1, out=spectrum)
-        rounded = scratch.rounded[:rows]
-        np.copyto(rounded, spectrum[:, bin_start:bin_stop], casting="same_kind")
-        # Bins by frames, contiguous, the layout the sparse product reads.
-        magnitude = scratch.magnitude[: (bin_stop - bin_start) * rows].reshape(-1, rows)
-        np.abs(rounded, out=magnitude.T)
-        row = t0 - first_frame
-        np.copyto(out[row : row + rows], (projection @ magnitude).T)
-    np.maximum(out, _MEL_FLOOR32, out=out)
-    np.log(out, out=out)
+    # Pre-emphasis once over the span: samples 1..511 of every frame are
+    # ``x[i] - 0.97·x[i-1]`` whatever the frame, in the FE's float32 operation order.
+    emph = scratch.emphasis[: span - 1]
+    np.multiply(src[:-1], _PREEMPHASIS32, out=emph)
+    np.subtract(src[1:], emph, out=emph)
+    frames = scratch.fft_input[:rows]
+    # Windowing rounds in float32, as in the FE; the float64 copy is exact.
+    np.multiply(
+        scratch.frames[:rows], HANN_WINDOW[1:], out=frames[:, 1:FRAME_SAMPLES], dtype=np.float32
+    )
+    # HTK flavour: the first sample is scaled by 0.03, then windowed by Hann[0] = 0.
+    firsts = src[: FRAME_HOP_SAMPLES * (rows - 1) + 1 : FRAME_HOP_SAMPLES]
+    np.multiply(firsts * _FIRST_SCALE32, HANN_WINDOW[0], out=frames[:, 0], dtype=np.float32)
+    # NumPy >= 2 computes the FE's float32 ``rfft`` in double precision and rounds it
+    # to complex64: the float64 ``rfft`` of the same values, rounded here, is the FE's
+    # spectrum bit for bit, and the magnitude is then the FE's own complex64 ``abs``.
+    spectrum = scratch.spectrum[:rows]
+    np.fft.rfft(frames, axis=-1, out=spectrum)
+    # Bins by frames, contiguous, the layout the sparse product reads; the complex64
+    # rounding ("F->f") happens in numpy's cast buffer as it reads the spectrum transposed.
+    magnitude = scratch.magnitude[: (bin_stop - bin_start) * rows].reshape(-1, rows)
+    np.absolute(
+        spectrum[:, bin_start:bin_stop].T, out=magnitude, signature="F->f", casting="same_kind"
+    )
+    mel = projection @ magnitude
+    np.maximum(mel, _MEL_FLOOR_ROW[:rows], out=mel)
+    np.log(mel, out=out.T)
 
 
 def extract_features(

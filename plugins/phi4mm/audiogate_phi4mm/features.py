@@ -17,16 +17,21 @@ Each step keeps the original's dtype and operation order, so the spectrum is bit
 and the log-mel differs only where the float32 mel sums round differently (at most one
 float32 ulp of the log). Work is done in blocks of :data:`BLOCK_FRAMES` frames into
 preallocated scratch: strided frame views (no per-frame Python), one batched FFT per
-block, and a cancellation check between blocks, so a 30-minute clip never holds more
-than one block of complex spectrum. The block scratch is kept per thread
-(:mod:`audiogate_phi4mm.scratch`) and counted in the plan's ``working_bytes``.
+block, and a cancellation check before each block, so a 30-minute clip never holds more
+than one block of complex spectrum per thread. The float64 FFT is most of the work, so
+clips of several blocks are spread over :data:`~audiogate.blocks.BLOCK_THREADS` threads
+(:func:`audiogate.blocks.run_blocks`): each block gives the same values on any thread.
+The block scratch is kept per thread (:mod:`audiogate_phi4mm.scratch`) and the plan's
+``working_bytes`` counts one set per thread used.
 
 The mel projection uses the bank's band structure: each triangle spans a few bins, so
 the bank splits into :data:`MEL_GROUPS` runs of consecutive filters, each multiplied with
 only the bins it covers (``[B, K_g] @ [K_g, N_g]``, 11 % of the dense multiply-adds).
 Besides being faster, each product is small enough that BLAS runs it on the calling
 thread: handing a few tens of microseconds of work per block to BLAS threads costs far
-more than it saves when other processes share the cores.
+more than it saves when other processes share the cores, and next to the block threads it
+is worse still (with 4 groups the largest product crosses OpenBLAS's threading threshold,
+and two block threads then run slower than one).
 
 With ``policy.feature_backend == "mlx"``, :func:`extract_features` runs the same algorithm
 in :mod:`audiogate_phi4mm.mlx_frontend` and returns ``mx.array`` (``docs/mlx.md``); the plan
@@ -44,6 +49,7 @@ import attrs
 import numpy as np
 import numpy.typing as npt
 
+from audiogate.blocks import block_threads, run_blocks
 from audiogate.cancel import CancelToken, Checkpoint
 from audiogate.errors import FeatureError, PluginError
 from audiogate.policy import AudioPolicy
@@ -71,16 +77,20 @@ PREEMPHASIS: Final = np.float32(0.97)
 #: Waveforms in [-1, 1] are scaled to int16 units.
 INPUT_SCALE: Final = 32768.0
 #: Frames per block: the spectrum scratch is sized for this, and cancellation is polled
-#: once per block.
+#: once per block. Smaller blocks fit the cache better but pay more Python per frame
+#: (128 frames: ~10 % slower on a 30 s clip); 256 keeps a thread's scratch near 3 MiB.
 BLOCK_FRAMES: Final = 256
-#: Transient allocations inside numpy per block: ufunc iterator buffers (8192 elements
-#: per operand, up to three complex128 operands), matmul output copies for the banded
-#: products and pocketfft's per-call scratch.
+#: Transient allocations inside numpy per block and thread: ufunc iterator buffers (8192
+#: elements per operand, up to three complex128 operands, also for the casts of the
+#: mixed-dtype window product and the complex64 rounding), matmul output copies for the
+#: banded products and pocketfft's per-call scratch.
 LIBRARY_SCRATCH_BYTES: Final = 512 * 1024
 #: Runs of consecutive filters in the banded mel projection.
 MEL_GROUPS: Final = 10
+#: ``max(·, 1)`` operand: numpy (2.4) runs ``maximum`` with a scalar operand in a scalar
+#: loop, 2-3x slower than with a broadcast row.
+_MEL_FLOOR_ROW: Final = readonly(np.ones(MEL_FILTERS, dtype=np.float32))
 _F32: Final = 4
-_F64: Final = 8
 
 
 @attrs.frozen(kw_only=True)
@@ -147,16 +157,15 @@ def _scratch_layout(frontend: Frontend) -> dict[str, tuple[tuple[int, ...], type
     span = (block - 1) * frontend.hop_samples + frontend.window_samples
     layout: dict[str, tuple[tuple[int, ...], type[np.generic]]] = {
         "emphasis": ((span - 1,), np.float32),
-        "widened": ((span - 1,), np.float64),
         "first": ((block,), np.float32),
         "scaled": ((block,), np.float32),
         "padded": ((block, frontend.fft_size), np.float64),
         "spectrum": ((block, frontend.fft_bins), np.complex128),
-        "narrow": ((block, frontend.fft_bins), np.complex64),
         "power": ((block, FFT_BINS), np.float32),
         "mel": ((block, MEL_FILTERS), np.float32),
     }
     if frontend.kept_bins < FFT_BINS:
+        layout["narrow"] = ((block, frontend.kept_bins), np.complex64)
         layout["magnitude64"] = ((block, frontend.kept_bins), np.float64)
     return layout
 
@@ -172,23 +181,33 @@ class _Scratch:
             for name, (shape, dtype) in _scratch_layout(frontend).items()
         }
         self.emphasis = arrays["emphasis"]
-        self.widened = arrays["widened"]
+        # Frame t's samples 1.. are emphasis[t·hop :]; built once, as_strided is slow.
+        self.frames = np.lib.stride_tricks.as_strided(
+            self.emphasis,
+            shape=(BLOCK_FRAMES, frontend.window_samples - 1),
+            strides=(frontend.hop_samples * _F32, _F32),
+            writeable=False,
+        )
         self.first = arrays["first"]
         self.scaled = arrays["scaled"]
         self.padded = arrays["padded"]
         self.spectrum = arrays["spectrum"]
-        self.narrow = arrays["narrow"]
         self.power = arrays["power"]
         self.mel = arrays["mel"]
+        self.narrow = arrays.get("narrow")
         self.magnitude64 = arrays.get("magnitude64")
 
 
+def _blocks(frames: int) -> int:
+    return -(-frames // BLOCK_FRAMES)
+
+
 @cache
-def _working_bytes(frontend: Frontend) -> int:
-    """Scratch bytes of :func:`log_mel`, computed without allocating."""
+def _working_bytes(frontend: Frontend, threads: int) -> int:
+    """Scratch bytes of :func:`log_mel` on ``threads`` threads, computed without allocating."""
     layout = _scratch_layout(frontend).values()
     held = sum(math.prod(shape) * np.dtype(dtype).itemsize for shape, dtype in layout)
-    return held + LIBRARY_SCRATCH_BYTES
+    return threads * (held + LIBRARY_SCRATCH_BYTES)
 
 
 def plan_features(
@@ -216,7 +235,7 @@ def plan_features(
         tokens=tokens,
         feature_shape=(frames, MEL_FILTERS),
         feature_bytes=frames * MEL_FILTERS * _F32,
-        working_bytes=_working_bytes(frontend),
+        working_bytes=_working_bytes(frontend, block_threads(_blocks(frames))),
         detail={
             "rate_hz": rate_hz,
             "window_samples": frontend.window_samples,
@@ -285,58 +304,81 @@ def log_mel(
             f"clip {clip_index}: {wave.shape[0]} samples give "
             f"{frame_count(wave.shape[0], frontend)} frames, not {frames}"
         )
-    win, hop = frontend.window_samples, frontend.hop_samples
-    kept = frontend.kept_bins
     bands = _bank_bands(bank)
-    window = _scaled_window(win)
-    scratch = thread_scratch(("phi4mm.log_mel", frontend), lambda: _Scratch(frontend))
-    emphasis, widened, padded = scratch.emphasis, scratch.widened, scratch.padded
-    first, scaled, spectrum = scratch.first, scratch.scaled, scratch.spectrum
-    narrow, power, mel = scratch.narrow, scratch.power, scratch.mel
-    magnitude64 = scratch.magnitude64
+    window = _scaled_window(frontend.window_samples)
     out = np.empty((frames, MEL_FILTERS), dtype=np.float32)
-    cancel.check(Checkpoint.FEATURE, clip_index)
-    for start in range(0, frames, BLOCK_FRAMES):
-        count = min(BLOCK_FRAMES, frames - start)
-        origin = start * hop
-        length = (count - 1) * hop + win
-        # Pre-emphasis once per sample (frames overlap 2.5x): e[j] = x[j+1] - 0.97·x[j].
-        region = wave[origin : origin + length]
-        emph = emphasis[: length - 1]
-        np.multiply(region[:-1], PREEMPHASIS, out=emph)
-        np.subtract(region[1:], emph, out=emph)
-        # Widen once per sample (exact) so the window product is a same-dtype loop.
-        wide = widened[: length - 1]
-        wide[...] = emph
-        shifted = np.lib.stride_tricks.as_strided(
-            wide, shape=(count, win - 1), strides=(hop * _F64, _F64), writeable=False
+
+    def block(index: int) -> None:
+        start = index * BLOCK_FRAMES
+        stop = min(start + BLOCK_FRAMES, frames)
+        scratch = thread_scratch(("phi4mm.log_mel", frontend), lambda: _Scratch(frontend))
+        origin = start * frontend.hop_samples
+        length = (stop - start - 1) * frontend.hop_samples + frontend.window_samples
+        _log_mel_block(
+            wave[origin : origin + length],
+            frontend=frontend,
+            bands=bands,
+            window=window,
+            scratch=scratch,
+            out=out[start:stop],
         )
-        np.multiply(shifted, window[1:], out=padded[:count, 1:win])
-        # The first sample of each frame is pre-emphasised against itself: x0 - 0.97·x0.
-        heads = region[: (count - 1) * hop + 1 : hop]
-        np.multiply(heads, PREEMPHASIS, out=scaled[:count])
-        np.subtract(heads, scaled[:count], out=first[:count])
-        np.multiply(first[:count], window[0], out=padded[:count, 0])
-        # numpy's pocketfft, as the original calls it, into the block's buffer.
-        np.fft.rfft(padded[:count], axis=1, out=spectrum[:count])
-        narrow[:count] = spectrum[:count]
-        if magnitude64 is None:
-            np.abs(narrow[:count], out=power[:count])
-        else:
-            # fillzero concatenates float64 zeros, so |S| is taken in complex128.
-            np.abs(narrow[:count, :kept], out=magnitude64[:count], dtype=np.float64)
-            power[:count, :kept] = magnitude64[:count]
-        np.square(power[:count], out=power[:count])
-        for band in bands:
-            np.matmul(
-                power[:count, band.low : band.high],
-                band.weights,
-                out=mel[:count, band.first : band.last],
-            )
-        np.maximum(mel[:count], np.float32(1.0), out=mel[:count])
-        np.log(mel[:count], out=out[start : start + count])
-        cancel.check(Checkpoint.FEATURE, clip_index)
+
+    cancel.check(Checkpoint.FEATURE, clip_index)
+    run_blocks(
+        _blocks(frames), block, cancel=cancel, checkpoint=Checkpoint.FEATURE, clip_index=clip_index
+    )
     return out
+
+
+def _log_mel_block(
+    region: npt.NDArray[np.float32],
+    *,
+    frontend: Frontend,
+    bands: tuple[_Band, ...],
+    window: npt.NDArray[np.float64],
+    scratch: _Scratch,
+    out: npt.NDArray[np.float32],
+) -> None:
+    """Log-mel of the ``len(out)`` frames of ``region`` (their samples) into ``out``."""
+    count = out.shape[0]
+    win, hop = frontend.window_samples, frontend.hop_samples
+    length = region.shape[0]
+    # Pre-emphasis once per sample (frames overlap 2.5x): e[j] = x[j+1] - 0.97·x[j].
+    emph = scratch.emphasis[: length - 1]
+    np.multiply(region[:-1], PREEMPHASIS, out=emph)
+    np.subtract(region[1:], emph, out=emph)
+    # The float32 values widen exactly inside the float64 product (numpy casts them in
+    # its iterator buffer), so this is the original's float64 window product.
+    padded = scratch.padded[:count]
+    np.multiply(scratch.frames[:count], window[1:], out=padded[:, 1:win])
+    # The first sample of each frame is pre-emphasised against itself: x0 - 0.97·x0.
+    heads = region[: (count - 1) * hop + 1 : hop]
+    first, scaled = scratch.first[:count], scratch.scaled[:count]
+    np.multiply(heads, PREEMPHASIS, out=scaled)
+    np.subtract(heads, scaled, out=first)
+    np.multiply(first, window[0], out=padded[:, 0])
+    # numpy's pocketfft, as the original calls it, into the block's buffer.
+    spectrum = scratch.spectrum[:count]
+    np.fft.rfft(padded, axis=1, out=spectrum)
+    power = scratch.power[:count]
+    if scratch.magnitude64 is None or scratch.narrow is None:
+        # The original's complex64 cast and float32 |S| ("F->f"): the cast happens in
+        # numpy's iterator buffer (the same rounding as a complex64 array), no extra pass.
+        np.absolute(spectrum, out=power, signature="F->f", casting="same_kind")
+    else:
+        # fillzero concatenates float64 zeros to the complex64 bins, so |S| is taken in
+        # complex128.
+        kept = frontend.kept_bins
+        narrow, magnitude64 = scratch.narrow[:count], scratch.magnitude64[:count]
+        np.copyto(narrow, spectrum[:, :kept], casting="same_kind")
+        np.abs(narrow, out=magnitude64, dtype=np.float64)
+        power[:, :kept] = magnitude64
+    np.square(power, out=power)
+    mel = scratch.mel[:count]
+    for band in bands:
+        np.matmul(power[:, band.low : band.high], band.weights, out=mel[:, band.first : band.last])
+    np.maximum(mel, _MEL_FLOOR_ROW, out=mel)
+    np.log(mel, out=out)
 
 
 def extract_features(

@@ -20,7 +20,10 @@ The filter runs as BLAS products instead of SciPy's scalar loop: outputs are gro
 banded ``(P·down, P)`` tap matrix gives ``P`` outputs per row, and the next row's first
 ``L - down`` samples times a second small matrix supply the rest of each window. Each
 product is kept under :data:`PRODUCT_MULTIPLY_ADDS` so BLAS runs it on the calling
-thread. Accumulation is in float64 as in ``resample_poly`` on the float64 waveform
+thread; blocks of :data:`BLOCK_OUTPUTS` outputs are independent, so a long clip's blocks
+are spread over :data:`~audiogate.blocks.BLOCK_THREADS` threads instead
+(:func:`audiogate.blocks.run_blocks`), each with its own scratch and the same values on
+any thread. Accumulation is in float64 as in ``resample_poly`` on the float64 waveform
 the original reads with ``soundfile``; only the summation order differs, so the float32
 output equals ``resample_poly(x.astype(float64), 1, down).astype(float32)`` except where a
 value sits within a few float64 ulps of a float32 rounding boundary.
@@ -36,6 +39,7 @@ import numpy as np
 import numpy.typing as npt
 from scipy.signal import firwin
 
+from audiogate.blocks import block_threads, run_blocks
 from audiogate.cancel import CancelToken, Checkpoint
 from audiogate.errors import DecodeError, LimitError, SizeOverflowError
 from audiogate.records import ResamplePlan, readonly
@@ -69,7 +73,8 @@ HALF_LENGTH_PER_FACTOR: Final = 10
 MIN_SOURCE_RATE_HZ: Final = 8_000
 WIDEBAND_RATE_HZ: Final = 16_000
 NARROWBAND_RATE_HZ: Final = 8_000
-#: Outputs per block: the cancel token is polled this often.
+#: Outputs per block: the cancel token is polled this often, and threads share the work
+#: in these units.
 BLOCK_OUTPUTS: Final = 16_000
 #: Outputs per row of the block product; at least 20 keeps a window within two rows.
 GROUP_OUTPUTS: Final = 20
@@ -110,14 +115,19 @@ def _block_buffer_samples(down: int) -> int:
     return (rows + 1) * GROUP_OUTPUTS * down
 
 
-def _working_bytes(down: int) -> int:
-    """Peak scratch of :func:`decimate`: tap matrices, the float64 block, the products."""
+def _blocks(outputs: int) -> int:
+    return -(-outputs // BLOCK_OUTPUTS)
+
+
+def _working_bytes(down: int, threads: int) -> int:
+    """Peak scratch of :func:`decimate` on ``threads`` threads: the tap matrices, and per
+    thread the float64 block and the products."""
     taps = _taps(down)
     matrices = (GROUP_OUTPUTS * down + taps - down) * GROUP_OUTPUTS * _F64
     block = _block_buffer_samples(down) * _F64
     rows = math.ceil(BLOCK_OUTPUTS / GROUP_OUTPUTS)
     products = 2 * rows * GROUP_OUTPUTS * _F64  # result and carry, carry at most a block
-    return matrices + block + products + taps * _F64 + LIBRARY_SCRATCH_BYTES
+    return matrices + taps * _F64 + threads * (block + products + LIBRARY_SCRATCH_BYTES)
 
 
 def plan_speechlib_resample(
@@ -165,7 +175,7 @@ def plan_speechlib_resample(
         source_samples=source_samples,
         output_rate_hz=effective,
         output_samples=output,
-        working_bytes=_working_bytes(down),
+        working_bytes=_working_bytes(down, block_threads(_blocks(output))),
         algorithm=ALGORITHM,
         detail={"down": down, "taps": _taps(down), "work_units": work},
     )
@@ -218,23 +228,24 @@ def decimate(
     span = GROUP_OUTPUTS * down
     overlap = tail.shape[0]
     chunk = max(1, PRODUCT_MULTIPLY_ADDS // (GROUP_OUTPUTS * span))
-    block, products, carry = thread_scratch(
-        ("phi4mm.decimate", down),
-        lambda: (
-            np.empty(_block_buffer_samples(down), dtype=np.float64),
-            np.empty((-(-BLOCK_OUTPUTS // GROUP_OUTPUTS), GROUP_OUTPUTS), dtype=np.float64),
-            np.empty((chunk, GROUP_OUTPUTS), dtype=np.float64),
-        ),
-    )
-    cancel.check(Checkpoint.RESAMPLE, clip_index)
-    for first in range(0, total, BLOCK_OUTPUTS):
+
+    def block(index: int) -> None:
+        first = index * BLOCK_OUTPUTS
         count = min(BLOCK_OUTPUTS, total - first)
+        scratch, products, carry = thread_scratch(
+            ("phi4mm.decimate", down),
+            lambda: (
+                np.empty(_block_buffer_samples(down), dtype=np.float64),
+                np.empty((-(-BLOCK_OUTPUTS // GROUP_OUTPUTS), GROUP_OUTPUTS), dtype=np.float64),
+                np.empty((chunk, GROUP_OUTPUTS), dtype=np.float64),
+            ),
+        )
         rows = -(-count // GROUP_OUTPUTS)
         # Window of output k covers source [k·down - half, k·down + half]; zeros outside.
         start = first * down - half
         length = (rows + 1) * span
         lo, hi = max(start, 0), min(start + length, n)  # lo < hi: first·down < n
-        buffer = block[:length]
+        buffer = scratch[:length]
         buffer[: lo - start] = 0.0
         buffer[lo - start : hi - start] = source[lo:hi]
         buffer[hi - start :] = 0.0
@@ -246,7 +257,11 @@ def decimate(
             np.matmul(grid[top + 1 : bottom + 1, :overlap], tail, out=carry[: bottom - top])
             result[top:bottom] += carry[: bottom - top]
         out[first : first + count] = result.reshape(-1)[:count]
-        cancel.check(Checkpoint.RESAMPLE, clip_index)
+
+    cancel.check(Checkpoint.RESAMPLE, clip_index)
+    run_blocks(
+        _blocks(total), block, cancel=cancel, checkpoint=Checkpoint.RESAMPLE, clip_index=clip_index
+    )
     return readonly(out)
 
 

@@ -12,16 +12,24 @@ its log-mel column is ``log10(1e-10) = -10`` before the clamp: a constant. Only 
 first ``min(3000, ceil((N + 200) / 160))`` frames are computed (all of them near 30 s,
 where the last frames also see the reflected end of the padded window); the constant
 columns still take part in the window maximum.
+
+The computed frames go through in blocks of :data:`BLOCK_FRAMES` (strided view → window
+→ batched float64 rFFT → power → one sparse mel product → log), into buffers kept per
+thread, with a cancellation check before each block. Clips of several blocks are spread
+over :data:`~audiogate.blocks.BLOCK_THREADS` threads (:func:`audiogate.blocks.run_blocks`);
+each block gives the same values on any thread, and the window maximum is taken over the
+blocks' maxima afterwards.
 """
 
 from __future__ import annotations
 
+import threading
 from typing import Final
 
 import numpy as np
 import numpy.typing as npt
-import scipy.fft
 
+from audiogate.blocks import block_threads, run_blocks
 from audiogate.cancel import CancelToken, Checkpoint
 from audiogate.records import readonly
 from audiogate_qwen2audio.melbank import whisper_mel_matrix
@@ -37,12 +45,15 @@ __all__ = [
     "working_bytes",
 ]
 
-#: Frames per vectorised block (strided view → batched rFFT → one sparse mel product);
-#: the cancellation token is polled between blocks.
+#: Frames per vectorised block (strided view → batched rFFT → one sparse mel product); the
+#: cancellation token is polled before each block, and blocks are what threads share.
 BLOCK_FRAMES: Final = 256
 FEATURE_SHAPE: Final = (N_MELS, MAX_FRAMES)
 _PAD: Final = N_FFT // 2
 _BINS: Final = N_FFT // 2 + 1
+#: Per block and thread, besides the buffers of :class:`_BlockScratch`: the sparse
+#: product's float32 result and numpy's casting buffers (8,192 elements per operand).
+_LIBRARY_BYTES: Final = BLOCK_FRAMES * N_MELS * 4 + (128 << 10)
 #: ``log10`` of the reference's float32 clamp floor, correctly rounded: -10.0, the log-mel
 #: value of a silent frame (numpy's float32 ``log10`` is one ulp off here; torch is not).
 LOG_FLOOR: Final = np.float32(np.log10(np.float64(np.float32(1e-10))))
@@ -79,16 +90,43 @@ def hann_window_torch() -> npt.NDArray[np.float32]:
 
 
 _WINDOW: Final = readonly(hann_window_torch())
+#: The energy clamp as a row: numpy (2.4) runs ``maximum`` with a scalar operand in a
+#: scalar loop, 2-3x slower than with a broadcast row.
+_ENERGY_FLOOR_ROW: Final = readonly(np.full(BLOCK_FRAMES, np.float32(1e-10)))
+
+
+class _BlockScratch(threading.local):
+    """One block's buffers, allocated once per thread and reused by every clip.
+
+    Fresh megabyte buffers per call would cost page faults on first touch, which for a
+    one-second clip is more than its FFT.
+    """
+
+    def __init__(self) -> None:
+        self.frames = np.empty((BLOCK_FRAMES, N_FFT), dtype=np.float64)
+        self.spectrum = np.empty((BLOCK_FRAMES, _BINS), dtype=np.complex128)
+        self.power = np.empty((BLOCK_FRAMES, _BINS), dtype=np.float32)
+        # Flat, so that a partial block's (rows, count) view is contiguous too.
+        self.bins_by_frames = np.empty(_BINS * BLOCK_FRAMES, dtype=np.float32)
+        self.logs = np.empty(N_MELS * BLOCK_FRAMES, dtype=np.float64)
+
+
+_SCRATCH: Final = _BlockScratch()
+_SCRATCH_BYTES: Final = BLOCK_FRAMES * (N_FFT * 8 + _BINS * (16 + 4 + 4) + N_MELS * 8)
+
+
+def _blocks(frames: int) -> int:
+    return -(-frames // BLOCK_FRAMES)
 
 
 def working_bytes(geometry: WhisperGeometry) -> int:
-    """Peak scratch of :func:`whisper_log_mel` besides its result: the padded buffer and
-    one block (windowed frames in float32 and float64, the complex128 spectrum, float32
-    power, and the mel energies in float32 and their float64 and float32 logs)."""
+    """Peak scratch of :func:`whisper_log_mel` besides its result: the padded buffer, and
+    per thread one block's buffers (float64 frames, complex128 spectrum, float32 power,
+    its transpose, float64 logs), the sparse product's result and numpy's casting buffers."""
     frames = geometry.computed_frames
     buffer = (2 * _PAD + HOP * max(frames - 1, 0)) * 4
-    block = min(frames, BLOCK_FRAMES)
-    return buffer + block * (N_FFT * (4 + 8) + _BINS * (16 + 4) + N_MELS * (4 + 8 + 4))
+    threads = block_threads(_blocks(frames))
+    return buffer + threads * (_SCRATCH_BYTES + _LIBRARY_BYTES) + _blocks(frames) * 4
 
 
 def _padded_buffer(
@@ -145,32 +183,54 @@ def whisper_log_mel(
             strides=(HOP * buffer.itemsize, buffer.itemsize),
             writeable=False,
         )
-        mel = whisper_mel_matrix()
-        power = np.empty((BLOCK_FRAMES, _BINS), dtype=np.float32)
-        for start in range(0, computed, BLOCK_FRAMES):
+        peaks = np.empty(_blocks(computed), dtype=np.float32)
+
+        def block(index: int) -> None:
+            start = index * BLOCK_FRAMES
             stop = min(computed, start + BLOCK_FRAMES)
-            count = stop - start
-            # The window product in float32, as torch.stft forms it; the FFT in float64, so
-            # what remains is the reference's own float32 FFT error (see the module doc).
-            windowed = (frames[start:stop] * _WINDOW).astype(np.float64)
-            spectrum = scipy.fft.rfft(windowed, n=N_FFT, axis=-1, overwrite_x=True)
-            parts = spectrum.view(np.float64)
-            np.square(parts, out=parts)
-            np.add(parts[:, 0::2], parts[:, 1::2], out=power[:count], casting="same_kind")
-            energies = mel @ power[:count].T
-            np.maximum(energies, np.float32(1e-10), out=energies)
-            # Correctly rounded float32 log10, as torch's is in all but ~2e-4 of cases
-            # (numpy's float32 log10 is an ulp off in half of them).
-            logs = np.log10(energies, dtype=np.float64).astype(np.float32)
-            peak = max(peak, logs.max())
-            block = features[:, start:stop]
-            np.multiply(logs, np.float32(0.25), out=block)
-            block += np.float32(1.0)
-            cancel.check(Checkpoint.FEATURE, clip_index)
+            peaks[index] = _log_mel_block(frames[start:stop], features[:, start:stop])
+
+        run_blocks(
+            peaks.size, block, cancel=cancel, checkpoint=Checkpoint.FEATURE, clip_index=clip_index
+        )
+        peak = max(peak, peaks.max())
     floor = (np.float32(peak - np.float32(8.0)) + np.float32(4.0)) * np.float32(0.25)
     head = features[:, :computed]
-    np.maximum(head, floor, out=head)
+    np.maximum(head, np.full(computed, floor), out=head)  # a row: see _ENERGY_FLOOR_ROW
     features[:, computed:] = max((LOG_FLOOR + np.float32(4.0)) * np.float32(0.25), floor)
     mask = np.zeros(MAX_FRAMES, dtype=np.bool_)
     mask[: geometry.valid_frames] = True
     return readonly(features), readonly(mask)
+
+
+def _log_mel_block(frames: npt.NDArray[np.float32], out: npt.NDArray[np.float32]) -> np.float32:
+    """``(log10(max(mel, 1e-10)) + 4) / 4`` of ``frames`` ``[shape=(count, 400)]`` into
+    ``out`` ``[shape=(128, count)]``; returns the block's largest float32 ``log10``."""
+    scratch = _SCRATCH
+    count = frames.shape[0]
+    # The window product in float32, as torch.stft forms it; the FFT in float64, so what
+    # remains is the reference's own float32 FFT error (see the module doc).
+    windowed = scratch.frames[:count]
+    np.multiply(frames, _WINDOW, out=windowed, dtype=np.float32)
+    spectrum = scratch.spectrum[:count]
+    np.fft.rfft(windowed, axis=-1, out=spectrum)
+    parts = spectrum.view(np.float64)
+    np.square(parts, out=parts)
+    power = scratch.power[:count]
+    np.add(parts[:, 0::2], parts[:, 1::2], out=power, casting="same_kind")
+    # Bins by frames, the layout the sparse product reads; a plain transposed copy is
+    # several times cheaper than writing the sum above transposed.
+    bins_by_frames = scratch.bins_by_frames[: _BINS * count].reshape(_BINS, count)
+    np.copyto(bins_by_frames, power.T)
+    energies = whisper_mel_matrix() @ bins_by_frames
+    np.maximum(energies, _ENERGY_FLOOR_ROW[:count], out=energies)
+    # Correctly rounded float32 log10, as torch's is in all but ~2e-4 of cases (numpy's
+    # float32 log10 is an ulp off in half of them): float64 log10, then one rounding.
+    logs = scratch.logs[: N_MELS * count].reshape(N_MELS, count)
+    np.log10(energies, out=logs, dtype=np.float64)
+    # Scaling by 0.25 commutes with the rounding to float32 (a power of two, no
+    # underflow at these magnitudes), and rounding is monotonic, so the maximum of the
+    # float32 logs is the rounded maximum.
+    np.multiply(logs, 0.25, out=out, casting="same_kind")
+    out += np.float32(1.0)
+    return np.float32(logs.max())
