@@ -12,8 +12,8 @@ from audiogate.cancel import CancelToken
 from audiogate.family import FamilySpec
 from audiogate.hookspecs import hookimpl
 from audiogate.policy import AudioPolicy, CheckpointConfigs, apply_keys
-from audiogate.records import ResamplePlan, readonly
-from audiogate.resample.soxr_hq import SOXR_WORKING_BYTES, soxr_output_length, soxr_resample
+from audiogate.records import ResamplePlan
+from audiogate.resample.soxr_hq import plan_soxr_hq, run_soxr_hq_plan
 
 __all__ = [
     "audiogate_parse_policy",
@@ -33,25 +33,12 @@ def audiogate_plan_resample(
     policy: AudioPolicy, source_rate_hz: int, source_samples: int
 ) -> ResamplePlan | None:
     """Plan the identity (same rate) or ``"soxr_hq"``; other algorithms are the family's."""
-    if source_rate_hz == policy.target_rate_hz:
-        return ResamplePlan(
-            source_rate_hz=source_rate_hz,
-            source_samples=source_samples,
-            output_rate_hz=source_rate_hz,
-            output_samples=source_samples,
-            algorithm="identity",
-        )
-    if policy.resampling != "soxr_hq":
+    if source_rate_hz != policy.target_rate_hz and policy.resampling != "soxr_hq":
         return None
-    return ResamplePlan(
+    return plan_soxr_hq(
         source_rate_hz=source_rate_hz,
         source_samples=source_samples,
-        output_rate_hz=policy.target_rate_hz,
-        output_samples=soxr_output_length(
-            source_samples, in_rate_hz=source_rate_hz, out_rate_hz=policy.target_rate_hz
-        ),
-        working_bytes=SOXR_WORKING_BYTES,
-        algorithm="soxr_hq",
+        target_rate_hz=policy.target_rate_hz,
     )
 
 
@@ -60,14 +47,6 @@ def audiogate_resample(
     plan: ResamplePlan, samples: npt.NDArray[np.float32], clip_index: int, cancel: CancelToken
 ) -> npt.NDArray[np.float32] | None:
     """Run the identity or ``"soxr_hq"`` plans."""
-    if plan.algorithm == "identity":
-        return samples if not samples.flags.writeable else readonly(samples.copy())
-    if plan.algorithm != "soxr_hq":
+    if plan.algorithm not in {"identity", "soxr_hq"}:
         return None
-    return soxr_resample(
-        samples,
-        in_rate_hz=plan.source_rate_hz,
-        out_rate_hz=plan.output_rate_hz,
-        clip_index=clip_index,
-        cancel=cancel,
-    )
+    return run_soxr_hq_plan(plan, samples, clip_index=clip_index, cancel=cancel)

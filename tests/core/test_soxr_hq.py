@@ -207,3 +207,24 @@ def test_librosa_path_equals_transformers_soundfile_loader(tmp_path):
         want = load_audio(str(path), sampling_rate=16_000, backend="soundfile")
         got = soxr_resample_librosa(x, in_rate_hz=rate, out_rate_hz=16_000)
         np.testing.assert_array_equal(got, want)
+
+
+def test_shared_plan_has_librosa_length_and_the_core_default_uses_it() -> None:
+    import attrs
+
+    from audiogate import defaults
+    from audiogate.resample import plan_soxr_hq, run_soxr_hq_plan
+    from audiogate_qwen2audio.policy import PINNED
+
+    # 4 samples at 48 kHz: soxr's own length rounds to 1, librosa.load pads to ceil = 2.
+    plan = plan_soxr_hq(source_rate_hz=48_000, source_samples=4, target_rate_hz=16_000)
+    assert (plan.algorithm, plan.output_samples) == ("soxr_hq", 2)
+    out = run_soxr_hq_plan(plan, np.full(4, 0.5, dtype=np.float32), clip_index=0)
+    assert out.shape == (2,)
+    assert not out.flags.writeable
+    same = plan_soxr_hq(source_rate_hz=16_000, source_samples=4, target_rate_hz=16_000)
+    assert (same.algorithm, same.output_samples) == ("identity", 4)
+    policy = attrs.evolve(PINNED, family="anyfamily")
+    assert defaults.audiogate_plan_resample(policy, 48_000, 4) == plan
+    linear = attrs.evolve(policy, resampling="linear")
+    assert defaults.audiogate_plan_resample(linear, 48_000, 4) is None

@@ -26,7 +26,7 @@ import numpy.typing as npt
 import soxr
 
 from audiogate.cancel import NEVER, CancelToken, Checkpoint
-from audiogate.records import readonly
+from audiogate.records import ResamplePlan, readonly
 
 __all__ = [
     "SOXR_BLOCK_SAMPLES",
@@ -34,6 +34,8 @@ __all__ = [
     "SOXR_WORKING_BYTES",
     "SoxrStream",
     "librosa_output_length",
+    "plan_soxr_hq",
+    "run_soxr_hq_plan",
     "soxr_output_length",
     "soxr_resample",
     "soxr_resample_librosa",
@@ -257,6 +259,65 @@ def soxr_resample_librosa(
         out_rate_hz=out_rate_hz,
         output_samples=librosa_output_length(n, in_rate_hz=in_rate_hz, out_rate_hz=out_rate_hz),
         fixed=True,
+        clip_index=clip_index,
+        cancel=cancel,
+    )
+
+
+def plan_soxr_hq(*, source_rate_hz: int, source_samples: int, target_rate_hz: int) -> ResamplePlan:
+    """Plan ``librosa.load(sr=target)`` semantics: the identity at the target rate, else
+    soxr HQ padded to ``ceil(n·target/source)`` samples.
+
+    The core's ``"soxr_hq"`` default, Phi-4 MM's native variant and Qwen2-Audio share it,
+    so the normalized length (and with it every frame mask and token count) equals what
+    their reference loaders return.
+    """
+    if source_rate_hz == target_rate_hz:
+        return ResamplePlan(
+            source_rate_hz=source_rate_hz,
+            source_samples=source_samples,
+            output_rate_hz=target_rate_hz,
+            output_samples=source_samples,
+            algorithm="identity",
+        )
+    return ResamplePlan(
+        source_rate_hz=source_rate_hz,
+        source_samples=source_samples,
+        output_rate_hz=target_rate_hz,
+        output_samples=librosa_output_length(
+            source_samples, in_rate_hz=source_rate_hz, out_rate_hz=target_rate_hz
+        ),
+        working_bytes=SOXR_WORKING_BYTES,
+        algorithm="soxr_hq",
+        detail={"quality": SOXR_QUALITY, "length": "ceil(n·out/in), as librosa.load"},
+    )
+
+
+def run_soxr_hq_plan(
+    plan: ResamplePlan,
+    samples: npt.NDArray[np.float32],
+    *,
+    clip_index: int,
+    cancel: CancelToken = NEVER,
+) -> npt.NDArray[np.float32]:
+    """Run a plan from :func:`plan_soxr_hq`.
+
+    :param samples: mono float32 ``[shape=(plan.source_samples,)]``.
+    :returns: read-only float32 ``[shape=(plan.output_samples,)]``.
+    """
+    if samples.shape != (plan.source_samples,):
+        raise ValueError(
+            f"clip {clip_index}: {samples.shape} samples given, planned ({plan.source_samples},)"
+        )
+    cancel.check(Checkpoint.RESAMPLE, clip_index)
+    if plan.algorithm == "identity":
+        if samples.flags.writeable or samples.dtype != np.float32:
+            return readonly(np.array(samples, dtype=np.float32, copy=True))
+        return samples
+    return soxr_resample_librosa(
+        samples,
+        in_rate_hz=plan.source_rate_hz,
+        out_rate_hz=plan.output_rate_hz,
         clip_index=clip_index,
         cancel=cancel,
     )

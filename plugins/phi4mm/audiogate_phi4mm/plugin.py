@@ -25,7 +25,8 @@ from audiogate.records import (
     PromptSegment,
     ResamplePlan,
 )
-from audiogate_phi4mm import collate, features, native, prompt, resample
+from audiogate.resample import plan_soxr_hq, run_soxr_hq_plan
+from audiogate_phi4mm import collate, features, prompt, resample
 from audiogate_phi4mm.policy import FAMILY, parse_policy, spec
 
 __all__ = [
@@ -62,7 +63,8 @@ def audiogate_plan_resample(
     if policy.family != FAMILY:
         return None
     if policy.variant == "native":
-        return native.plan_native_resample(
+        # What transformers' load_audio does: soxr HQ to 16 kHz at librosa's length.
+        return plan_soxr_hq(
             source_rate_hz=source_rate_hz,
             source_samples=source_samples,
             target_rate_hz=policy.target_rate_hz,
@@ -84,7 +86,7 @@ def audiogate_resample(
     if policy.family != FAMILY:
         return None
     if policy.variant == "native":
-        return native.resample_native(plan, samples, clip_index=clip_index, cancel=cancel)
+        return run_soxr_hq_plan(plan, samples, clip_index=clip_index, cancel=cancel)
     return resample.resample_speechlib(plan, samples, clip_index=clip_index, cancel=cancel)
 
 

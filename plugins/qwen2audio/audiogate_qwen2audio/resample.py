@@ -14,13 +14,8 @@ import numpy.typing as npt
 from audiogate.cancel import CancelToken
 from audiogate.errors import DecodeError
 from audiogate.policy import AudioPolicy
-from audiogate.records import ResamplePlan, readonly
-from audiogate.resample.soxr_hq import (
-    SOXR_QUALITY,
-    SOXR_WORKING_BYTES,
-    librosa_output_length,
-    soxr_resample_librosa,
-)
+from audiogate.records import ResamplePlan
+from audiogate.resample.soxr_hq import plan_soxr_hq, run_soxr_hq_plan
 from audiogate_qwen2audio.policy import SAMPLE_RATE_HZ, SOURCE_RATES_HZ
 
 __all__ = ["ALGORITHM", "plan_resample", "resample"]
@@ -50,26 +45,8 @@ def plan_resample(
             clip_index=clip_index,
             code="rate_not_allowed",
         )
-    if source_samples < 0:
-        raise ValueError(f"clip {clip_index}: source_samples must be >= 0, not {source_samples}")
-    if source_rate_hz == SAMPLE_RATE_HZ:
-        return ResamplePlan(
-            source_rate_hz=source_rate_hz,
-            source_samples=source_samples,
-            output_rate_hz=SAMPLE_RATE_HZ,
-            output_samples=source_samples,
-            algorithm="identity",
-        )
-    return ResamplePlan(
-        source_rate_hz=source_rate_hz,
-        source_samples=source_samples,
-        output_rate_hz=SAMPLE_RATE_HZ,
-        output_samples=librosa_output_length(
-            source_samples, in_rate_hz=source_rate_hz, out_rate_hz=SAMPLE_RATE_HZ
-        ),
-        working_bytes=SOXR_WORKING_BYTES,
-        algorithm=ALGORITHM,
-        detail={"quality": SOXR_QUALITY, "length": "ceil (librosa.load fix_length)"},
+    return plan_soxr_hq(
+        source_rate_hz=source_rate_hz, source_samples=source_samples, target_rate_hz=SAMPLE_RATE_HZ
     )
 
 
@@ -84,16 +61,4 @@ def resample(
 
     :returns: read-only float32 ``[shape=(plan.output_samples,)]``.
     """
-    if samples.shape != (plan.source_samples,):
-        raise ValueError(
-            f"clip {clip_index}: {samples.shape} samples given, planned ({plan.source_samples},)"
-        )
-    if plan.algorithm == "identity":
-        return samples if not samples.flags.writeable else readonly(samples.copy())
-    return soxr_resample_librosa(
-        samples,
-        in_rate_hz=plan.source_rate_hz,
-        out_rate_hz=plan.output_rate_hz,
-        clip_index=clip_index,
-        cancel=cancel,
-    )
+    return run_soxr_hq_plan(plan, samples, clip_index=clip_index, cancel=cancel)
