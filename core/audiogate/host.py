@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import importlib.metadata as metadata
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final, TypeVar
 
 import attrs
@@ -329,6 +329,20 @@ class FamilyHost:
                 f"expected {kind.__name__}"
             )
         return result
+
+    def implementations(self, family: str) -> dict[str, Callable[..., Any]]:
+        """The hook functions of the plugin that registered ``family``, by hook name.
+
+        For contract tests that call one plugin's implementation directly (for example to
+        check it returns ``None`` for another family's policy); servers use the façade.
+        """
+        plugin = self._pm.get_plugin(self.family(family).plugin_name)
+        found: dict[str, Callable[..., Any]] = {}
+        for caller in self._pm.get_hookcallers(plugin) or []:
+            for impl in caller.get_hookimpls():
+                if impl.plugin is plugin:
+                    found[caller.name] = impl.function
+        return found
 
     def hook_names(self) -> list[str]:
         """Names of every hook specification (for meta-tests and docs)."""

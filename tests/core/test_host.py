@@ -271,3 +271,15 @@ def test_hook_surface_is_small_and_prefixed(host) -> None:
             "audiogate_expand_prompt",
         ]
     )
+
+
+def test_implementations_lists_one_family_plugins_own_hooks(host) -> None:
+    hooks = host.implementations("gemma3n")
+    assert "audiogate_extract_features" in hooks
+    assert "audiogate_register_families" in hooks
+    other = host.default_policy("qwen2audio")
+    # A family's own implementation declines another family's policy.
+    assert (
+        hooks["audiogate_plan_features"](policy=other, rate_hz=16_000, samples=16_000, clip_index=0)
+        is None
+    )

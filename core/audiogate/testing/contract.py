@@ -36,6 +36,7 @@ See ``docs/plugins/testing.md`` for what each check protects and how to configur
 from __future__ import annotations
 
 import contextlib
+import inspect
 import json
 import tracemalloc
 from collections.abc import Iterator, Mapping, Sequence
@@ -886,16 +887,11 @@ def _call_plugin_hooks(
     host: FamilyHost, family: str, arguments: Mapping[str, Mapping[str, Any]]
 ) -> Iterator[tuple[str, Any]]:
     """Call the family plugin's own implementations (not the others') of the given hooks."""
-    # The façade only calls whole hooks; the contract needs one plugin's implementations.
-    pm = host._pm
-    plugin = pm.get_plugin(host.family(family).plugin_name)
-    for caller in pm.get_hookcallers(plugin) or []:
-        if caller.name not in arguments:
+    for name, function in host.implementations(family).items():
+        if name not in arguments:
             continue
-        for impl in caller.get_hookimpls():
-            if impl.plugin is plugin:
-                kwargs = {name: arguments[caller.name][name] for name in impl.argnames}
-                yield caller.name, impl.function(**kwargs)
+        parameters = inspect.signature(function).parameters
+        yield name, function(**{p: arguments[name][p] for p in parameters})
 
 
 @contextlib.contextmanager
