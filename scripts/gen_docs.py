@@ -312,7 +312,10 @@ def _template(cls: type[BaseException]) -> tuple[str, BaseException | None]:
 def _error_classes() -> list[type[BaseException]]:
     from audiogate import errors
 
-    classes: list[type[BaseException]] = [getattr(errors, n) for n in errors.__all__]
+    exported = (getattr(errors, n) for n in errors.__all__)
+    classes: list[type[BaseException]] = [
+        c for c in exported if isinstance(c, type) and issubclass(c, BaseException)
+    ]
     try:
         from audiogate.server.errors import BadRequestError
     except ImportError:  # pragma: no cover - the server dependencies are core dependencies

@@ -8,6 +8,7 @@ the ``reason`` class attribute is the metrics label a rejection is counted under
 
 from __future__ import annotations
 
+import traceback
 from typing import Any, ClassVar
 
 __all__ = [
@@ -28,6 +29,7 @@ __all__ = [
     "QueueFullError",
     "SizeOverflowError",
     "WorkerUnavailableError",
+    "clear_frames",
 ]
 
 
@@ -240,3 +242,22 @@ class WorkerUnavailableError(AudioGateError):
     """The bounded worker is shut down or its thread died."""
 
     reason = "worker_unavailable"
+
+
+def clear_frames(error: BaseException) -> None:
+    """Clear the locals of the finished frames that ``error``'s tracebacks hold.
+
+    Those frames hold the request (its clips, its job or task), and the job or task holds
+    the error back: a reference cycle that would keep a refused or cancelled request's
+    memory until the cyclic collector happens to run, far past the budgets. Follows
+    ``__cause__`` and ``__context__``.
+    """
+    seen: set[int] = set()
+    pending: list[BaseException | None] = [error]
+    while pending:
+        current = pending.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        traceback.clear_frames(current.__traceback__)
+        pending += [current.__cause__, current.__context__]

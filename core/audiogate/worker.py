@@ -16,7 +16,6 @@ import concurrent.futures
 import queue
 import threading
 import time
-import traceback
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, Final, Generic, TypeVar
@@ -32,6 +31,7 @@ from audiogate.errors import (
     QueueFullError,
     SizeOverflowError,
     WorkerUnavailableError,
+    clear_frames,
 )
 from audiogate.host import FamilyHost
 from audiogate.metrics import AudioMetrics
@@ -461,7 +461,7 @@ class AudioWorker:
             # The traceback's frames hold this job and its clips; nobody needs them once
             # the error is stored, and keeping them would leave the request's memory to
             # the cycle collector (a cancelled client never reads its error).
-            _clear_frames(error)
+            clear_frames(error)
             job.future.set_exception(error)
             return
         self.metrics.record_completed(
@@ -508,13 +508,3 @@ def _retrieve(future: asyncio.Future[Any]) -> None:
 def _prefill_length(value: Any, default: int) -> int:
     positions = getattr(value, "prefill_positions", None)
     return positions if isinstance(positions, int) else default
-
-
-def _clear_frames(error: BaseException) -> None:
-    """Drop the local variables of every frame in ``error``'s traceback chain."""
-    seen: set[int] = set()
-    current: BaseException | None = error
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        traceback.clear_frames(current.__traceback__)
-        current = current.__cause__ or current.__context__

@@ -20,7 +20,6 @@ import json
 import logging
 import math
 import re
-import traceback
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, Final, TypeVar
 
@@ -42,6 +41,7 @@ from audiogate.errors import (
     LimitError,
     MemoryLimitError,
     PreprocessCancelled,
+    clear_frames,
 )
 from audiogate.host import FamilyHost
 from audiogate.metrics import AudioMetrics
@@ -421,24 +421,6 @@ def _json_response(status: int, payload: Any, headers: Mapping[str, str] | None 
 # --- the app -------------------------------------------------------------------------
 
 
-def _forget_frames(error: BaseException) -> None:
-    """Clear the locals of the finished frames an answered error's tracebacks hold.
-
-    Those frames hold the request (its parsed JSON, its clips, its task or job), and the
-    task or job holds the error back: a reference cycle that would keep every refused
-    request's memory until the cyclic GC happens to run, far past the budgets.
-    """
-    seen: set[int] = set()
-    pending: list[BaseException | None] = [error]
-    while pending:
-        current = pending.pop()
-        if current is None or id(current) in seen:
-            continue
-        seen.add(id(current))
-        traceback.clear_frames(current.__traceback__)
-        pending += [current.__cause__, current.__context__]
-
-
 async def _wait_for_disconnect(receive: Receive) -> None:
     # Once the body is read, the server's next message is ``http.disconnect``: the client
     # went away (or the response completed, by which time this task is cancelled).
@@ -488,11 +470,11 @@ class _AudioServer:
         except (_ClientGone, ClientDisconnect, PreprocessCancelled) as gone:
             self._count_failure(ticket, None)
             response = Response(status_code=STATUS_CLIENT_CLOSED)
-            _forget_frames(gone)
+            clear_frames(gone)
         except Exception as error:
             self._count_failure(ticket, error)
             response = self._error_response(error, close=not ticket.body_read)
-            _forget_frames(error)
+            clear_frames(error)
         except BaseException:  # cancelled (shutdown)
             self._count_failure(ticket, None)
             hold.release()
