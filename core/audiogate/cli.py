@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any, Final, TextIO
@@ -441,6 +442,12 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None) -> 
     except AudioGateError as exc:
         sys.stderr.write(f"audiogate: error: {exc}\n")
         return exit_code_for(exc)
+    except BrokenPipeError:
+        # The reader went away (``audiogate policy ... | head``): stop quietly, and point
+        # stdout at /dev/null so the interpreter's final flush does not fail again.
+        if stdout is None:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
 
 
 if __name__ == "__main__":

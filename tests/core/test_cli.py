@@ -107,3 +107,14 @@ def test_console_script_is_installed() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert "gemma3n" in result.stdout
+
+
+class ClosedPipe(io.StringIO):
+    def write(self, text: str) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+
+def test_a_closed_pipe_stops_quietly(capsys) -> None:
+    # ``audiogate policy ... | head -1``: the reader went away.
+    assert main(["policy", "--family", "gemma3n"], stdout=ClosedPipe()) == 0
+    assert capsys.readouterr().err == ""
