@@ -434,6 +434,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None) -> int:
     """Run the CLI; returns the exit code."""
     out = stdout or sys.stdout
+    # transformers advises at import that PyTorch is missing; the CLI only needs its
+    # tokenizers, so the advice is noise here (set the variable to 0 to see it).
+    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
     args = build_parser().parse_args(argv)
     try:
         host = create_host()
