@@ -21,8 +21,7 @@ the 188 soft tokens come from :mod:`audiogate_gemma3n.framing`, as on the numpy 
 from __future__ import annotations
 
 import functools
-import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import mlx.core as mx
@@ -31,6 +30,7 @@ import numpy.typing as npt
 
 from audiogate.cancel import NEVER, CancelToken, Checkpoint
 from audiogate.errors import PluginError
+from audiogate.mlx_constants import thread_constant
 from audiogate.policy import AudioPolicy
 from audiogate.records import ClipFeatures, FeatureBatch, readonly
 from audiogate_gemma3n.features import (
@@ -55,23 +55,6 @@ from audiogate_gemma3n.melbank import htk_mel_filter_bank
 
 __all__ = ["clip_arrays", "collate_features", "log_mel"]
 
-_LOCAL = threading.local()
-
-
-def _constant(key: str, build: Callable[[], Any]) -> Any:
-    """An mx array built once per thread and device."""
-    cache: dict[tuple[str, str], Any] | None = getattr(_LOCAL, "cache", None)
-    if cache is None:
-        cache = {}
-        _LOCAL.cache = cache
-    full = (key, str(mx.default_device()))
-    found = cache.get(full)
-    if found is None:
-        found = build()
-        mx.eval(found)
-        cache[full] = found
-    return found
-
 
 @functools.cache
 def _dense_bank() -> tuple[npt.NDArray[np.float32], int, int]:
@@ -85,7 +68,7 @@ def _dense_bank() -> tuple[npt.NDArray[np.float32], int, int]:
 def _bank() -> tuple[Any, int, int]:
     """The bank as an mx array ``[shape=(478, 128)]`` and its bins ``[start, stop)``."""
     weights, start, stop = _dense_bank()
-    return _constant("gemma3n.bank", lambda: mx.array(weights)), start, stop
+    return thread_constant("gemma3n.bank", lambda: mx.array(weights)), start, stop
 
 
 def log_mel(
@@ -105,7 +88,7 @@ def log_mel(
     if stop_frame < 1:
         raise PluginError(f"gemma3n clip {clip_index}: no frames to compute ({stop_frame})")
     weights, bin_start, bin_stop = _bank()
-    window = _constant("gemma3n.window", lambda: mx.array(HANN_WINDOW))
+    window = thread_constant("gemma3n.window", lambda: mx.array(HANN_WINDOW))
     preemphasis = mx.array(PREEMPHASIS, dtype=mx.float32)
     first_scale = mx.array(1.0 - PREEMPHASIS, dtype=mx.float32)
     floor = mx.array(MEL_FLOOR, dtype=mx.float32)

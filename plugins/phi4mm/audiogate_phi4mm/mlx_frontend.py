@@ -23,8 +23,7 @@ and a bool frame mask.
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from functools import cache
 from typing import Any
 
@@ -33,6 +32,7 @@ import numpy as np
 import numpy.typing as npt
 
 from audiogate.cancel import CancelToken, Checkpoint
+from audiogate.mlx_constants import thread_constant
 from audiogate.records import ClipFeatures, FeatureBatch, readonly
 from audiogate_phi4mm.features import (
     BLOCK_FRAMES,
@@ -45,23 +45,6 @@ from audiogate_phi4mm.features import (
 from audiogate_phi4mm.melbank import MEL_FILTERS, native_mel_bank, speechlib_mel_bank
 
 __all__ = ["collate_features", "log_mel"]
-
-_LOCAL = threading.local()
-
-
-def _constant(key: tuple[Any, ...], build: Callable[[], Any]) -> Any:
-    """An mx array built once per thread and device (the bank, the window)."""
-    cache: dict[tuple[Any, ...], Any] | None = getattr(_LOCAL, "cache", None)
-    if cache is None:
-        cache = {}
-        _LOCAL.cache = cache
-    full = (*key, str(mx.default_device()))
-    found = cache.get(full)
-    if found is None:
-        found = build()
-        mx.eval(found)
-        cache[full] = found
-    return found
 
 
 @cache
@@ -81,12 +64,12 @@ def _dense_bank(name: BankName, kept_bins: int) -> tuple[npt.NDArray[np.float32]
 def _bank(name: BankName, kept_bins: int) -> tuple[Any, int, int]:
     """:func:`_dense_bank` as an mx array, and its bins ``[low, high)``."""
     weights, low, high = _dense_bank(name, kept_bins)
-    return _constant(("phi4mm.bank", name, kept_bins), lambda: mx.array(weights)), low, high
+    return thread_constant(("phi4mm.bank", name, kept_bins), lambda: mx.array(weights)), low, high
 
 
 def _window(window_samples: int) -> Any:
     """The symmetric Hamming window times 32768, float32 ``[shape=(window_samples,)]``."""
-    return _constant(
+    return thread_constant(
         ("phi4mm.window", window_samples),
         lambda: mx.array((np.hamming(window_samples) * INPUT_SCALE).astype(np.float32)),
     )

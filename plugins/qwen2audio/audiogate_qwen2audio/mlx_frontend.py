@@ -23,8 +23,7 @@ rows come from :func:`~audiogate_qwen2audio.tokens.whisper_geometry`, as on the 
 from __future__ import annotations
 
 import functools
-import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, Final
 
 import mlx.core as mx
@@ -32,6 +31,7 @@ import numpy as np
 import numpy.typing as npt
 
 from audiogate.cancel import CancelToken, Checkpoint
+from audiogate.mlx_constants import thread_constant
 from audiogate.records import ClipFeatures, FeatureBatch, readonly
 from audiogate_qwen2audio.collate import MASK_DTYPE
 from audiogate_qwen2audio.features import (
@@ -47,22 +47,6 @@ from audiogate_qwen2audio.tokens import WhisperGeometry
 __all__ = ["collate_features", "whisper_log_mel"]
 
 _PAD: Final = N_FFT // 2
-_LOCAL = threading.local()
-
-
-def _constant(key: str, build: Callable[[], Any]) -> Any:
-    """An mx array built once per thread and device."""
-    cache: dict[tuple[str, str], Any] | None = getattr(_LOCAL, "cache", None)
-    if cache is None:
-        cache = {}
-        _LOCAL.cache = cache
-    full = (key, str(mx.default_device()))
-    found = cache.get(full)
-    if found is None:
-        found = build()
-        mx.eval(found)
-        cache[full] = found
-    return found
 
 
 @functools.cache
@@ -78,7 +62,7 @@ def _dense_bank() -> tuple[npt.NDArray[np.float32], int, int]:
 def _bank() -> tuple[Any, int, int]:
     """:func:`_dense_bank` as an mx array, and its bins ``[low, high)``."""
     weights, low, high = _dense_bank()
-    return _constant("qwen2audio.bank", lambda: mx.array(weights)), low, high
+    return thread_constant("qwen2audio.bank", lambda: mx.array(weights)), low, high
 
 
 def _padded_buffer(wave: Any, samples: int, computed_frames: int) -> Any:
@@ -121,7 +105,7 @@ def whisper_log_mel(
     columns: list[Any] = []
     if computed:
         weights, low, high = _bank()
-        window = _constant("qwen2audio.window", lambda: mx.array(hann_window_torch()))
+        window = thread_constant("qwen2audio.window", lambda: mx.array(hann_window_torch()))
         energy_floor = mx.array(1e-10, dtype=mx.float32)
         buffer = _padded_buffer(
             mx.array(np.ascontiguousarray(waveform, dtype=np.float32)), geometry.samples, computed
