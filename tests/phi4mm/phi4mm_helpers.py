@@ -6,6 +6,7 @@ import io
 import threading
 import tracemalloc
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -36,29 +37,13 @@ NATIVE_SPECIAL_TOKENS = {
     "<|user|>": 200_021,
     "<|system|>": 200_022,
 }
-#: ``chat_template`` of microsoft/Phi-4-multimodal-instruct's ``tokenizer_config.json``
-#: (hub metadata snapshot; identical to Phi-4-mini-instruct's).
-REMOTE_CHAT_TEMPLATE = (
-    "{% for message in messages %}{% if message['role'] == 'system' and 'tools' in message "
-    "and message['tools'] is not none %}{{ '<|' + message['role'] + '|>' + message['content'] "
-    "+ '<|tool|>' + message['tools'] + '<|/tool|>' + '<|end|>' }}{% else %}{{ '<|' + "
-    "message['role'] + '|>' + message['content'] + '<|end|>' }}{% endif %}{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|assistant|>' }}{% else %}{{ eos_token }}{% endif %}"
-)
-
-#: The native checkpoint's processor chat template (transformers' Phi4Multimodal processor
-#: test, ``prepare_processor_dict``): string content, or parts with ``<|audio|>`` per audio.
+#: The real chat templates, as the bundled checkpoints carry them (one copy, there):
+#: the remote-code template of ``tokenizer_config.json`` and the native processor's.
+_MODELS = Path(__file__).resolve().parents[2] / "examples" / "models"
+REMOTE_CHAT_TEMPLATE = (_MODELS / "phi-4-multimodal-instruct" / "chat_template.jinja").read_text()
 NATIVE_CHAT_TEMPLATE = (
-    "{% for message in messages %}{{ '<|' + message['role'] + '|>' }}{% if message['c"
-    "ontent'] is string %}{{ message['content'] }}{% else %}{% for content in message"
-    "['content'] %}{% if content['type'] == 'image' %}{{ '<|image|>' }}{% elif conten"
-    "t['type'] == 'audio' %}{{ '<|audio|>' }}{% elif content['type'] == 'text' %}{{ c"
-    "ontent['text'] }}{% endif %}{% endfor %}{% endif %}{% if message['role'] == 'sys"
-    "tem' and 'tools' in message and message['tools'] is not none %}{{ '<|tool|>' + m"
-    "essage['tools'] + '<|/tool|>' + '<|end|>' }}{% endif %}{{ '<|end|>' }}{% endfor "
-    "%}{% if add_generation_prompt %}{{ '<|assistant|>' }}{% else %}{{ eos_token }}{%"
-    " endif %}"
-)
+    _MODELS / "phi-4-multimodal-instruct-hf" / "chat_template.jinja"
+).read_text()
 
 
 def signal(
