@@ -11,7 +11,8 @@ faster), and the largest feature difference between the two.
 The MLX device is the GPU where there is one (Apple silicon's Metal, or a CUDA build of
 MLX), else the CPU; ``--device`` forces one. On Linux with ``mlx[cpu]`` the MLX backend is
 a correctness backend, not a performance one: its CPU GEMM is far slower than OpenBLAS
-(``reference-extractors.md`` §7). On Apple silicon or CUDA the same run shows the
+(``reference-extractors.md`` §7), and Phi-4 MM's and Gemma 3n's float-float FFT is
+hundreds of elementwise ops per pass (``docs/mlx.md``). On Apple silicon or CUDA the same run shows the
 device's speed, with nothing to change here.
 
 Timings are medians of runs taken in alternating rounds after a warm-up; tests never
@@ -132,7 +133,8 @@ def main() -> None:
         print(
             "note: MLX runs on the CPU here. On Linux (mlx[cpu]) the MLX backend is a\n"
             "correctness backend, not a performance one: its CPU GEMM is far slower than\n"
-            "OpenBLAS. On Apple silicon or a CUDA build, this run shows the device's speed."
+            "OpenBLAS, and the float-float FFT (phi4mm, gemma3n) is hundreds of elementwise\n"
+            "ops per pass. On Apple silicon or a CUDA build, this run shows the device's speed."
         )
     else:
         print("note: MLX runs on the GPU; times include the waveform upload and mx.eval.")

@@ -83,30 +83,6 @@ def extract_both(
     return plan, out[0], out[1]
 
 
-def assert_log_energy_close(
-    reference: Any, got: Any, *, atol_of_peak: float, log_tolerance: float = 1e-4
-) -> None:
-    """Log-energy features ``[shape=(frames, bands)]`` agree as a float32 FFT allows.
-
-    In the energy domain, per frame: ``|e^got - e^ref| <= log_tolerance·e^ref +
-    atol_of_peak·max(e^ref)``. So the logs of the strong bands agree within about
-    ``log_tolerance``; a band far below its frame's strongest may be off by the float32
-    FFT's rounding, which is relative to the whole frame's spectrum, not to the band,
-    bounded by ``atol_of_peak`` of the frame's peak energy.
-    """
-    ref = np.asarray(reference, dtype=np.float64)
-    new = np.asarray(got, dtype=np.float64)
-    assert ref.shape == new.shape
-    e_ref, e_new = np.exp(ref), np.exp(new)
-    peak = e_ref.max(axis=-1, keepdims=True)
-    excess = np.abs(e_new - e_ref) - (log_tolerance * e_ref + atol_of_peak * peak)
-    worst = np.unravel_index(int(np.argmax(excess)), excess.shape)
-    assert excess[worst] <= 0, (
-        f"frame {worst[0]} band {worst[1]}: {new[worst]} vs {ref[worst]} (frame peak "
-        f"{np.log(peak[worst[0], 0])}); max |diff| {np.abs(new - ref).max()}"
-    )
-
-
 def max_abs_diff(reference: Any, got: Any) -> float:
     """``max |got - reference|`` over all values, in float64."""
     return float(

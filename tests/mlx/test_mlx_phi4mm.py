@@ -9,10 +9,10 @@ import pytest
 from mlx_helpers import (
     MLX_REASON,
     SIGNALS,
-    assert_log_energy_close,
     audio_part,
     extract_both,
     make_signal,
+    max_abs_diff,
     mlx_peak_bytes,
     traced_in_fresh_thread,
     with_backend,
@@ -29,10 +29,10 @@ from audiogate_phi4mm.features import BLOCK_FRAMES
 mx = pytest.importorskip("mlx.core", reason=MLX_REASON)
 
 MODELS = Path(__file__).resolve().parents[2] / "examples" / "models"
-#: Log-power features, compared as energies (see ``assert_log_energy_close``): 1e-4 in the
-#: log for the strong bands; a weak band's power may be off by the float32 FFT's rounding,
-#: at most 1e-9 of its frame's peak power (measured ≤ 4e-11).
-ATOL_OF_PEAK = 1e-9
+#: The issue's bound on every value. Measured: at most 1.9e-6 (a float32 ulp of the log),
+#: because the MLX FFT is float-float (``audiogate.mlx_fft``); MLX's float32 FFT alone
+#: was off by up to 5e-3 on pure tones and sweeps.
+TOLERANCE = 1e-4
 
 
 @pytest.fixture
@@ -64,7 +64,7 @@ def test_features_match_the_numpy_path(host, remote, native, variant, rate_hz, s
         assert got.features.dtype == mx.float32
         assert tuple(got.features.shape) == plan.feature_shape == ref.features.shape
         assert (got.frames, got.tokens, got.mask) == (ref.frames, ref.tokens, None)
-        assert_log_energy_close(ref.features, got.features, atol_of_peak=ATOL_OF_PEAK)
+        assert max_abs_diff(ref.features, got.features) <= TOLERANCE
 
 
 def test_collated_batch_matches_and_is_all_mlx(host, remote) -> None:
@@ -88,9 +88,7 @@ def test_collated_batch_matches_and_is_all_mlx(host, remote) -> None:
     features = np.asarray(got.inputs["audio_input_features"])
     assert features.shape == ref.inputs["audio_input_features"].shape
     for row, clip in enumerate(clips["numpy"]):
-        assert_log_energy_close(
-            clip.features, features[row, : clip.frames], atol_of_peak=ATOL_OF_PEAK
-        )
+        assert max_abs_diff(clip.features, features[row, : clip.frames]) <= TOLERANCE
         assert not features[row, clip.frames :].any()  # zero padding, as numpy pads
 
 
@@ -172,7 +170,7 @@ def test_end_to_end_per_model_and_per_call(directory) -> None:
         for key in ("audio_embed_sizes", "audio_attention_mask"):
             np.testing.assert_array_equal(np.asarray(got.model_inputs[key]), ref.model_inputs[key])
         for f_ref, f_got in zip(ref.features, got.features, strict=True):
-            assert_log_energy_close(f_ref, f_got, atol_of_peak=ATOL_OF_PEAK)
+            assert max_abs_diff(f_ref, f_got) <= TOLERANCE
     # The per-call choice does not stick to the gate; numpy stays the default.
     assert numpy_gate.policy.feature_backend == "numpy"
     assert isinstance(numpy_gate.prepare(messages).features[0], np.ndarray)

@@ -57,6 +57,7 @@ import numpy.typing as npt
 from audiogate.blocks import block_threads, run_blocks
 from audiogate.cancel import NEVER, CancelToken, Checkpoint
 from audiogate.errors import FeatureError, LimitError, NonFiniteSampleError, PluginError
+from audiogate.mlx_budget import FFT_PASS_BYTES
 from audiogate.policy import AudioPolicy
 from audiogate.records import ClipFeatures, FeaturePlan, readonly
 from audiogate_gemma3n.framing import (
@@ -114,10 +115,15 @@ def _blocks(frames: int) -> int:
     return -(-frames // FRAMES_PER_BLOCK)
 
 
-def _working_bytes(frames: int) -> int:
+def _working_bytes(frames: int, backend: str) -> int:
     # Block scratch and ufunc buffers per thread, and the mask's int64 index arithmetic.
-    threads = block_threads(_blocks(frames))
-    return threads * (_BLOCK_SCRATCH_BYTES + _UFUNC_BUFFER_BYTES) + frames * 2 * _FLOAT64
+    # The mlx backend runs its blocks on one thread, with the same arrays per block, and
+    # its float-float FFT's temporaries.
+    if backend == "mlx":
+        threads, extra = 1, FFT_PASS_BYTES
+    else:
+        threads, extra = block_threads(_blocks(frames)), 0
+    return threads * (_BLOCK_SCRATCH_BYTES + _UFUNC_BUFFER_BYTES) + frames * 2 * _FLOAT64 + extra
 
 
 # The FE's float32 constants: NumPy 2 casts the Python floats to the array's float32.
@@ -280,7 +286,7 @@ def plan_features(
         tokens=tokens,
         feature_shape=(frames, FEATURE_SIZE),
         feature_bytes=(frames + tail) * FEATURE_SIZE * _FLOAT32 + frames,
-        working_bytes=_working_bytes(frames + tail),
+        working_bytes=_working_bytes(frames + tail, policy.feature_backend),
         detail={"encoder_tokens": real_tokens},
     )
 

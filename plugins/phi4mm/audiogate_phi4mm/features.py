@@ -52,6 +52,7 @@ import numpy.typing as npt
 from audiogate.blocks import block_threads, run_blocks
 from audiogate.cancel import CancelToken, Checkpoint
 from audiogate.errors import FeatureError, PluginError
+from audiogate.mlx_budget import FFT_PASS_BYTES
 from audiogate.policy import AudioPolicy
 from audiogate.records import ClipFeatures, FeaturePlan, readonly
 from audiogate_phi4mm.melbank import FFT_BINS, MEL_FILTERS, native_mel_bank, speechlib_mel_bank
@@ -210,6 +211,14 @@ def _working_bytes(frontend: Frontend, threads: int) -> int:
     return threads * (held + LIBRARY_SCRATCH_BYTES)
 
 
+def _plan_working_bytes(frontend: Frontend, frames: int, backend: str) -> int:
+    """The numpy path's scratch on its threads; the mlx backend runs its blocks on one
+    thread, with the same arrays per block, and its float-float FFT's temporaries."""
+    if backend == "mlx":
+        return _working_bytes(frontend, 1) + FFT_PASS_BYTES
+    return _working_bytes(frontend, block_threads(_blocks(frames)))
+
+
 def plan_features(
     policy: AudioPolicy, *, rate_hz: int, samples: int, clip_index: int
 ) -> FeaturePlan:
@@ -235,7 +244,7 @@ def plan_features(
         tokens=tokens,
         feature_shape=(frames, MEL_FILTERS),
         feature_bytes=frames * MEL_FILTERS * _F32,
-        working_bytes=_working_bytes(frontend, block_threads(_blocks(frames))),
+        working_bytes=_plan_working_bytes(frontend, frames, policy.feature_backend),
         detail={
             "rate_hz": rate_hz,
             "window_samples": frontend.window_samples,
