@@ -225,6 +225,9 @@ def rfft_float_float(
     rows, length = frames.shape
     if length > n:
         raise ValueError(f"frames of {length} samples do not fit an FFT of {n}")
+    if rows == 0:
+        empty = mx.zeros((0, high - low), dtype=mx.float32)
+        return empty, empty
     step = max(1, FFT_PASS_ELEMENTS // n)
     parts: list[Pair] = []
     for first in range(0, rows, step):

@@ -153,3 +153,22 @@ def test_bad_arguments_are_refused(n, low, high, length, message) -> None:
     frames = mx.zeros((2, length), dtype=mx.float32)
     with pytest.raises(ValueError, match=message):
         rfft_float_float(frames, n=n, low=low, high=high)
+
+
+def test_no_rows_give_no_bins() -> None:
+    real, imag = rfft_float_float(mx.zeros((0, 400), dtype=mx.float32), n=512, low=3, high=9)
+    assert tuple(real.shape) == tuple(imag.shape) == (0, 6)
+    assert real.dtype == imag.dtype == mx.float32
+
+
+def test_many_passes_equal_one_row_at_a_time() -> None:
+    """More rows than one pass holds: the passes join without a seam."""
+    from audiogate.mlx_budget import FFT_PASS_ELEMENTS
+
+    rows = 2 * (FFT_PASS_ELEMENTS // 256) + 3
+    frames = mx.array(_frames("noise", rows, 200, seed=6))
+    whole = rfft_float_float(frames, n=256, low=0, high=129)
+    for row in (0, FFT_PASS_ELEMENTS // 256, rows - 1):
+        alone = rfft_float_float(frames[row : row + 1], n=256, low=0, high=129)
+        for part_whole, part_alone in zip(whole, alone, strict=True):
+            np.testing.assert_array_equal(np.asarray(part_alone)[0], np.asarray(part_whole)[row])
