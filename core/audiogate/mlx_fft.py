@@ -190,10 +190,17 @@ def _complex_fft(z: Pair, *, nonzero: int) -> Pair:
             turned = _quarter_turn(odd)
         else:
             turned = _rotate(odd, _stage_rotation(groups))
-        plus = _add(even, turned)
-        minus = _add(even, _negate(turned))
-        hi = mx.concatenate([plus[0], minus[0]], axis=2)
-        lo = mx.concatenate([plus[1], minus[1]], axis=2)
+        # [even + turned, even - turned] along the groups axis, in one addition.
+        hi, lo = _add(
+            (
+                mx.concatenate([even[0], even[0]], axis=2),
+                mx.concatenate([even[1], even[1]], axis=2),
+            ),
+            (
+                mx.concatenate([turned[0], -turned[0]], axis=2),
+                mx.concatenate([turned[1], -turned[1]], axis=2),
+            ),
+        )
         groups *= 2
     return hi.reshape(2, size, rows), lo.reshape(2, size, rows)
 
