@@ -36,6 +36,8 @@ from audiogate.mlx_budget import FFT_PASS_ELEMENTS
 from audiogate.mlx_constants import thread_constant
 
 __all__ = [
+    "FloatFloat",
+    "Pair",
     "float_float_constant",
     "product_float_float",
     "rfft_float_float",
@@ -83,7 +85,9 @@ def two_product(a: Any, b: Any, b_split: Pair | None = None) -> Pair:
 
 
 def _add(a: Pair, b: Pair) -> Pair:
-    """Float-float ``a + b``, normalised."""
+    """Float-float ``a + b``, normalised: the "sloppy" sum, whose error is within about
+    ``2^-44·(|a| + |b|)``, not relative to the sum (cancellation is not exact, and needs
+    not be: the FFT's bound is relative to the frame)."""
     s, e = _two_sum(a[0], b[0])
     return _fast_two_sum(s, e + (a[1] + b[1]))
 

@@ -35,7 +35,8 @@ and two block threads then run slower than one).
 
 With ``policy.feature_backend == "mlx"``, :func:`extract_features` runs the same algorithm
 in :mod:`audiogate_phi4mm.mlx_frontend` and returns ``mx.array`` (``docs/mlx.md``); the plan
-is the same for both backends.
+gives the same frames, tokens and shapes, and its ``working_bytes`` counts one thread's
+block arrays plus the MLX FFT's temporaries (:data:`audiogate.mlx_budget.FFT_PASS_BYTES`).
 """
 
 from __future__ import annotations
