@@ -10,12 +10,15 @@ from typing import Any
 
 import attrs
 import numpy as np
+import pytest
 
-from audiogate.cancel import NEVER, CancelToken
+from audiogate.cancel import NEVER, CancelToken, Checkpoint
+from audiogate.errors import PreprocessCancelled
 from audiogate.host import FamilyHost
 from audiogate.policy import AudioPolicy
 from audiogate.records import ClipFeatures, FeaturePlan
 from audiogate.testing.audio import noise, tone, wav_bytes
+from audiogate.testing.cancel import CancelAt
 
 #: ``pytest.importorskip`` reason shared by every MLX test module.
 MLX_REASON = "MLX is not importable here (pip install 'mlx[cpu]' on Linux)"
@@ -81,6 +84,54 @@ def extract_both(
             )
         )
     return plan, out[0], out[1]
+
+
+def assert_cancelled_at_block(
+    host: FamilyHost,
+    policy: AudioPolicy,
+    wave: np.ndarray,
+    *,
+    rate_hz: int,
+    nth: int,
+    clip_index: int,
+) -> None:
+    """The mlx backend stops at the ``nth`` ``Feature`` poll with the clip's index."""
+    plan = host.plan_features(
+        policy, rate_hz=rate_hz, samples=int(wave.shape[0]), clip_index=clip_index
+    )
+    token = CancelAt(Checkpoint.FEATURE, nth=nth)
+    with pytest.raises(PreprocessCancelled) as caught:
+        host.extract_features(
+            with_backend(policy, "mlx"),
+            plan,
+            wave,
+            rate_hz=rate_hz,
+            clip_index=clip_index,
+            cancel=token,
+        )
+    assert (caught.value.checkpoint, caught.value.clip_index) == ("Feature", clip_index)
+    assert token.count(Checkpoint.FEATURE) == nth
+
+
+def assert_memory_within_plan(
+    host: FamilyHost, policy: AudioPolicy, wave: np.ndarray, *, rate_hz: int
+) -> None:
+    """The mlx backend's host and MLX memory stay within the plan's bytes."""
+    policy = with_backend(policy, "mlx")
+    plan = host.plan_features(policy, rate_hz=rate_hz, samples=int(wave.shape[0]), clip_index=0)
+
+    def run() -> ClipFeatures:
+        return host.extract_features(
+            policy, plan, wave, rate_hz=rate_hz, clip_index=0, cancel=NEVER
+        )
+
+    run()  # the process-wide numpy constants (banks) are built once, for both backends
+    # Host memory per call in a new worker thread (numpy-side scratch, Python objects):
+    # what tracemalloc sees. MLX's own buffers are invisible to it.
+    _, traced = traced_in_fresh_thread(run)
+    assert traced <= plan.working_bytes
+    # MLX's own allocations: the waveform copy, one block's arrays and FFT pass, the result.
+    assert mlx_peak_bytes(run) <= wave.nbytes + plan.feature_bytes + plan.working_bytes
 
 
 def max_abs_diff(reference: Any, got: Any) -> float:

@@ -10,18 +10,16 @@ import pytest
 from mlx_helpers import (
     MLX_REASON,
     SIGNALS,
+    assert_cancelled_at_block,
+    assert_memory_within_plan,
     audio_part,
     extract_both,
     make_signal,
     max_abs_diff,
-    mlx_peak_bytes,
-    traced_in_fresh_thread,
     with_backend,
 )
 
 from audiogate.api import AudioGate
-from audiogate.cancel import NEVER, Checkpoint
-from audiogate.errors import PreprocessCancelled
 from audiogate.host import FamilyHost
 from audiogate.policy import AudioPolicy
 from audiogate.records import ClipFeatures
@@ -136,32 +134,12 @@ def test_feature_polls_are_those_of_the_numpy_path(host, policy, samples) -> Non
 @pytest.mark.parametrize("nth", [1, 2, 7])
 def test_cancelled_inside_the_block_loop(host, policy, nth) -> None:
     wave = make_signal("clip", 480_000, RATE)
-    plan = host.plan_features(policy, rate_hz=RATE, samples=wave.shape[0], clip_index=4)
-    token = CancelAt(Checkpoint.FEATURE, nth=nth)
-    with pytest.raises(PreprocessCancelled) as caught:
-        host.extract_features(
-            with_backend(policy, "mlx"), plan, wave, rate_hz=RATE, clip_index=4, cancel=token
-        )
-    assert (caught.value.checkpoint, caught.value.clip_index) == ("Feature", 4)
-    assert token.count(Checkpoint.FEATURE) == nth
+    assert_cancelled_at_block(host, policy, wave, rate_hz=RATE, nth=nth, clip_index=4)
 
 
 @pytest.mark.parametrize("samples", [16_000, 480_000])
 def test_memory_stays_within_the_plan(host, policy, samples) -> None:
-    policy = with_backend(policy, "mlx")
-    wave = make_signal("clip", samples, RATE)
-    plan = host.plan_features(policy, rate_hz=RATE, samples=samples, clip_index=0)
-
-    def run():
-        return host.extract_features(policy, plan, wave, rate_hz=RATE, clip_index=0, cancel=NEVER)
-
-    run()  # the process-wide numpy constants (banks) are built once, for both backends
-    # Host memory per call in a new worker thread (numpy-side scratch, Python objects):
-    # what tracemalloc sees. MLX's own buffers are invisible to it.
-    _, traced = traced_in_fresh_thread(run)
-    assert traced <= plan.working_bytes
-    # MLX's own allocations: the waveform copy, one block's intermediates, the result.
-    assert mlx_peak_bytes(run) <= wave.nbytes + plan.feature_bytes + plan.working_bytes
+    assert_memory_within_plan(host, policy, make_signal("clip", samples, RATE), rate_hz=RATE)
 
 
 def test_end_to_end_per_model_and_per_call() -> None:

@@ -9,18 +9,17 @@ import pytest
 from mlx_helpers import (
     MLX_REASON,
     SIGNALS,
+    assert_cancelled_at_block,
+    assert_memory_within_plan,
     audio_part,
     extract_both,
     make_signal,
     max_abs_diff,
-    mlx_peak_bytes,
-    traced_in_fresh_thread,
     with_backend,
 )
 
 from audiogate.api import AudioGate
-from audiogate.cancel import NEVER, Checkpoint
-from audiogate.errors import PreprocessCancelled
+from audiogate.cancel import Checkpoint
 from audiogate.host import FamilyHost
 from audiogate.policy import AudioPolicy, CheckpointConfigs
 from audiogate.testing.cancel import CancelAt
@@ -113,36 +112,15 @@ def test_feature_polls_are_those_of_the_numpy_path(host, remote, rate_hz, sample
 @pytest.mark.parametrize("nth", [1, 2, 5])
 def test_cancelled_inside_the_block_loop(host, remote, nth) -> None:
     wave = make_signal("clip", 480_000, 16_000)
-    plan = host.plan_features(remote, rate_hz=16_000, samples=wave.shape[0], clip_index=1)
-    token = CancelAt(Checkpoint.FEATURE, nth=nth)
-    with pytest.raises(PreprocessCancelled) as caught:
-        host.extract_features(
-            with_backend(remote, "mlx"), plan, wave, rate_hz=16_000, clip_index=1, cancel=token
-        )
-    assert (caught.value.checkpoint, caught.value.clip_index) == ("Feature", 1)
-    assert token.count(Checkpoint.FEATURE) == nth
+    assert_cancelled_at_block(host, remote, wave, rate_hz=16_000, nth=nth, clip_index=1)
 
 
 @pytest.mark.parametrize(
     ("rate_hz", "samples"), [(16_000, 16_000), (16_000, 480_000), (8_000, 240_000)]
 )
 def test_memory_stays_within_the_plan(host, remote, rate_hz, samples) -> None:
-    policy = with_backend(remote, "mlx")
     wave = make_signal("clip", samples, rate_hz)
-    plan = host.plan_features(policy, rate_hz=rate_hz, samples=samples, clip_index=0)
-
-    def run():
-        return host.extract_features(
-            policy, plan, wave, rate_hz=rate_hz, clip_index=0, cancel=NEVER
-        )
-
-    run()  # the process-wide numpy constants (banks) are built once, for both backends
-    # Host memory per call in a new worker thread (numpy-side scratch, Python objects):
-    # what tracemalloc sees. MLX's own buffers are invisible to it.
-    _, traced = traced_in_fresh_thread(run)
-    assert traced <= plan.working_bytes
-    # MLX's own allocations: the waveform copy, one block's intermediates, the result.
-    assert mlx_peak_bytes(run) <= wave.nbytes + plan.feature_bytes + plan.working_bytes
+    assert_memory_within_plan(host, remote, wave, rate_hz=rate_hz)
 
 
 @pytest.mark.parametrize("directory", ["phi-4-multimodal-instruct", "phi-4-multimodal-instruct-hf"])
