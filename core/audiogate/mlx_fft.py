@@ -119,7 +119,7 @@ def float_float_constant(values: npt.NDArray[np.float64]) -> FloatFloat:
 
 def _rotation(angles: npt.NDArray[np.float64], shape: tuple[int, ...]) -> FloatFloat:
     """``e^{i·angles}`` as the operand of :func:`_rotate`: ``[cos, sin, sin, cos]`` on axis
-    0, reshaped to ``(4, *shape)``, as :func:`_constant`."""
+    0, reshaped to ``(4, *shape)``, as :func:`float_float_constant`."""
     cos, sin = np.cos(angles), np.sin(angles)
     stacked = np.stack([cos, sin, sin, cos]).reshape((4, *shape))
     return float_float_constant(stacked)
@@ -156,13 +156,21 @@ def _unpack_rotation(n: int, low: int, high: int) -> FloatFloat:
     )
 
 
+def _times_minus_i(value: Pair) -> Pair:
+    """``-i·value`` = ``(value.imag, -value.real)``, exact."""
+    return (
+        mx.stack([value[0][1], -value[0][0]]),
+        mx.stack([value[1][1], -value[1][0]]),
+    )
+
+
 def _quarter_turn(value: Pair) -> Pair:
     """Group 0 unchanged and group 1 times ``-i``, of ``[shape=(2, c, 2, rows)]``."""
-    parts = []
-    for part in value:
-        turned = mx.stack([part[1, :, 1:], -part[0, :, 1:]])
-        parts.append(mx.concatenate([part[:, :, :1], turned], axis=2))
-    return parts[0], parts[1]
+    turned = _times_minus_i((value[0][:, :, 1:], value[1][:, :, 1:]))
+    return (
+        mx.concatenate([value[0][:, :, :1], turned[0]], axis=2),
+        mx.concatenate([value[1][:, :, :1], turned[1]], axis=2),
+    )
 
 
 def _complex_fft(z: Pair, *, nonzero: int) -> Pair:
@@ -276,12 +284,7 @@ def _rfft_pass(frames: Any, *, n: int, low: int, high: int, window: FloatFloat |
     b = b[0] * conjugate, b[1] * conjugate  # Z*[n/2-k]
     total = _add(a, b)
     difference = _add(a, _negate(b))
-    # -i·D = (D.imag, -D.real).
-    turned = (
-        mx.stack([difference[0][1], -difference[0][0]]),
-        mx.stack([difference[1][1], -difference[1][0]]),
-    )
-    rotated = _rotate(turned, _unpack_rotation(n, low, high))
+    rotated = _rotate(_times_minus_i(difference), _unpack_rotation(n, low, high))
     out_hi, _ = _add(total, rotated)
     out = out_hi * 0.5
     return out[0].T, out[1].T
