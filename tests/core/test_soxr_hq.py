@@ -192,6 +192,23 @@ def test_whole_buffer_paths_poll_cancellation_between_blocks(resample):
     assert len(polled.seen) == 1 + 10  # once up front, then after every block
 
 
+@pytest.mark.parametrize("resample", [soxr_resample, soxr_resample_librosa])
+@pytest.mark.parametrize("samples", [1, 4_801, SOXR_BLOCK_SAMPLES])
+def test_a_one_block_clip_is_polled_before_and_after_resampling(resample, samples):
+    # A clip of one block goes to soxr.resample in one call; cancellation is still seen
+    # up front and once the block is done.
+    x = signal(samples)
+    polled = _CancelAfter(10**6)
+    resample(x, in_rate_hz=48_000, out_rate_hz=16_000, clip_index=2, cancel=polled)
+    assert polled.seen == [(Checkpoint.RESAMPLE, 2)] * 2
+
+    token = _CancelAfter(1)
+    with pytest.raises(PreprocessCancelled) as caught:
+        resample(x, in_rate_hz=48_000, out_rate_hz=16_000, clip_index=2, cancel=token)
+    assert caught.value.checkpoint == "Resample"
+    assert len(token.seen) == 2
+
+
 def test_librosa_path_equals_transformers_soundfile_loader(tmp_path):
     """transformers' ``load_audio(backend="soundfile")`` is documented as ``librosa.load``."""
     soundfile = pytest.importorskip("soundfile")
