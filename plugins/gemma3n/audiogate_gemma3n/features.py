@@ -401,7 +401,10 @@ def _log_mel_block(
     )
     mel = projection @ magnitude
     np.maximum(mel, _MEL_FLOOR_ROW[:rows], out=mel)
-    np.log(mel, out=out.T)
+    # In place, then transposed: numpy's SIMD log needs a contiguous output (written
+    # through ``out.T`` it takes the scalar loop, 5x slower; the values are the same).
+    np.log(mel, out=mel)
+    np.copyto(out, mel.T)
 
 
 def extract_features(
