@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import tracemalloc
 
+import attrs
 import numpy as np
 import pytest
 from toyfamily import HOP, ToyFamily, toy_policy, toy_tokens
@@ -267,6 +268,21 @@ def test_the_first_failing_check_in_seed_order_is_reported(toy_host) -> None:
     assert info.value.clip_index == 0
 
 
+def test_request_source_totals_come_before_the_plan_and_the_per_clip_cap(toy_host) -> None:
+    # Clip 1 breaks the request's source duration (seed step 7), the per-clip normalized
+    # cap (step 9); then with a 12 kHz clip 1, the toy's resample plan (step 8) too.
+    policy = toy_policy(max_source_duration_us_per_request=1_400_000, max_samples_per_clip=12_000)
+    request = [clip(tone(samples=8_000), ordinal=1), clip(tone(samples=16_000), ordinal=2)]
+    with pytest.raises(LimitError, match="source duration per request") as info:
+        preflight(toy_host, policy, request)
+    assert (info.value.clip_index, info.value.actual) == (1, 1_500_000)
+    request[1] = clip(tone(samples=12_000, rate_hz=12_000), rate_hz=12_000, ordinal=2)
+    with pytest.raises(LimitError, match="source duration per request"):
+        preflight(toy_host, toy_policy(max_source_duration_us_per_request=1_400_000), request)
+    with pytest.raises(FeatureError, match="cannot resample 12000"):
+        preflight(toy_host, toy_policy(), request)
+
+
 def test_ordinals_must_be_one_based_and_contiguous(toy_host) -> None:
     request = [clip(tone(samples=1_600), ordinal=2)]
     _refuse_without_allocating(toy_host, toy_policy(), request, PlaceholderError, "expected 1")
@@ -332,6 +348,27 @@ def test_truncate_mode_cuts_at_the_limit_and_reports_both_durations(toy_host, ra
     assert prepared.frames == 16_000 // HOP
     full = prepare_clips(toy_host, toy_policy(), request)
     assert prepared.waveform.tobytes() == full.clips[0].waveform[:16_000].tobytes()
+
+
+@pytest.mark.parametrize("rate_hz", [16_000, 8_000])
+def test_a_truncated_clip_charges_the_request_only_for_what_is_kept(toy_host, rate_hz) -> None:
+    # The request caps equal the per-clip limit: the cut clip fits them exactly, though
+    # its resampler reads a source frame past the cut and it was received 1.5x longer.
+    policy = toy_policy(
+        max_duration_seconds=1,
+        max_samples_per_clip=16_000,
+        overflow="truncate",
+        max_source_duration_us_per_request=1_000_000,
+        max_source_samples_per_request=rate_hz,
+    )
+    request = [clip(noise(samples=int(rate_hz * 1.5)), rate_hz=rate_hz)]
+    (prepared,) = prepare_clips(toy_host, policy, request).clips
+    assert prepared.truncated
+    assert prepared.normalized_samples == 16_000
+    tighter = attrs.evolve(policy, max_source_duration_us_per_request=999_999)
+    with pytest.raises(LimitError, match="source duration per request") as info:
+        preflight(toy_host, tighter, request)
+    assert info.value.actual == 1_000_000
 
 
 # --- cancellation ----------------------------------------------------------------------

@@ -16,8 +16,10 @@ from audiogate.errors import (
     PreprocessCancelled,
 )
 from audiogate.host import FamilyHost
+from audiogate.pipeline import EncodedClip, preflight, prepare_clips
 from audiogate.policy import AudioPolicy
 from audiogate.records import readonly
+from audiogate.testing.audio import wav_bytes
 from audiogate_gemma3n.features import (
     FRAMES_PER_BLOCK,
     Gemma3nClipFeatures,
@@ -94,6 +96,25 @@ def test_truncate_mode_plans_the_cut_length(policy: AudioPolicy):
     truncating = attrs.evolve(policy, overflow="truncate")
     plan = plan_features(truncating, rate_hz=16_000, samples=480_000, clip_index=0)
     assert plan.frames == 2_997
+
+
+@pytest.mark.parametrize("rate_hz", [16_000, 8_000, 44_100])
+def test_truncate_mode_cuts_a_long_clip_within_the_pinned_request_caps(
+    host: FamilyHost, policy: AudioPolicy, rate_hz: int
+):
+    # The pinned request caps are 30 s of source: the cut clip counts as its 30 s kept.
+    truncating = attrs.evolve(policy, overflow="truncate")
+    source = noise(int(rate_hz * 31.5))
+    request = [EncodedClip(data=wav_bytes(source, rate_hz=rate_hz, encoding="f32"), ordinal=1)]
+    (clip,) = prepare_clips(host, truncating, request).clips
+    assert clip.truncated
+    assert clip.normalized_samples == 480_000
+    assert clip.processed_duration_us == 30_000_000
+    assert clip.received_duration_us == 31_500_000
+    assert clip.frames == 2_997
+    # The pinned reject mode refuses it at the header.
+    with pytest.raises(LimitError, match="source duration per clip"):
+        preflight(host, policy, request)
 
 
 def _extract(policy: AudioPolicy, x: np.ndarray, **kwargs):

@@ -7,6 +7,11 @@ the family's resample plan (output length, rate, work), normalized samples per c
 per request, feature frames per clip and per request; then retained waveform bytes,
 waveform working bytes and prepared-result bytes. Limits are request aggregates, never
 a per-clip value multiplied by the clip count.
+
+In truncate mode (a family's opt-in, not in the seed) the request's source totals are
+charged after the plan, for the part of each clip that is kept: a clip cut at the
+per-clip limit counts as that limit's duration, not as what was received (and not as
+the few extra source frames its resampler reads past the cut).
 """
 
 from __future__ import annotations
@@ -102,6 +107,23 @@ def _check(
         raise kind(limit, actual=total, maximum=maximum, clip_index=clip_index)
 
 
+def _charge_source(
+    policy: AudioPolicy, geometry: ClipGeometry, samples: int, duration_us: int, index: int
+) -> tuple[int, int]:
+    """Add one clip's source frames and duration to the request totals and check both
+    (the seed's steps 6 and 7); returns the new totals."""
+    samples += geometry.frames
+    _check(samples, policy.max_source_samples_per_request, "source samples per request", index)
+    duration_us += geometry.duration_us
+    _check(
+        duration_us,
+        policy.max_source_duration_us_per_request,
+        "source duration per request (µs)",
+        index,
+    )
+    return samples, duration_us
+
+
 def preflight(
     host: FamilyHost,
     policy: AudioPolicy,
@@ -156,6 +178,10 @@ def preflight(
             limits=limits,
             cancel=cancel,
         )
+        if not truncating:
+            source_samples, duration_us = _charge_source(
+                policy, geometry, source_samples, duration_us, index
+            )
         resample = host.plan_resample(
             policy,
             source_rate_hz=geometry.rate_hz,
@@ -170,8 +196,12 @@ def preflight(
             if not truncating:
                 raise LimitError("duration samples", actual=received, maximum=cap, clip_index=index)
             # Decode only the source prefix that produces the kept samples (exact for the
-            # identity and linear resamplers, the only ones that offer truncation).
-            needed = ((cap - 1) * geometry.rate_hz) // resample.output_rate_hz + 2
+            # identity and linear resamplers, the only ones that offer truncation: the
+            # linear one reads one source frame past the last kept position).
+            if resample.algorithm == "identity":
+                needed = cap
+            else:
+                needed = ((cap - 1) * geometry.rate_hz) // resample.output_rate_hz + 2
             decoded = _prefix(geometry, needed)
             resample = host.plan_resample(
                 policy,
@@ -183,20 +213,12 @@ def preflight(
             if resample.output_samples < kept:
                 raise SizeOverflowError(f"the truncated length of clip {index}")
 
-        source_samples += decoded.frames
-        _check(
-            source_samples,
-            policy.max_source_samples_per_request,
-            "source samples per request",
-            index,
-        )
-        duration_us += decoded.duration_us
-        _check(
-            duration_us,
-            policy.max_source_duration_us_per_request,
-            "source duration per request (µs)",
-            index,
-        )
+        if truncating:
+            # The source frames the kept samples span: ceil(kept · in / out), at most all.
+            spanned = -(-kept * geometry.rate_hz // resample.output_rate_hz)
+            source_samples, duration_us = _charge_source(
+                policy, _prefix(geometry, spanned), source_samples, duration_us, index
+            )
         if kept < policy.min_samples_per_clip:
             raise FeatureError(
                 f"{kept} normalized samples at {resample.output_rate_hz} Hz is too short; the "
