@@ -100,7 +100,8 @@ class DecodeError(AudioInputError):
     """The encoded audio of a clip is not acceptable.
 
     :param code: a stable machine-readable name of the rule that failed
-        (``"not_riff"``, ``"truncated_chunk"``, ``"unsupported_format"``, ...).
+        (``"not_riff_wave"``, ``"truncated_chunk_header"``, ``"unsupported_format"``, ...;
+        every code is in ``audiogate.decode.DECODE_ERROR_CODES``).
     """
 
     def __init__(self, reason: str, *, clip_index: int, code: str = "corrupt") -> None:

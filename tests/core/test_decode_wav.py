@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 import struct
 import tracemalloc
 
@@ -587,6 +588,10 @@ def test_errors_are_audiogate_errors_with_documented_codes():
         assert f"``{code}``" in documented, code
     for _data_bytes, error, _code, _ in REJECTIONS.values():
         assert issubclass(error, AudioGateError)
+    # The codes DecodeError's own docstring (and so docs/reference/errors.md) names exist.
+    named = re.findall(r'``"(\w+)"``', DecodeError.__doc__ or "")
+    assert named
+    assert set(named) <= set(decoder_module.DECODE_ERROR_CODES), named
 
 
 # --- policy limits ---------------------------------------------------------------------
@@ -680,11 +685,43 @@ def test_policy_order():
         inspect(_wav(frames=1), clip_index=CLIP, limits=attrs.evolve(limits, max_duration_us=1))
 
 
-def test_header_errors_come_before_policy():
-    bad = riff(_fmt(rate_hz=500_000, block_align=4, byte_rate=2_000_000), DATA)
-    with pytest.raises(DecodeError) as info:
-        inspect(bad, clip_index=CLIP)
-    assert info.value.code == "block_align_mismatch"
+def test_structural_errors_come_before_the_rate_policy():
+    # The RIFF walk, a short 'fmt ' and zero channels/rate are refused whatever the rate.
+    past_end = riff(_fmt(rate_hz=500_000), DATA)[:-1]
+    short_fmt = riff(chunk(b"fmt ", fmt_payload(rate_hz=500_000)[:14]), DATA)
+    zero = riff(_fmt(channels=0, rate_hz=500_000), DATA)
+    for data, code in (
+        (past_end, "riff_size_mismatch"),
+        (short_fmt, "fmt_too_short"),
+        (zero, "zero_channels_or_rate"),
+    ):
+        with pytest.raises(DecodeError) as info:
+            inspect(data, clip_index=CLIP)
+        assert info.value.code == code
+
+
+@pytest.mark.parametrize(
+    ("data", "error", "got"),
+    [
+        # The seed's §2.3: zero check, minimum rate, maximum rate, then the encoding,
+        # empty data and partial frames.
+        (riff(_fmt(rate_hz=500_000, block_align=4, byte_rate=2_000_000), DATA), LimitError, None),
+        (riff(_fmt(rate_hz=500_000, bits=24), DATA), LimitError, None),
+        (riff(_fmt(rate_hz=500_000), chunk(b"data", b"")), LimitError, None),
+        (riff(_fmt(rate_hz=500_000), _data(frames=1, frame_bytes=3)), LimitError, None),
+        (riff(_fmt(rate_hz=4_000, bits=8), DATA), DecodeError, "rate_below_minimum"),
+        (riff(_fmt(rate_hz=44_100, format_tag=6), DATA), DecodeError, "rate_not_allowed"),
+    ],
+    ids=["block_align", "24_bit", "empty", "partial_frame", "below_minimum", "not_allowed"],
+)
+def test_the_rate_policy_comes_before_the_encoding_checks(data, error, got):
+    limits = DecodeLimits(min_rate_hz=8_000, allowed_rates_hz=frozenset({16_000, 500_000}))
+    with pytest.raises(error) as info:
+        inspect(data, clip_index=CLIP, limits=limits)
+    if got is None:
+        assert info.value.limit == "source sample rate"
+    else:
+        assert info.value.code == got
 
 
 def test_decode_rechecks_limits():

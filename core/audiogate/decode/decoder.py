@@ -84,7 +84,7 @@ from audiogate.decode.samples import downmix_f32, downmix_pcm16
 from audiogate.decode.wav import inspect_wav
 from audiogate.errors import DecodeError, LimitError, NonFiniteSampleError
 
-__all__ = ["DECODE_ERROR_CODES", "Buffer", "check_limits", "decode", "inspect"]
+__all__ = ["DECODE_ERROR_CODES", "Buffer", "check_limits", "check_rate", "decode", "inspect"]
 
 #: What ``inspect`` and ``decode`` accept: any contiguous buffer, never copied.
 Buffer: TypeAlias = bytes | bytearray | memoryview
@@ -145,13 +145,15 @@ def _byte_view(data: Buffer, clip_index: int) -> memoryview:
     return view.cast("B")
 
 
-def check_limits(geometry: ClipGeometry, limits: DecodeLimits, *, clip_index: int) -> None:
-    """Apply the per-clip policy to a valid geometry, in the documented order.
+def check_rate(rate_hz: int, limits: DecodeLimits, *, clip_index: int) -> None:
+    """The policy's rate checks (minimum, maximum, allowed set), in that order.
+
+    WAV headers run them right after the zero channel/rate check and before the format
+    checks, as the seed's §2.3 does, so a clip at a refused rate gets the rate error.
 
     :raises DecodeError: ``rate_below_minimum`` or ``rate_not_allowed``.
-    :raises LimitError: source sample rate, channels, frames or duration over its cap.
+    :raises LimitError: source sample rate over its cap.
     """
-    rate_hz = geometry.rate_hz
     if rate_hz < limits.min_rate_hz:
         raise DecodeError(
             f"source sample rate {rate_hz} Hz is below the {limits.min_rate_hz} Hz minimum",
@@ -170,6 +172,15 @@ def check_limits(geometry: ClipGeometry, limits: DecodeLimits, *, clip_index: in
             clip_index=clip_index,
             code="rate_not_allowed",
         )
+
+
+def check_limits(geometry: ClipGeometry, limits: DecodeLimits, *, clip_index: int) -> None:
+    """Apply the per-clip policy to a valid geometry, in the documented order.
+
+    :raises DecodeError: ``rate_below_minimum`` or ``rate_not_allowed``.
+    :raises LimitError: source sample rate, channels, frames or duration over its cap.
+    """
+    check_rate(geometry.rate_hz, limits, clip_index=clip_index)
     if geometry.channels > limits.max_channels:
         raise LimitError(
             "source channels",
@@ -220,7 +231,12 @@ def inspect(
             cancel.check(Checkpoint.DECODE, clip_index)
             geometry = inspect_raw(view.nbytes, source_format, clip_index=clip_index)
         else:
-            geometry = inspect_wav(view, clip_index=clip_index, cancel=cancel)
+            geometry = inspect_wav(
+                view,
+                clip_index=clip_index,
+                cancel=cancel,
+                check_rate=lambda rate_hz: check_rate(rate_hz, limits, clip_index=clip_index),
+            )
     check_limits(geometry, limits, clip_index=clip_index)
     return geometry
 

@@ -18,13 +18,16 @@ Stricter than the seed decoder (mlxcel ``inspect_wav``, see
   and a PCM (16-bit) or IEEE-float (32-bit) sub-format GUID. The channel mask is not
   checked: it only names speaker positions, and every channel is averaged anyway.
 
-Policy limits (rates, channels, frames, duration) are applied by the caller,
-:func:`audiogate.decode.inspect`, after the header is known to be valid.
+The caller's rate policy (minimum, maximum, allowed rates) runs where the seed's §2.3
+puts it: right after the zero channel/rate check and before the encoding checks, empty
+data and partial frames. The other policy limits (channels, frames, duration) are
+applied by the caller, :func:`audiogate.decode.inspect`, once the header is valid.
 """
 
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from typing import Final
 
 from audiogate.cancel import CancelToken, Checkpoint
@@ -97,13 +100,21 @@ def _guid(raw: bytes) -> str:
     return f"{d1:08x}-{d2:04x}-{d3:04x}-{rest[:4]}-{rest[4:]}"
 
 
-def inspect_wav(view: memoryview, *, clip_index: int, cancel: CancelToken) -> ClipGeometry:
+def inspect_wav(
+    view: memoryview,
+    *,
+    clip_index: int,
+    cancel: CancelToken,
+    check_rate: Callable[[int], None] | None = None,
+) -> ClipGeometry:
     """Walk a RIFF/WAVE header and return the clip's geometry; samples are never read.
 
     :param view: the whole encoded clip as a 1-D unsigned-byte view.
     :param clip_index: zero-based clip index, named in every error.
     :param cancel: polled at the start and after each chunk (``Decode`` checkpoint).
-    :returns: the geometry; policy limits are not applied here.
+    :param check_rate: the caller's rate policy, called with the header's non-zero rate
+        before the encoding is checked; it raises to refuse.
+    :returns: the geometry; other policy limits are not applied here.
     :raises DecodeError: the header is malformed or describes an unsupported encoding
         (the ``code`` says which rule failed).
     :raises EmptyAudioError: the buffer or the ``data`` chunk holds no sample frames.
@@ -198,7 +209,9 @@ def inspect_wav(view: memoryview, *, clip_index: int, cancel: CancelToken) -> Cl
         raise DecodeError("missing 'fmt ' chunk", clip_index=clip_index, code="missing_fmt")
     if data is None:
         raise DecodeError("missing 'data' chunk", clip_index=clip_index, code="missing_data")
-    encoding, channels, rate_hz = _parse_fmt(view, fmt, clip_index=clip_index)
+    encoding, channels, rate_hz = _parse_fmt(
+        view, fmt, clip_index=clip_index, check_rate=check_rate
+    )
 
     data_offset, data_length = data
     frame_bytes = channels * BYTES_PER_SAMPLE[encoding]
@@ -225,7 +238,11 @@ def inspect_wav(view: memoryview, *, clip_index: int, cancel: CancelToken) -> Cl
 
 
 def _parse_fmt(
-    view: memoryview, fmt: tuple[int, int], *, clip_index: int
+    view: memoryview,
+    fmt: tuple[int, int],
+    *,
+    clip_index: int,
+    check_rate: Callable[[int], None] | None,
 ) -> tuple[Encoding, int, int]:
     """Validate the ``fmt `` chunk; return ``(encoding, channels, rate_hz)``."""
     start, fmt_size = fmt
@@ -236,6 +253,15 @@ def _parse_fmt(
             code="fmt_too_short",
         )
     tag, channels, rate_hz, byte_rate, block_align, bits = _FMT_BASE.unpack_from(view, start)
+    if channels == 0 or rate_hz == 0:
+        raise DecodeError(
+            f"channel count and sample rate must be non-zero (got {channels} channel(s) "
+            f"at {rate_hz} Hz)",
+            clip_index=clip_index,
+            code="zero_channels_or_rate",
+        )
+    if check_rate is not None:
+        check_rate(rate_hz)
 
     if tag not in (_FORMAT_PCM, _FORMAT_IEEE_FLOAT, _FORMAT_EXTENSIBLE):
         raise DecodeError(
@@ -310,13 +336,6 @@ def _parse_fmt(
                     code="bad_cb_size",
                 )
 
-    if channels == 0 or rate_hz == 0:
-        raise DecodeError(
-            f"channel count and sample rate must be non-zero (got {channels} channel(s) "
-            f"at {rate_hz} Hz)",
-            clip_index=clip_index,
-            code="zero_channels_or_rate",
-        )
     expected_align = channels * BYTES_PER_SAMPLE[encoding]
     if block_align != expected_align:
         raise DecodeError(
