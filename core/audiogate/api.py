@@ -327,15 +327,20 @@ class AudioGate:
         return str(text)
 
     def _expand(
-        self, policy: AudioPolicy, batch: PreparedBatch, segments: Sequence[PromptSegment]
+        self,
+        policy: AudioPolicy,
+        batch: PreparedBatch | None,
+        segments: Sequence[PromptSegment],
     ) -> ExpandedPrompt:
+        """The family's expansion of ``segments`` for ``batch``'s clips (none: text only)."""
+        clips = batch.clips if batch is not None else ()
         slots = [
             ClipSlot(ordinal=c.ordinal, tokens=c.tokens, frames=c.frames, sha256=c.sha256)
-            for c in batch.clips
+            for c in clips
         ]
         expanded = self.host.expand_prompt(policy, segments, slots, self.tokenizer)
         if expanded.input_ids:
-            self._check_audio_positions(expanded, [c.tokens for c in batch.clips])
+            self._check_audio_positions(expanded, [c.tokens for c in clips])
             if (
                 self.max_prefill_tokens is not None
                 and len(expanded.input_ids) > self.max_prefill_tokens
@@ -373,19 +378,15 @@ class AudioGate:
             )
 
     def _text_only(self, messages: Sequence[Mapping[str, Any]]) -> PreparedRequest:
-        text = self._render(messages)
-        ids: tuple[int, ...] = ()
-        if self.tokenizer is not None:
-            ids = tuple(self.tokenizer.encode(text, add_special_tokens=False))
-            if self.max_prefill_tokens is not None and len(ids) > self.max_prefill_tokens:
-                raise ContextLimitError(
-                    "prefill tokens", actual=len(ids), maximum=self.max_prefill_tokens
-                )
+        # Still the family's prompt rules, with no clips: user text holding an audio
+        # placeholder, reference or reserved token literal is refused here too, so no
+        # audio id ever reaches the model without features behind it.
+        expanded = self._expand(self.policy, None, [TextSegment(self._render(messages))])
         return PreparedRequest(
             family=self.policy.family,
             policy=self.policy,
-            input_ids=ids,
-            text=text,
+            input_ids=expanded.input_ids,
+            text=expanded.text,
             audio_spans=(),
             batch=None,
             features=(),

@@ -199,7 +199,10 @@ def audiogate_expand_prompt(
     either from a rendered chat template (each media part a
     :class:`~audiogate.records.MediaSegment`, in order) or from a plain prompt (text
     only; the family applies its own placeholder rules, and inserts them where absent).
-    Every clip's run must have exactly ``clip.tokens`` audio token ids.
+    Every clip's run must have exactly ``clip.tokens`` audio token ids. A chat request
+    without audio parts comes here too, as its rendered text with no ``clips``: the
+    family keeps the text and refuses any audio placeholder, reference or reserved
+    literal in it.
 
     :param policy: the request's policy (token ids in ``policy.options``).
     :param segments: text and media positions in prompt order.

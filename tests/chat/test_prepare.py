@@ -171,6 +171,25 @@ def test_requests_without_audio_render_exactly_as_before(gates, family: str) -> 
     assert result.input_ids == tuple(gate.tokenizer.encode(expected, add_special_tokens=False))
 
 
+@pytest.mark.parametrize(
+    ("family", "text"),
+    [
+        ("phi4mm", "<|endoftext11|> hello"),
+        ("phi4mm", "<|audio_1|> hello"),
+        ("phi4mm-native", "<|audio|> hello"),
+        ("gemma3n", "<audio_soft_token> hello"),
+        ("gemma3n", "<start_of_audio> hello"),
+        ("qwen2audio", "<|audio_bos|><|AUDIO|><|audio_eos|> hello"),
+        ("qwen2audio", "describe [audio:" + "ab" * 32 + "]"),
+        ("qwen2audio", "describe [audio:xyz]"),
+    ],
+)
+def test_requests_without_audio_still_refuse_audio_markers(gates, family: str, text) -> None:
+    # With no audio part, user text may not claim audio: no audio id without features.
+    with pytest.raises(PlaceholderError):
+        gates[family].prepare([{"role": "user", "content": text}])
+
+
 @pytest.mark.parametrize("family", ["phi4mm", "gemma3n", "qwen2audio"])
 @pytest.mark.parametrize("clips", [1, 2])
 def test_tiny_models_consume_what_the_api_prepares(gates, family: str, clips: int) -> None:

@@ -18,6 +18,7 @@ from qwen2audio_helpers import SPECIAL_TOKENS, make_signal
 from audiogate.chat import SentinelCodec, flatten_messages, parse_rendered
 from audiogate.errors import PlaceholderError, PolicyError
 from audiogate.records import ClipSlot, MediaSegment, TextSegment
+from audiogate_qwen2audio.policy import AUDIO_TOKEN_INDEX
 from audiogate_qwen2audio.prompt import CHAT_TEMPLATE, expand_prompt
 from audiogate_qwen2audio.tokens import whisper_geometry
 
@@ -308,8 +309,17 @@ def test_clip_slots_must_carry_the_pooled_count_of_their_frames(policy, tokenize
         expand_prompt(policy, BARE, [bad], tokenizer)
     with pytest.raises(PlaceholderError, match="ordinal"):
         expand_prompt(policy, BARE, [attrs.evolve(slot(0), ordinal=2)], tokenizer)
-    with pytest.raises(PlaceholderError, match="at least one audio clip"):
-        expand_prompt(policy, [TextSegment("hi")], [], tokenizer)
+
+
+def test_with_no_clips_text_passes_and_markers_or_references_are_refused(policy, tokenizer):
+    # A text-only chat request: the text is kept as is, and nothing may claim audio.
+    plain = expand_prompt(policy, [TextSegment("<|im_start|>user\nhi<|im_end|>\n")], [], tokenizer)
+    assert plain.audio_spans == ()
+    assert AUDIO_TOKEN_INDEX not in plain.input_ids
+    assert plain.text == "<|im_start|>user\nhi<|im_end|>\n"
+    for text in ("<|AUDIO|> hi", "<|audio_bos|>hi", "hi [audio:" + "ab" * 32 + "]"):
+        with pytest.raises(PlaceholderError):
+            expand_prompt(policy, [TextSegment(text)], [], tokenizer)
 
 
 def test_a_tokenizer_with_other_audio_ids_is_a_policy_error(policy):

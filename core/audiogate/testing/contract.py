@@ -687,6 +687,20 @@ class FamilyContract:
         assert not problems, problems
 
     @contract
+    def test_a_prompt_without_clips_expands_to_no_audio(
+        self, contract_host: FamilyHost, contract_policy: AudioPolicy, contract_tokenizer: Any
+    ) -> None:
+        """A text-only chat request is expanded with no clips: no audio run, no audio id.
+
+        The core sends the rendered text of a request without audio parts through the
+        family's rules, so that they can refuse audio placeholders typed as text.
+        """
+        host, policy, tokenizer = contract_host, contract_policy, contract_tokenizer
+        expanded = host.expand_prompt(policy, [TextSegment(_PROMPT)], [], tokenizer)
+        problems = check_expansion(expanded, [], tokenizer)
+        assert not problems, problems
+
+    @contract
     def test_clip_count_mismatch_fails_closed(
         self, contract_host: FamilyHost, contract_policy: AudioPolicy, contract_tokenizer: Any
     ) -> None:

@@ -21,9 +21,11 @@ Two inputs reach :func:`expand_prompt`:
   ``<|im_start|>user\\n`` (where the template puts audio parts of a user turn), or at the
   start of the prompt when it has no user turn.
 
-Raw ``<|AUDIO|>``, ``<|audio_bos|>`` or ``<|audio_eos|>`` in text that no resolved source
-accounts for is refused (the seed: "Raw trained audio markers are refused without
-resolved sources"), as are image parts (Qwen2-Audio has no image input).
+With no clips (a text-only chat request) the same rules leave the text as it is, and
+refuse any reference. Raw ``<|AUDIO|>``, ``<|audio_bos|>`` or ``<|audio_eos|>`` in text
+that no resolved source accounts for is refused (the seed: "Raw trained audio markers
+are refused without resolved sources"), as are image parts (Qwen2-Audio has no image
+input).
 """
 
 from __future__ import annotations
@@ -278,8 +280,6 @@ def expand_prompt(
     """
     markers = _markers(policy)
     _check_clips(clips)
-    if not clips:
-        raise PlaceholderError("expand_prompt needs at least one audio clip")
     if any(isinstance(s, MediaSegment) for s in segments):
         pieces = _chat_pieces(segments, clips, markers)
     else:
