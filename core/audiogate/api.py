@@ -18,6 +18,7 @@ holds exactly as many audio positions as the features produce.
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -27,7 +28,7 @@ import attrs
 
 from audiogate.acquire import AcquisitionPolicy, acquire_parts
 from audiogate.cancel import CancelToken
-from audiogate.chat import ChatRequestError, flatten_messages, parse_rendered
+from audiogate.chat import ChatRequestError, flatten_messages, parse_rendered, renders_parts
 from audiogate.errors import ContextLimitError, PlaceholderError
 from audiogate.host import FamilyHost, create_host
 from audiogate.pipeline import EncodedClip, PreparedBatch, Progress, prepare_clips
@@ -258,7 +259,7 @@ class AudioGate:
         if messages is not None and prompt is not None:
             raise TypeError("give either chat messages or a plain prompt, not both")
         if messages is not None:
-            flat = flatten_messages(messages)
+            flat = flatten_messages(messages, parts=self._renders_parts)
             if not flat.has_audio:
                 if clips:
                     raise PlaceholderError(
@@ -305,6 +306,12 @@ class AudioGate:
         return self._result(policy, finished.batch, finished.expanded, return_tensors)
 
     # --- steps -----------------------------------------------------------------------
+
+    @functools.cached_property
+    def _renders_parts(self) -> bool:
+        # Probed once per gate: whether the template (or renderer) prints list content
+        # part by part; see audiogate.chat.messages.
+        return renders_parts(self._render)
 
     def _render(self, messages: Sequence[Mapping[str, Any]]) -> str:
         if self.renderer is not None:

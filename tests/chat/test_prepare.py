@@ -172,6 +172,37 @@ def test_requests_without_audio_render_exactly_as_before(gates, family: str) -> 
 
 
 @pytest.mark.parametrize(
+    "content",
+    [
+        [{"type": "text", "text": "Listen to this: "}, "audio", {"type": "text", "text": " and?"}],
+        ["audio", {"type": "text", "text": " Transcribe."}],
+        [{"type": "text", "text": "Clip:\n"}, "audio", {"type": "text", "text": "\n"}, "audio"],
+    ],
+    ids=["text-audio-text", "audio-text", "text-audio-text-audio"],
+)
+def test_gemma_chat_text_is_the_processors_around_audio_parts(gates, content) -> None:
+    # Gemma 3n's template trims each text part of list content; the prepared text equals
+    # the template on the real parts with each <audio_soft_token> expanded, as
+    # Gemma3nProcessor does.
+    from audiogate_gemma3n.prompt import audio_block
+
+    gate = gates["gemma3n"]
+    real = [{"type": "audio"} if p == "audio" else p for p in content]
+    ours = [
+        {"type": "input_audio", "input_audio": {"data": wav_b64(0.5), "format": "wav"}}
+        if p == "audio"
+        else p
+        for p in content
+    ]
+    expected = gate.tokenizer.apply_chat_template(
+        [{"role": "user", "content": real}], tokenize=False, add_generation_prompt=True
+    ).replace("<audio_soft_token>", audio_block(188))
+    result = gate.prepare([{"role": "user", "content": ours}])
+    assert result.text == expected
+    assert result.input_ids == tuple(gate.tokenizer.encode(expected, add_special_tokens=False))
+
+
+@pytest.mark.parametrize(
     ("family", "text"),
     [
         ("phi4mm", "<|endoftext11|> hello"),

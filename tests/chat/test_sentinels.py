@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from audiogate.chat import SENTINEL_PREFIX, SentinelCodec, flatten_messages, parse_rendered
+from audiogate.chat import (
+    SENTINEL_PREFIX,
+    SentinelCodec,
+    flatten_messages,
+    parse_rendered,
+    renders_parts,
+)
 from audiogate.errors import PlaceholderError
 from audiogate.records import MediaSegment, TextSegment
 
@@ -48,6 +54,47 @@ def test_sentinels_are_numbered_per_kind_across_messages_in_part_order() -> None
     assert [p["type"] for p in flat.audio_parts] == ["input_audio", "audio_url"]
     assert len(flat.image_parts) == 1
     assert flat.messages[1]["role"] == "user"
+
+
+def test_parts_mode_keeps_list_content_with_each_media_part_a_sentinel_text_part() -> None:
+    messages = [
+        {"role": "system", "content": "be brief"},
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "alpha ", "extra": 1},
+                audio(1),
+                {"type": "image_url", "image_url": {"url": "x"}},
+                {"type": "text", "text": " beta "},
+            ],
+        },
+    ]
+    flat = flatten_messages(messages, codec=CODEC, parts=True)
+    assert flat.messages[0]["content"] == "be brief"
+    assert flat.messages[1]["content"] == [
+        {"type": "text", "text": "alpha ", "extra": 1},
+        {"type": "text", "text": A1},
+        {"type": "text", "text": I1},
+        {"type": "text", "text": " beta "},
+    ]
+    assert [p["type"] for p in flat.audio_parts] == ["input_audio"]
+    # The caller's messages are not modified.
+    assert messages[1]["content"][1]["type"] == "input_audio"
+
+
+def test_renders_parts_probes_whether_a_renderer_prints_list_content() -> None:
+    def by_parts(messages) -> str:
+        return "".join(p["text"] for m in messages for p in m["content"])
+
+    def strings_only(messages) -> str:
+        return "".join("<|user|>" + m["content"] for m in messages)
+
+    def first_part_only(messages) -> str:
+        return messages[0]["content"][0]["text"]
+
+    assert renders_parts(by_parts)
+    assert not renders_parts(strings_only)  # str + list raises
+    assert not renders_parts(first_part_only)
 
 
 def test_requests_without_audio_are_passed_through_unchanged() -> None:

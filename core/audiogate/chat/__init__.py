@@ -7,6 +7,7 @@ from audiogate.chat.messages import (
     ChatRequestError,
     FlattenedChat,
     flatten_messages,
+    renders_parts,
 )
 from audiogate.chat.sentinels import SENTINEL_PREFIX, SentinelCodec, parse_rendered
 
@@ -18,4 +19,5 @@ __all__ = [
     "SentinelCodec",
     "flatten_messages",
     "parse_rendered",
+    "renders_parts",
 ]

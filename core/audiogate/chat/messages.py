@@ -2,15 +2,23 @@
 
 Content is a string or a list of parts: ``text``, ``image_url``, ``input_audio`` and
 ``audio_url``. Any other part type is refused rather than dropped, so a media part can
-never silently disappear. When the request declares audio, each message's content is
-flattened to one string in which every media part is a private sentinel (1-based per
-kind, counted across all messages); requests without audio are passed through
-unchanged, so they render exactly as they would without audiogate.
+never silently disappear. When the request declares audio, every media part becomes a
+private sentinel (1-based per kind, counted across all messages); requests without
+audio are passed through unchanged, so they render exactly as they would without
+audiogate.
+
+Where the sentinels go depends on the template. One that prints list content part by
+part (Gemma 3n's trims each text part; Qwen2-Audio's and Phi-4 MM native's iterate the
+parts) gets the list back with each media part turned into a text part holding its
+sentinel (``parts=True``), so its text parts render exactly as for the real request.
+One that only takes string content (the Phi-4 MM remote-code template) gets each
+message flattened to one string. :func:`renders_parts` tells which, by rendering a
+probe once.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 import attrs
@@ -18,7 +26,13 @@ import attrs
 from audiogate.chat.sentinels import SENTINEL_PREFIX, SentinelCodec
 from audiogate.errors import PlaceholderError
 
-__all__ = ["AUDIO_PART_TYPES", "ChatRequestError", "FlattenedChat", "flatten_messages"]
+__all__ = [
+    "AUDIO_PART_TYPES",
+    "ChatRequestError",
+    "FlattenedChat",
+    "flatten_messages",
+    "renders_parts",
+]
 
 AUDIO_PART_TYPES: Final = ("input_audio", "audio_url")
 _IMAGE_PART_TYPES: Final = ("image_url",)
@@ -80,19 +94,42 @@ def _parts(message: Mapping[str, Any], index: int) -> list[Mapping[str, Any]] | 
     return list(content)
 
 
-def flatten_messages(
-    messages: Sequence[Mapping[str, Any]], *, codec: SentinelCodec | None = None
-) -> FlattenedChat:
-    """Validate ``messages`` and, if they declare audio, flatten them with sentinels.
+#: Two text parts whose rendering shows whether a template prints list content.
+_PROBE_TEXTS: Final = ("audiogate probe one", "audiogate probe two")
 
+
+def renders_parts(render: Callable[[Sequence[Mapping[str, Any]]], str]) -> bool:
+    """Whether ``render`` prints a user message's list of text parts (each of them).
+
+    A template that only takes string content raises on the probe or drops its parts.
+    """
+    probe = [{"role": "user", "content": [{"type": "text", "text": t} for t in _PROBE_TEXTS]}]
+    try:
+        rendered = render(probe)
+    except Exception:
+        return False
+    return isinstance(rendered, str) and all(t in rendered for t in _PROBE_TEXTS)
+
+
+def flatten_messages(
+    messages: Sequence[Mapping[str, Any]],
+    *,
+    codec: SentinelCodec | None = None,
+    parts: bool = False,
+) -> FlattenedChat:
+    """Validate ``messages`` and, if they declare audio, put sentinels in their media parts.
+
+    :param parts: keep list content as a list, each media part a text part holding its
+        sentinel; otherwise each message's content becomes one string.
     :raises PlaceholderError: malformed messages, an unsupported part type, or (when audio
         is declared) text that contains the reserved sentinel prefix.
     """
     if isinstance(messages, str | bytes) or not isinstance(messages, Sequence) or not messages:
         raise ChatRequestError("messages must be a non-empty list of message objects")
     all_parts = [_parts(message, i) for i, message in enumerate(messages)]
-    audio = [p for parts in all_parts if parts for p in parts if p["type"] in AUDIO_PART_TYPES]
-    images = [p for parts in all_parts if parts for p in parts if p["type"] in _IMAGE_PART_TYPES]
+    declared = [p for each in all_parts if each for p in each]
+    audio = [p for p in declared if p["type"] in AUDIO_PART_TYPES]
+    images = [p for p in declared if p["type"] in _IMAGE_PART_TYPES]
     if not audio:
         return FlattenedChat(
             messages=tuple(messages), audio_parts=(), image_parts=tuple(images), codec=None
@@ -101,24 +138,27 @@ def flatten_messages(
     codec = codec or SentinelCodec.fresh()
     counters = {"audio": 0, "image": 0}
     flattened: list[Mapping[str, Any]] = []
-    for index, (message, parts) in enumerate(zip(messages, all_parts, strict=True)):
-        content = message.get("content")
-        if parts is None:
-            text = content or ""
+    for index, (message, content_parts) in enumerate(zip(messages, all_parts, strict=True)):
+        if content_parts is None:
+            text = message.get("content") or ""
             _guard(text, index)
-        else:
-            pieces: list[str] = []
-            for part in parts:
-                kind = part["type"]
-                if kind == "text":
-                    _guard(part["text"], index)
-                    pieces.append(part["text"])
-                    continue
-                media = "audio" if kind in AUDIO_PART_TYPES else "image"
-                counters[media] += 1
-                pieces.append(codec.sentinel(media, counters[media]))  # type: ignore[arg-type]
-            text = "".join(pieces)
-        flattened.append({**message, "content": text})
+            flattened.append({**message, "content": text})
+            continue
+        pieces: list[dict[str, Any]] = []
+        for part in content_parts:
+            kind = part["type"]
+            if kind == "text":
+                _guard(part["text"], index)
+                pieces.append(dict(part))
+                continue
+            media = "audio" if kind in AUDIO_PART_TYPES else "image"
+            counters[media] += 1
+            sentinel = codec.sentinel(media, counters[media])  # type: ignore[arg-type]
+            pieces.append({"type": "text", "text": sentinel})
+        content_out: str | list[dict[str, Any]] = (
+            pieces if parts else "".join(p["text"] for p in pieces)
+        )
+        flattened.append({**message, "content": content_out})
     return FlattenedChat(
         messages=tuple(flattened), audio_parts=tuple(audio), image_parts=tuple(images), codec=codec
     )

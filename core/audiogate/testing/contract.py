@@ -50,7 +50,7 @@ import pytest
 from jsonschema import Draft202012Validator
 
 from audiogate.cancel import NEVER, Checkpoint
-from audiogate.chat import flatten_messages, parse_rendered
+from audiogate.chat import flatten_messages, parse_rendered, renders_parts
 from audiogate.errors import FeatureError, LimitError, PlaceholderError, PreprocessCancelled
 from audiogate.family import FamilySpec
 from audiogate.host import FamilyHost, create_host
@@ -285,12 +285,19 @@ class FamilyContract:
                 for _ in range(count)
             ]
             content.append({"type": "text", "text": _PROMPT})
-            flat = flatten_messages([{"role": "user", "content": content}])
-            assert flat.codec is not None
-            rendered = tokenizer.apply_chat_template(
-                [dict(m) for m in flat.messages], tokenize=False, add_generation_prompt=True
+
+            def render(messages: Sequence[Mapping[str, Any]]) -> str:
+                return str(
+                    tokenizer.apply_chat_template(
+                        [dict(m) for m in messages], tokenize=False, add_generation_prompt=True
+                    )
+                )
+
+            flat = flatten_messages(
+                [{"role": "user", "content": content}], parts=renders_parts(render)
             )
-            return parse_rendered(str(rendered), flat.codec, expected={"audio": count})
+            assert flat.codec is not None
+            return parse_rendered(render(flat.messages), flat.codec, expected={"audio": count})
         segments: list[PromptSegment] = [TextSegment("Listen. ")]
         for ordinal in range(1, count + 1):
             segments.extend((MediaSegment("audio", ordinal), TextSegment(" ")))

@@ -6,9 +6,9 @@ Two inputs reach :func:`expand_prompt`:
   checkpoint's template (:data:`CHAT_TEMPLATE`) prints every audio part of a message as
   ``Audio {k}: <|audio_bos|><|AUDIO|><|audio_eos|>\\n`` (``k`` counted across the whole
   conversation) and text parts verbatim; it never prints an audio part's payload. The
-  core (``audiogate.chat.flatten_messages``) flattens each audio part into its sentinel
-  inside the message's text, which this template prints verbatim at the part's
-  position, so each audio media segment arrives *bare* and is replaced by the block the
+  core (``audiogate.chat.flatten_messages``) turns each audio part into a text part
+  holding its sentinel, which this template prints verbatim at the part's position, so
+  each audio media segment arrives *bare* and is replaced by the block the
   template prints for an audio part, with its n ``<|AUDIO|>``: the same text the
   template renders for the unflattened message. A segment that arrives already
   *wrapped* (text ending in ``Audio k: <|audio_bos|>`` before it, text starting with
