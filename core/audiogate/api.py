@@ -305,6 +305,16 @@ class AudioGate:
                 raise
         return self._result(policy, finished.batch, finished.expanded, return_tensors)
 
+    def chat_prompt(self, text: str) -> str:
+        """The chat template around one user message ``text``, with the generation prompt.
+
+        Passed as ``prepare(prompt=...)``, it is a plain prompt like any other: the
+        family's placeholders in ``text`` place the clips, and where it has none, the
+        family inserts them where its processor would (what ``audiogate prepare --model
+        DIR --prompt`` does).
+        """
+        return self._render([{"role": "user", "content": text}])
+
     # --- steps -----------------------------------------------------------------------
 
     @functools.cached_property

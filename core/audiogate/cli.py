@@ -254,15 +254,13 @@ def _cmd_prepare(args: argparse.Namespace, host: FamilyHost, out: TextIO) -> int
     clips = acquire_paths(args.audio, policy=AcquisitionPolicy().narrowed(gate.policy))
     seconds = sum(len(c.data) for c in clips) / 32_000  # rough: 16 kHz PCM16 mono
     bar = _ProgressBar(sys.stderr, enabled=sys.stderr.isatty() and seconds > 5)
+    prompt = args.prompt
     has_template = gate.tokenizer is not None and getattr(gate.tokenizer, "chat_template", None)
-    if args.prompt is not None and has_template:
-        content: list[dict[str, Any]] = [
-            {"type": "input_audio", "input_audio": {"data": "", "format": "wav"}} for _ in clips
-        ]
-        content.append({"type": "text", "text": args.prompt})
-        result = gate.prepare([{"role": "user", "content": content}], clips=clips, progress=bar)
-    else:
-        result = gate.prepare(prompt=args.prompt, clips=clips, progress=bar)
+    if prompt is not None and has_template:
+        # The checkpoint's chat turn around the prompt; the family's placeholders in it
+        # place the clips, or the family inserts them where its processor would.
+        prompt = gate.chat_prompt(prompt)
+    result = gate.prepare(prompt=prompt, clips=clips, progress=bar)
     summary = result.summary(policy_source=gate.policy_source)
     if args.json:
         out.write(json.dumps(summary, indent=2) + "\n")
@@ -417,7 +415,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--audio", metavar="FILE", action="append", required=True, help="a WAV file (repeatable)"
     )
-    p.add_argument("--prompt", metavar="TEXT", help="user prompt; expands placeholders")
+    p.add_argument(
+        "--prompt",
+        metavar="TEXT",
+        help="user prompt (in the checkpoint's chat template with --model); the family's "
+        "placeholders in it place the clips, and are inserted where absent",
+    )
     p.add_argument("--out", metavar="FILE.npz", help="write features_N, mask_N, input_ids")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--show-prompt", action="store_true", help="also print the expanded prompt")

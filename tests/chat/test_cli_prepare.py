@@ -65,6 +65,32 @@ def test_table_summary_with_prompt_on_a_bundled_checkpoint() -> None:
     assert "prefill positions:" in text
 
 
+@pytest.mark.parametrize(
+    ("model", "placeholder", "marker"),
+    [
+        ("phi-4-multimodal-instruct", "<|audio_1|>", "<|endoftext11|>"),
+        ("phi-4-multimodal-instruct-hf", "<|audio|>", "<|audio|>"),
+        ("gemma-3n-e4b-it", "<audio_soft_token>", "<audio_soft_token>"),
+        ("qwen2-audio-7b-instruct", "[audio:{sha}]", "<|AUDIO|>"),
+    ],
+)
+def test_a_placeholder_in_the_prompt_places_the_clip_with_a_model_dir(
+    model: str, placeholder: str, marker: str
+) -> None:
+    import hashlib
+
+    sha = hashlib.sha256(SPEECH.read_bytes()).hexdigest()
+    code, text = run(
+        "prepare", "--model", str(REPO / "examples" / "models" / model), "--audio", str(SPEECH),
+        "--prompt", f"Transcribe {placeholder.format(sha=sha)} please.", "--show-prompt",
+    )  # fmt: skip
+    assert code == 0, text
+    expanded = text.split("expanded prompt:\n", 1)[1]
+    before, after = expanded.index("Transcribe"), expanded.index("please.")
+    assert before < expanded.index(marker) < expanded.rindex(marker) < after
+    assert placeholder.format(sha=sha) not in expanded or placeholder == marker
+
+
 def test_json_summary_has_every_field() -> None:
     code, text = run(
         "prepare", "--model", str(PHI), "--audio", str(SPEECH), "--prompt", "Hi", "--json"
