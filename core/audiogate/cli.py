@@ -336,6 +336,12 @@ def _add_serve_parser(sub: Any) -> None:
         help="all request bodies held at once (default: 4 maximal bodies)",
     )
     p.add_argument(
+        "--max-inflight-acquired-bytes",
+        type=_size,
+        metavar="SIZE",
+        help="audio all requests' file and URL reads hold at once (default: 4 maximal requests)",
+    )
+    p.add_argument(
         "--body-timeout",
         type=float,
         default=30.0,
@@ -373,6 +379,7 @@ def _cmd_serve(args: argparse.Namespace, host: FamilyHost, out: TextIO) -> int:
         limits=ServerLimits(
             max_body_bytes=args.max_body_bytes,
             max_inflight_body_bytes=args.max_inflight_body_bytes,
+            max_inflight_acquired_bytes=args.max_inflight_acquired_bytes,
             body_idle_timeout_s=args.body_timeout,
         ),
         max_prefill_tokens=args.max_prefill_tokens,

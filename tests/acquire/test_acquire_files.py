@@ -212,6 +212,19 @@ def test_a_device_reached_through_a_symlink_is_refused(root):
         read(root, "zero.wav")
 
 
+@pytest.mark.parametrize("kind", ["missing", "removed", "a file"])
+def test_a_media_root_that_is_not_a_directory_is_refused_without_naming_it(tmp_path, kind):
+    root = tmp_path / "srv-private-audio"
+    if kind == "removed":
+        root.mkdir()
+        root.rmdir()
+    elif kind == "a file":
+        root.write_bytes(CLIP)
+    with pytest.raises(SourceRefused, match="the media root is not available") as caught:
+        read(root, "ok.wav")
+    assert "srv-private-audio" not in caught.value.reason
+
+
 def test_a_missing_file_reports_a_neutral_message(root):
     with pytest.raises(
         SourceRefused, match=re.escape("file does not exist or cannot be opened: 'nope.wav'")

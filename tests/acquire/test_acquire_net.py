@@ -355,6 +355,12 @@ def test_a_redirect_loop_is_cut_at_the_limit():
         ("http://user@127.0.0.1:{p}/a.wav", "credentials"),
         ("http://127.0.0.1:{p}\\@evil.test/", "backslashes"),
         ("http://media.test:{p}/a b", "spaces, controls"),
+        # urljoin (ours and httpx's own while receiving) and idna raise plain ValueError
+        ("http:////][/", "the Location is not a valid URL (ValueError"),
+        ("https:////[x]/a.wav", "the Location is not a valid URL (ValueError"),
+        (":http://[", "the Location is not a valid URL (ValueError"),
+        ("https://xn--ff%5b", "the Location is not a valid URL (IDNAError"),
+        ("//xn--a/", "the Location is not a valid URL (InvalidCodepoint"),
     ],
 )
 def test_redirects_to_private_or_malformed_targets_are_refused(

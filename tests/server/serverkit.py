@@ -138,8 +138,12 @@ class Running:
             samples[("audiogate_server_inflight_body_bytes", ())],
         )
 
+    def acquired(self) -> float:
+        """Bytes requests' file and URL reads hold now."""
+        return self.scrape()[("audiogate_server_inflight_acquired_bytes", ())]
+
     def wait_idle(self, timeout_s: float = 20.0) -> None:
-        wait_until(lambda: self.gauges() == (0.0, 0.0, 0.0), timeout_s)
+        wait_until(lambda: self.gauges() == (0.0, 0.0, 0.0) and self.acquired() == 0, timeout_s)
 
 
 def delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:

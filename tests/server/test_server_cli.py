@@ -12,6 +12,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import uvicorn
 from serverkit import MODELS, PREPARE, chat, wav_b64
 
 from audiogate.cli import EXIT_BAD_INPUT, build_parser, main
@@ -65,6 +66,24 @@ def test_parse_size() -> None:
 def test_a_directory_without_config_is_a_bad_input_exit(tmp_path, capsys) -> None:
     assert main(["serve", "--model", str(tmp_path), "--port", "0"]) == EXIT_BAD_INPUT
     assert "audiogate: error:" in capsys.readouterr().err
+
+
+def test_a_media_path_that_is_not_a_directory_refuses_to_start(
+    tmp_path, capsys, monkeypatch
+) -> None:
+    def started(self, *args, **kwargs) -> None:
+        pytest.fail("the server started with a missing media root")
+
+    monkeypatch.setattr(uvicorn.Server, "run", started)
+    missing = tmp_path / "missing-media"
+    (tmp_path / "a-file").write_bytes(b"")
+    for root in (missing, tmp_path / "a-file"):
+        argv = ["serve", "--model", str(MODELS / "gemma-3n-e4b-it"), "--port", "0"]
+        assert main([*argv, "--media-path", str(root)]) == EXIT_BAD_INPUT
+        # The operator's own console names the path (requests never see it).
+        err = capsys.readouterr().err
+        assert f"audiogate: error: the media root (--media-path) '{root}'" in err
+        assert "is not a directory" in err
 
 
 def test_the_serve_command_serves_until_terminated(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ import concurrent.futures
 import contextlib
 import gc
 import json
+import re
 import socket
 
 import httpx
@@ -17,7 +18,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from serverkit import PREPARE, Blocker, audio_part, chat, delta, serving, wait_until, wav_b64
 
+from audiogate.acquire import AcquisitionPolicy
 from audiogate.server import ServerLimits
+from audiogate.server.errors import ServerConfigError
 from audiogate.testing.audio import tone, wav_bytes
 from audiogate.worker import WorkerLimits
 
@@ -47,10 +50,37 @@ NAN_WAV = wav_bytes(np.array([0.0, np.nan, 0.0] * 800), rate_hz=16_000, encoding
 PCM24_WAV = bytearray(wav_bytes(tone(seconds=0.1), rate_hz=16_000))
 PCM24_WAV[34] = 24  # bits per sample: an encoding the strict decoder refuses
 
+# A lone surrogate escape, in a text-only request and in one with audio.
+LONE_SURROGATE = '{"messages": [{"role": "user", "content": "hi \\ud800"}]}'
+LONE_SURROGATE_AUDIO = json.dumps(chat(wav_b64(0.5), text="X")).replace('"X"', '"hi \\ud800"')
+
 BAD_INPUT = [
     # (name, request body (bytes) or request JSON, error type, clip_index)
     ("not JSON", b"{not json", "BadRequestError", None),
     ("not UTF-8", b'{"messages": "\xff"}', "BadRequestError", None),
+    ("UTF-16", json.dumps(chat(wav_b64())).encode("utf-16"), "BadRequestError", None),
+    ("UTF-32", json.dumps(chat(wav_b64())).encode("utf-32"), "BadRequestError", None),
+    ("lone surrogate", LONE_SURROGATE.encode(), "BadRequestError", None),
+    ("lone surrogate, audio", LONE_SURROGATE_AUDIO.encode(), "BadRequestError", None),
+    ("lone surrogate, UTF-16", LONE_SURROGATE.encode("utf-16"), "BadRequestError", None),
+    (
+        "lone surrogate, audio, UTF-16",
+        LONE_SURROGATE_AUDIO.encode("utf-16"),
+        "BadRequestError",
+        None,
+    ),
+    (
+        "lone surrogate, audio, UTF-32",
+        LONE_SURROGATE_AUDIO.encode("utf-32"),
+        "BadRequestError",
+        None,
+    ),
+    (
+        "surrogate encoded in UTF-8 bytes",
+        LONE_SURROGATE.replace("\\ud800", "\ud800").encode("utf-8", "surrogatepass"),
+        "BadRequestError",
+        None,
+    ),
     ("not an object", b"[1, 2]", "BadRequestError", None),
     ("no messages", {"model": "m"}, "BadRequestError", None),
     ("empty messages", {"model": "m", "messages": []}, "BadRequestError", None),
@@ -110,6 +140,67 @@ def test_bad_input_is_a_400_counted_once(gemma, body, error_type, clip_index) ->
         assert error["clip_index"] == clip_index
     assert error["reason"] in {"waveform", "feature"}
     assert sum(delta(before, gemma.outcomes()).values()) == 1
+    gemma.wait_idle()
+
+
+def test_a_missing_media_root_refuses_the_app_and_requests_never_see_its_path(
+    tmp_path,
+) -> None:
+    root = tmp_path / "media-root-not-for-clients"
+    refused = pytest.raises(ServerConfigError, match=re.escape(f"'{root}' is not a directory"))
+    with refused, serving(acquisition=AcquisitionPolicy(media_root=root)):
+        pass
+    root.mkdir()
+    with serving(acquisition=AcquisitionPolicy(media_root=root)) as running:
+        root.rmdir()  # removed while serving
+        request = chat(text="hi")
+        request["messages"][0]["content"].insert(
+            0, {"type": "audio_url", "audio_url": {"url": "file://a.wav"}}
+        )
+        response = running.client.post(PREPARE, json=request)
+        error = error_of(response, 400, "AcquisitionError", "waveform")
+        assert "the media root is not available" in error["message"]
+        assert str(tmp_path) not in response.text
+        assert root.name not in response.text
+
+
+def test_media_files_share_the_in_flight_acquisition_budget(tmp_path) -> None:
+    # Files are read outside the body budget; all requests' reads share one bound.
+    root = tmp_path / "media"
+    root.mkdir()
+    clip = wav_bytes(tone(seconds=2.0, rate_hz=16_000), rate_hz=16_000)
+    (root / "a.wav").write_bytes(clip)
+    limits = ServerLimits(max_inflight_acquired_bytes=len(clip) - 1)
+    with serving(acquisition=AcquisitionPolicy(media_root=root), limits=limits) as running:
+        request = chat(text="hi")
+        request["messages"][0]["content"].insert(
+            0, {"type": "audio_url", "audio_url": {"url": "file://a.wav"}}
+        )
+        response = running.client.post(PREPARE, json=request)
+        error = error_of(response, 413, "MemoryLimitError", "memory_limit")
+        assert error["limit"] == "in-flight acquired bytes"
+        assert error["clip_index"] == 0
+        health = running.client.get("/healthz").json()["server"]
+        assert health["max_inflight_acquired_bytes"] == len(clip) - 1
+        running.wait_idle()
+    with serving(acquisition=AcquisitionPolicy(media_root=root)) as running:
+        response = running.client.post(PREPARE, json=request)
+        assert response.status_code == 200, response.text
+        running.wait_idle()
+        assert running.gate.acquisition.shared_bytes is not None
+        assert running.client.get("/healthz").json()["server"]["inflight_acquired_bytes"] == 0
+
+
+def test_a_body_must_be_utf8_and_a_leading_bom_is_dropped(gemma) -> None:
+    text = json.dumps(chat(wav_b64(0.5)))
+    headers = {"content-type": "application/json"}
+    for encoding in ("utf-16", "utf-32", "utf-16-be"):
+        response = gemma.client.post(PREPARE, content=text.encode(encoding), headers=headers)
+        error_of(response, 400, "BadRequestError", "waveform")
+    response = gemma.client.post(PREPARE, content=text.encode("utf-16"), headers=headers)
+    assert "not UTF-8" in response.json()["error"]["message"]
+    response = gemma.client.post(PREPARE, content=text.encode("utf-8-sig"), headers=headers)
+    assert response.status_code == 200, response.text
     gemma.wait_idle()
 
 

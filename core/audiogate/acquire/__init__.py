@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from audiogate.acquire.acquire import acquire_bytes, acquire_parts, acquire_paths
 from audiogate.acquire.addresses import refusal
+from audiogate.acquire.held import ACQUIRED_BYTES_LIMIT, AcquiredBytes
 from audiogate.acquire.net import create_media_client, system_resolver
 from audiogate.acquire.policy import (
     ABSOLUTE_MAX_BYTES,
@@ -32,8 +33,10 @@ __all__ = [
     "ABSOLUTE_MAX_BYTES",
     "ABSOLUTE_MAX_CLIPS",
     "ABSOLUTE_MAX_REDIRECTS",
+    "ACQUIRED_BYTES_LIMIT",
     "ALLOW_PRIVATE_MEDIA_URLS",
     "PRIVATE_MEDIA_URLS_ENV",
+    "AcquiredBytes",
     "AcquisitionPolicy",
     "IPAddress",
     "Resolver",

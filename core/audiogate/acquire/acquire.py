@@ -187,6 +187,7 @@ async def acquire_parts(
                 exc.reason, clip_index=source.index, origin=source.origin
             ) from None
     budget = _budget(policy)
+    held = policy.shared_bytes.hold() if policy.shared_bytes is not None else None
     owned: list[httpx.AsyncClient] = []
 
     def get_client() -> httpx.AsyncClient:
@@ -199,7 +200,9 @@ async def acquire_parts(
     clips: list[EncodedClip] = []
     try:
         for source in sources:
-            ctx = ClipContext(clip_index=source.index, cap=budget.cap(source.index), cancel=token)
+            ctx = ClipContext(
+                clip_index=source.index, cap=budget.cap(source.index), cancel=token, held=held
+            )
             ctx.check_cancel()
             try:
                 data = await _read_source(source, ctx, policy, get_client)
@@ -217,6 +220,10 @@ async def acquire_parts(
                 )
             )
     finally:
+        # The clips go on to the worker's admission budget; this request's share of the
+        # in-flight acquisition bytes ends here, whatever happened.
+        if held is not None:
+            held.release()
         for owned_client in owned:
             await owned_client.aclose()
     return clips

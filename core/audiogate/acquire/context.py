@@ -13,6 +13,7 @@ from typing import Final
 
 import attrs
 
+from audiogate.acquire.held import RequestHold
 from audiogate.cancel import NEVER, CancelToken, Checkpoint
 from audiogate.errors import LimitError, MemoryLimitError
 
@@ -151,12 +152,28 @@ class LinkedToken(CancelToken):
 
 @attrs.frozen(kw_only=True)
 class ClipContext:
-    """Where a reader is: the clip index, its byte cap and the request's cancel token."""
+    """Where a reader is: the clip index, its byte cap, the request's cancel token and
+    its share of the server's in-flight acquisition bytes (if it has one)."""
 
     clip_index: int
     cap: ByteCap
     cancel: CancelToken = NEVER
+    held: RequestHold | None = None
 
     def check_cancel(self) -> None:
         """Raise :class:`~audiogate.errors.PreprocessCancelled` (``Acquisition``) if cancelled."""
         self.cancel.check(Checkpoint.ACQUISITION, self.clip_index)
+
+    def hold(self, nbytes: int) -> None:
+        """Count ``nbytes`` more of this source in the shared in-flight budget.
+
+        :raises MemoryLimitError: the shared budget is full (names this clip).
+        """
+        if self.held is None:
+            return
+        try:
+            self.held.take(nbytes)
+        except MemoryLimitError as exc:
+            raise MemoryLimitError(
+                exc.limit, actual=exc.actual, maximum=exc.maximum, clip_index=self.clip_index
+            ) from None

@@ -39,6 +39,7 @@ from audiogate.acquire.context import CHUNK_BYTES, ClipContext, SourceRefused
 
 __all__ = [
     "MAX_NAME_BYTES",
+    "MEDIA_ROOT_MISSING_MESSAGE",
     "NO_MEDIA_ROOT_MESSAGE",
     "ResolvedPath",
     "open_confined",
@@ -56,6 +57,12 @@ MAX_NAME_BYTES: Final = 255
 NO_MEDIA_ROOT_MESSAGE: Final = (
     "file:// URLs and local paths are not allowed unless a media root is configured "
     "(AcquisitionPolicy.media_root)"
+)
+
+#: The refusal when the configured media root is not (or no longer) a directory; it does
+#: not name the root, a server path.
+MEDIA_ROOT_MISSING_MESSAGE: Final = (
+    "the media root is not available (not a directory); local files cannot be read"
 )
 
 # ``:*?"<>|`` (llama.cpp), the backslash (a separator elsewhere), and look-alikes of
@@ -142,7 +149,8 @@ def resolve_media_path(root: Path, name: str) -> ResolvedPath:
     relative = validate_media_name(name)
     root_canonical = os.path.realpath(root)
     if not os.path.isdir(root_canonical):
-        raise SourceRefused(f"the media root {str(root)!r} is not a directory")
+        # The root is the server's own path: it is never shown to the client.
+        raise SourceRefused(MEDIA_ROOT_MISSING_MESSAGE)
     # Concatenation, not os.path.join: an absolute-looking name stays under the root.
     candidate = root_canonical.rstrip("/") + "/" + relative
     try:
@@ -231,6 +239,7 @@ def _read_checked(
     before = os.fstat(fd)
     size = before.st_size
     ctx.cap.check(size)
+    ctx.hold(size)  # before reading: the read below never grows past it
     pieces: list[bytes] = []
     total = 0
     while True:

@@ -215,6 +215,10 @@ async def _open(
         except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
             failures.append(f"{address}: {exc or type(exc).__name__}")
             continue
+        except ValueError as exc:
+            # httpx resolves a redirect's Location while receiving the answer (even with
+            # redirects off); urllib and idna raise a plain ValueError for some of them.
+            raise _bad_location(url, exc) from None
         try:
             _check_peer(response, url, address, policy)
         except BaseException:
@@ -222,6 +226,14 @@ async def _open(
             raise
         return response
     raise SourceRefused(f"could not connect to {url.host!r} ({'; '.join(failures)})")
+
+
+def _bad_location(url: MediaURL, exc: ValueError) -> SourceRefused:
+    """The refusal of a redirect whose ``Location`` the URL parsers cannot read."""
+    return SourceRefused(
+        f"redirect from {url.host!r} refused: the Location is not a valid URL "
+        f"({type(exc).__name__}: {exc})"
+    )
 
 
 def _next_hop(response: httpx.Response, url: MediaURL) -> MediaURL:
@@ -241,6 +253,8 @@ def _next_hop(response: httpx.Response, url: MediaURL) -> MediaURL:
         joined = httpx.URL(url.url).join(location)
     except httpx.InvalidURL as exc:
         raise SourceRefused(f"redirect from {url.host!r} refused: {exc}") from None
+    except ValueError as exc:  # urljoin and idna raise plain ValueError (UnicodeError)
+        raise _bad_location(url, exc) from None
     return parse_media_url(str(joined))
 
 
@@ -255,8 +269,11 @@ def _content_length(response: httpx.Response) -> int | None:
 
 async def _read_body(response: httpx.Response, ctx: ClipContext) -> bytes:
     declared = _content_length(response)
+    held = 0
     if declared is not None:
         ctx.cap.check(declared)
+        ctx.hold(declared)
+        held = declared
     pieces: list[bytes] = []
     total = 0
     ctx.check_cancel()
@@ -264,6 +281,9 @@ async def _read_body(response: httpx.Response, ctx: ClipContext) -> bytes:
         ctx.check_cancel()
         total += len(chunk)
         ctx.cap.check(total)
+        if total > held:  # no (or a lying) Content-Length: hold the chunks as they come
+            ctx.hold(total - held)
+            held = total
         pieces.append(chunk)
     ctx.check_cancel()
     return b"".join(pieces)

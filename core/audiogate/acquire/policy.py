@@ -22,6 +22,7 @@ from typing import Any, Final, TypeAlias
 
 import attrs
 
+from audiogate.acquire.held import AcquiredBytes
 from audiogate.policy import AudioPolicy
 
 __all__ = [
@@ -175,6 +176,9 @@ class AcquisitionPolicy:
     :param total_timeout_s: wall-clock limit of one URL fetch, all hops and the body.
     :param connect_timeout_s: limit of one TCP (and TLS) connect.
     :param resolver: host name resolver (tests inject one); ``None``: the system's.
+    :param shared_bytes: the bytes all requests' file and URL reads may hold at once
+        (:class:`~audiogate.acquire.held.AcquiredBytes`, one per server); ``None``: no
+        bound beyond each request's own. The reference server sets one.
     :raises ValueError: a field is out of range or above its absolute ceiling.
     """
 
@@ -196,6 +200,7 @@ class AcquisitionPolicy:
     total_timeout_s: float = attrs.field(default=10.0, validator=_seconds)
     connect_timeout_s: float = attrs.field(default=5.0, validator=_seconds)
     resolver: Resolver | None = attrs.field(default=None, eq=False, repr=False)
+    shared_bytes: AcquiredBytes | None = attrs.field(default=None, eq=False, repr=False)
 
     def narrowed(self, policy: AudioPolicy) -> AcquisitionPolicy:
         """This policy with the family's stricter clip count and encoded-byte caps.

@@ -19,8 +19,10 @@ import contextvars
 import json
 import logging
 import math
+import os
 import re
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, Final, TypeVar
 
 import anyio.to_thread
@@ -34,6 +36,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from audiogate.acquire import AcquiredBytes
 from audiogate.api import AudioGate, PreparedRequest
 from audiogate.cancel import CancelToken
 from audiogate.errors import (
@@ -58,6 +61,7 @@ from audiogate.server.errors import (
     STATUS_CLIENT_CLOSED,
     BadRequestError,
     RequestTimeoutError,
+    ServerConfigError,
     error_payload,
     reason_for,
     status_for,
@@ -70,6 +74,7 @@ __all__ = [
     "PREPARE_PATH",
     "ServerLimits",
     "ServerWorker",
+    "check_media_root",
     "create_app",
     "default_max_body_bytes",
 ]
@@ -112,6 +117,10 @@ class ServerLimits:
         as their bytes arrive, then their answers until sent (``None``: four maximal
         bodies). New bodies are refused (413) while it is full.
     :param body_idle_timeout_s: refuse a request (408) whose body stalls this long.
+    :param max_inflight_acquired_bytes: the bytes all requests' file and URL reads may hold
+        at once, from the first byte known until the clips reach the worker's admission
+        (``None``: four maximal requests of encoded audio). A read that does not fit is
+        refused (413, ``"in-flight acquired bytes"``).
     """
 
     max_body_bytes: int | None = attrs.field(
@@ -121,6 +130,9 @@ class ServerLimits:
         default=None, validator=attrs.validators.optional(attrs.validators.ge(1))
     )
     body_idle_timeout_s: float = attrs.field(default=30.0, validator=attrs.validators.gt(0))
+    max_inflight_acquired_bytes: int | None = attrs.field(
+        default=None, validator=attrs.validators.optional(attrs.validators.ge(1))
+    )
 
 
 # --- admission tracking --------------------------------------------------------------
@@ -179,6 +191,11 @@ class _ServerMetrics:
         self.inflight_body_bytes = Gauge(
             "audiogate_server_inflight_body_bytes",
             "Bytes the server holds for requests: bodies as they arrive, answers until sent.",
+            registry=registry,
+        )
+        self.inflight_acquired_bytes = Gauge(
+            "audiogate_server_inflight_acquired_bytes",
+            "Encoded bytes that requests' file and URL reads hold until the worker admits them.",
             registry=registry,
         )
         self.responses = Counter(
@@ -273,16 +290,26 @@ def _lone_surrogate(value: Any) -> bool:
 
 
 def _parse_body(body: bytes | bytearray) -> Any:
+    """The JSON document of a request body, which must be UTF-8 (a leading BOM is dropped).
+
+    Decoded strictly first: ``json.loads`` on bytes would also take UTF-16 and UTF-32 and
+    let encoded surrogates through ("surrogatepass").
+    """
     try:
-        document = json.loads(body)
+        text = body.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise BadRequestError(
+            f"the request body is not UTF-8: {exc.reason} at byte {exc.start}"
+        ) from None
+    try:
+        document = json.loads(text)
     except RecursionError:
         raise BadRequestError("the request body is nested too deeply") from None
-    except UnicodeDecodeError as exc:
-        raise BadRequestError(f"the request body is not UTF-8: {exc.reason}") from None
     except ValueError as exc:
         raise BadRequestError(f"the request body is not valid JSON: {exc}") from None
+    del text
     # JSON admits a lone "\udXXX" escape; Python keeps it, tokenizers fail on it. The walk
-    # only runs when the body has such an escape at all (a valid pair is fine).
+    # only runs when the (UTF-8) body has such an escape at all (a valid pair is fine).
     if _SURROGATE_ESCAPE.search(body) and _lone_surrogate(document):
         raise BadRequestError("the request contains a lone UTF-16 surrogate (invalid Unicode)")
     return document
@@ -457,6 +484,15 @@ class _AudioServer:
             limits.max_inflight_body_bytes or 4 * self.max_body_bytes,
             self.server_metrics.inflight_body_bytes,
         )
+        # Files and URLs are read outside the body budget: all requests' reads share this.
+        acquired = gate.acquisition.shared_bytes
+        if acquired is None:
+            acquired = AcquiredBytes(
+                limits.max_inflight_acquired_bytes or 4 * gate.acquisition.max_bytes_per_request,
+                on_change=self.server_metrics.inflight_acquired_bytes.set,
+            )
+            gate.acquisition = attrs.evolve(gate.acquisition, shared_bytes=acquired)
+        self.acquired = acquired
 
     # --- POST /v1/audio/prepare --------------------------------------------------------
 
@@ -626,6 +662,8 @@ class _AudioServer:
                 "max_body_bytes": self.max_body_bytes,
                 "inflight_body_bytes": self.bodies.held,
                 "max_inflight_body_bytes": self.bodies.maximum,
+                "inflight_acquired_bytes": self.acquired.held,
+                "max_inflight_acquired_bytes": self.acquired.maximum,
             },
         }
         return _json_response(503 if closed else 200, payload)
@@ -653,6 +691,16 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     return _json_response(exc.status_code, payload, exc.headers)
 
 
+def check_media_root(root: Path | None) -> None:
+    """Refuse to serve from a media root that is not a directory (checked at start-up, so
+    requests never need to be told the server's path).
+
+    :raises ServerConfigError: ``root`` is set but is not an existing directory.
+    """
+    if root is not None and not os.path.isdir(root):
+        raise ServerConfigError(f"the media root (--media-path) {str(root)!r} is not a directory")
+
+
 def create_app(
     gate: AudioGate,
     *,
@@ -664,11 +712,14 @@ def create_app(
 
     :param gate: the model's gate; its ``worker`` must be a :class:`ServerWorker` (the
         audio metrics exported on ``/metrics`` are that worker's registry).
-    :param limits: body limits (defaults derived from the gate's policy).
+    :param limits: body and acquisition limits (defaults derived from the gate's policy).
+        Unless the gate's acquisition policy already has a ``shared_bytes`` budget, the
+        app gives it one (``limits.max_inflight_acquired_bytes``).
     :param served_model: the ``model`` echoed when a request names none (default: the
         family name).
     :param close_worker: close the worker when the app shuts down.
     :raises TypeError: the gate has no :class:`ServerWorker`.
+    :raises ServerConfigError: the gate's media root is not a directory.
     """
     worker = gate.worker
     if not isinstance(worker, ServerWorker):
@@ -676,6 +727,7 @@ def create_app(
             "create_app needs an AudioGate whose worker is a ServerWorker "
             f"(got {type(worker).__name__}); pass worker=ServerWorker(host, ...)"
         )
+    check_media_root(gate.acquisition.media_root)
     server = _AudioServer(
         gate,
         worker,

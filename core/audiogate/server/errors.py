@@ -30,6 +30,7 @@ __all__ = [
     "STATUS_CLIENT_CLOSED",
     "BadRequestError",
     "RequestTimeoutError",
+    "ServerConfigError",
     "error_payload",
     "reason_for",
     "status_for",
@@ -61,6 +62,11 @@ class RequestTimeoutError(BadRequestError):
 
     def __init__(self, message: str) -> None:
         super().__init__(message, field=None)
+
+
+class ServerConfigError(AudioGateError):
+    """The server's own configuration is unusable (e.g. ``--media-path`` is not a
+    directory): the server refuses to start. Never a request's answer."""
 
 
 def reason_for(error: BaseException) -> str:

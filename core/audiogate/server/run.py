@@ -22,7 +22,7 @@ from audiogate.acquire import AcquisitionPolicy
 from audiogate.api import AudioGate
 from audiogate.host import FamilyHost, create_host
 from audiogate.metrics import AudioMetrics
-from audiogate.server.app import ServerLimits, ServerWorker, create_app
+from audiogate.server.app import ServerLimits, ServerWorker, check_media_root, create_app
 from audiogate.worker import WorkerLimits
 
 __all__ = ["ServeOptions", "ServerThread", "build_app", "parse_size", "serve", "server_registry"]
@@ -81,8 +81,11 @@ def build_app(options: ServeOptions, *, host: FamilyHost | None = None) -> Starl
     """The app for ``options``: a :func:`server_registry` with the audio series, a
     :class:`ServerWorker` and the model's gate.
 
-    :raises AudioGateError: the model directory cannot be loaded (``PolicyError``, ...).
+    :raises AudioGateError: the model directory cannot be loaded (``PolicyError``, ...),
+        or the media root is not a directory (``ServerConfigError``).
     """
+    media_root = None if options.media_root is None else options.media_root.resolve()
+    check_media_root(media_root)  # before the model loads: fail fast
     host = host or create_host()
     metrics = AudioMetrics(server_registry(), families=host.families)
     worker = ServerWorker(
@@ -91,7 +94,7 @@ def build_app(options: ServeOptions, *, host: FamilyHost | None = None) -> Starl
     try:
         acquisition = AcquisitionPolicy(
             allow_url_fetch=options.allow_url_fetch,
-            media_root=None if options.media_root is None else options.media_root.resolve(),
+            media_root=media_root,
         )
         gate = AudioGate.from_model_dir(
             options.model_dir,
