@@ -7,8 +7,10 @@ cancelled request stops promptly rather than between stages only.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import threading
+from collections.abc import Callable
 from typing import Final
 
 from audiogate.errors import PreprocessCancelled
@@ -29,14 +31,42 @@ class Checkpoint(enum.StrEnum):
 class CancelToken:
     """A thread-safe cancellation flag shared by every stage of one request."""
 
-    __slots__ = ("_event",)
+    # Name-mangled: subclasses (tests' counting tokens, ...) often have a ``_lock`` of
+    # their own and cancel while holding it.
+    __slots__ = ("__callbacks", "__guard", "_event")
 
     def __init__(self) -> None:
         self._event = threading.Event()
+        self.__guard = threading.Lock()
+        self.__callbacks: list[Callable[[], None]] = []
 
     def cancel(self) -> None:
-        """Ask every stage of the request to stop at its next checkpoint."""
-        self._event.set()
+        """Ask every stage of the request to stop at its next checkpoint, and run the
+        :meth:`on_cancel` callbacks (once, on the calling thread)."""
+        with self.__guard:
+            self._event.set()
+            callbacks, self.__callbacks = self.__callbacks, []
+        for callback in callbacks:
+            callback()
+
+    def on_cancel(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback()`` once when the token is cancelled (now, if it already is).
+
+        For what cannot wait for a checkpoint: the worker withdraws a queued job at once.
+        The callback runs on the cancelling thread, with no lock of the token held.
+
+        :returns: a function that unregisters ``callback`` (a no-op once it has run).
+        """
+        with self.__guard:
+            if not self._event.is_set():
+                self.__callbacks.append(callback)
+                return lambda: self._forget(callback)
+        callback()
+        return _nothing
+
+    def _forget(self, callback: Callable[[], None]) -> None:
+        with self.__guard, contextlib.suppress(ValueError):
+            self.__callbacks.remove(callback)
 
     @property
     def cancelled(self) -> bool:
@@ -53,6 +83,10 @@ class CancelToken:
             raise PreprocessCancelled(checkpoint=checkpoint.value, clip_index=clip_index)
 
 
+def _nothing() -> None:
+    pass
+
+
 class _NeverCancel(CancelToken):
     """A token that cannot be cancelled (for one-shot callers and tests)."""
 
@@ -60,6 +94,10 @@ class _NeverCancel(CancelToken):
 
     def cancel(self) -> None:
         raise TypeError("the NEVER token cannot be cancelled; create a CancelToken()")
+
+    def on_cancel(self, callback: Callable[[], None]) -> Callable[[], None]:
+        # Shared by every caller: keeps nothing (its callbacks could never run).
+        return _nothing
 
 
 #: A shared token that is never cancelled.

@@ -6,14 +6,17 @@ worker shuts down, or the job is garbage-collected) and releases them exactly on
 The job queue is bounded (``queue_depth``) and so is the result channel
 (``result_depth``): a worker does not start a job while ``result_depth`` finished
 results wait for their consumers, so a stalled consumer backpressures production
-instead of accumulating prepared tensors.
+instead of accumulating prepared tensors. Only live jobs wait in the queue: a job
+cancelled while queued is withdrawn at once (its reservation and queue slot freed) and
+never starts.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
-import queue
+import functools
 import threading
 import time
 import weakref
@@ -42,6 +45,8 @@ __all__ = ["AudioJob", "AudioWorker", "Reservation", "WorkerLimits", "rejection_
 
 MIB: Final = 1 << 20
 T = TypeVar("T")
+#: How often a thread waiting for a result slot looks at the closed flag.
+_POLL_SECONDS: Final = 0.05
 
 #: ``finish(batch)`` runs in the worker after the features (prompt expansion, ...); its
 #: return value is the job's result. It may raise ``ContextLimitError``. If the value has a
@@ -190,6 +195,10 @@ class AudioJob(Generic[T]):
         self.future: concurrent.futures.Future[T] = concurrent.futures.Future()
         self._holdings = holdings
         self._handed_off = False
+        #: Whether the job waits in its worker's queue (guarded by the worker's lock).
+        self._queued = False
+        #: Unregisters the worker's cancel callback once the job has left the queue.
+        self._unwatch: Callable[[], None] | None = None
         # A consumer that went away without taking the result still releases everything.
         self._finalizer = weakref.finalize(self, holdings.release)
 
@@ -199,7 +208,10 @@ class AudioJob(Generic[T]):
         return self._holdings.reservation
 
     def cancel(self) -> None:
-        """Cancel: a queued job never starts; a running one stops at its next checkpoint."""
+        """Cancel: a queued job is withdrawn at once (its reservation released, its result
+        :class:`PreprocessCancelled`); a running one stops at its next checkpoint.
+
+        Cancelling the job's token directly does the same."""
         self.cancel_token.cancel()
 
     def done(self) -> bool:
@@ -226,9 +238,6 @@ class AudioJob(Generic[T]):
         self._finalizer()
 
 
-_STOP: Final = object()
-
-
 class AudioWorker:
     """A bounded pool of preprocessing threads for one :class:`FamilyHost`.
 
@@ -251,10 +260,13 @@ class AudioWorker:
         for family in host.families:
             self.metrics.ensure_family(family)
         self._ledger = _Ledger(self.limits, self.metrics)
-        self._queue: queue.Queue[Any] = queue.Queue(maxsize=self.limits.queue_depth)
         self._results = threading.Semaphore(self.limits.result_depth)
         self._closed = threading.Event()
-        self._submit_lock = threading.Lock()
+        # The queue: live jobs only, in order. A job leaves it exactly once, under the
+        # lock: taken by a thread, withdrawn when cancelled, or failed by close().
+        self._lock = threading.Lock()
+        self._pending: collections.deque[AudioJob[Any]] = collections.deque()
+        self._job_ready = threading.Condition(self._lock)
         self._threads = [
             threading.Thread(target=self._run, name=f"{name}-{i}", daemon=True)
             for i in range(self.limits.threads)
@@ -268,6 +280,11 @@ class AudioWorker:
     def closed(self) -> bool:
         """Whether :meth:`close` has been called (new jobs are refused)."""
         return self._closed.is_set()
+
+    @property
+    def queued_jobs(self) -> int:
+        """Live jobs waiting for a worker thread (at most ``queue_depth``)."""
+        return len(self._pending)
 
     @property
     def queued_encoded_bytes(self) -> int:
@@ -326,20 +343,24 @@ class AudioWorker:
             cancel=token,
             holdings=_Holdings(reservation),
         )
-        refusal: AudioGateError
-        with self._submit_lock:
+        # Before it can be dequeued (whoever dequeues it unregisters this), and outside
+        # the lock (a token cancelled already runs the callback right here, a no-op then:
+        # the job is not queued yet, and stops at the Queue checkpoint). A weak reference:
+        # the token must not keep a job alive that its consumer dropped.
+        job._unwatch = token.on_cancel(functools.partial(self._withdraw_ref, weakref.ref(job)))
+        refusal: AudioGateError | None = None
+        with self._lock:
             if self._closed.is_set():
                 refusal = WorkerUnavailableError("the audio worker is shut down")
+            elif len(self._pending) >= self.limits.queue_depth:
+                refusal = QueueFullError(
+                    f"the audio queue is full ({self.limits.queue_depth} jobs waiting); retry later"
+                )
             else:
-                try:
-                    self._queue.put_nowait(job)
-                except queue.Full:
-                    refusal = QueueFullError(
-                        f"the audio queue is full ({self.limits.queue_depth} jobs waiting); "
-                        "retry later"
-                    )
-                else:
-                    return job
+                self._enqueue(job)
+        if refusal is None:
+            return job
+        job._unwatch()
         job._hand_off()
         self._reject(family, refusal)
         raise refusal
@@ -371,9 +392,9 @@ class AudioWorker:
             await asyncio.shield(waiter)
         except asyncio.CancelledError:
             job.cancel()
-            # The job still ends (cancelled at its next checkpoint); take its outcome, or
-            # asyncio logs "Future exception was never retrieved" (shield drops its own
-            # callback once the outer future is cancelled).
+            # A queued job is withdrawn at once; a running one ends at its next checkpoint.
+            # Take its outcome, or asyncio logs "Future exception was never retrieved"
+            # (shield drops its own callback once the outer future is cancelled).
             waiter.add_done_callback(_retrieve)
             raise
         except BaseException:
@@ -382,6 +403,49 @@ class AudioWorker:
             return job.result()
         finally:
             del job, waiter
+
+    # --- the queue -------------------------------------------------------------------
+
+    def _enqueue(self, job: AudioJob[Any]) -> None:
+        """Append a job and wake a thread (call with the lock held)."""
+        job._queued = True
+        self._pending.append(job)
+        self._job_ready.notify()
+
+    def _dequeue(self) -> AudioJob[Any] | None:
+        """Wait for the oldest live job and take it; ``None`` once the worker is closed."""
+        with self._lock:
+            while not self._pending:
+                if self._closed.is_set():
+                    return None
+                self._job_ready.wait()
+            job = self._pending.popleft()
+            job._queued = False
+            return job
+
+    def _withdraw_ref(self, ref: weakref.ref[AudioJob[Any]]) -> None:
+        job = ref()
+        if job is not None:
+            self._withdraw(job)
+
+    def _withdraw(self, job: AudioJob[Any]) -> None:
+        """Take a cancelled job out of the queue, if it still waits there, and fail it
+        (its token's :meth:`~audiogate.cancel.CancelToken.on_cancel` callback)."""
+        with self._lock:
+            if not job._queued:
+                return  # a thread took it (it stops at its next checkpoint), or it ended
+            job._queued = False
+            self._pending.remove(job)
+        self._fail_unstarted(job, PreprocessCancelled(checkpoint=Checkpoint.QUEUE.value))
+
+    def _fail_unstarted(self, job: AudioJob[Any], error: AudioGateError) -> None:
+        """Release a job that left the queue without running and give it ``error``."""
+        job._hand_off()
+        if job.future.set_running_or_notify_cancel():
+            self._reject(job.policy.family, error)
+            job.future.set_exception(error)
+        else:
+            self.metrics.record_cancelled(job.policy.family)
 
     # --- processing ------------------------------------------------------------------
 
@@ -393,19 +457,20 @@ class AudioWorker:
             slot = self._acquire_slot()
             if slot is None:
                 return
-            item = self._queue.get()
-            if item is _STOP:
+            job = self._dequeue()
+            if job is None:
                 slot.free()
                 return
-            job: AudioJob[Any] = item
+            if job._unwatch is not None:
+                job._unwatch()  # running now: a cancel stops it at its next checkpoint
             job._holdings.slot = slot
             try:
                 self._process(job)
             finally:
-                del job, item
+                del job
 
     def _acquire_slot(self) -> _Slot | None:
-        while not self._results.acquire(timeout=0.05):
+        while not self._results.acquire(timeout=_POLL_SECONDS):
             if self._closed.is_set():
                 return None
         return _Slot(self._results)
@@ -472,23 +537,26 @@ class AudioWorker:
     # --- shutdown --------------------------------------------------------------------
 
     def close(self, *, wait: bool = True) -> None:
-        """Stop accepting jobs, fail the queued ones (``worker_unavailable``), stop threads."""
-        with self._submit_lock:
+        """Stop accepting jobs, fail the queued ones (``worker_unavailable``), stop threads.
+
+        Never blocks on the queue: idle threads wake and see the closed flag; a running job
+        finishes first when ``wait`` is true.
+        """
+        with self._lock:
             if self._closed.is_set():
                 return
             self._closed.set()
-        while True:
-            try:
-                item = self._queue.get_nowait()
-            except queue.Empty:
-                break
-            if item is not _STOP and item.future.set_running_or_notify_cancel():
-                item._hand_off()
-                error = WorkerUnavailableError("the audio worker shut down before the job ran")
-                self._reject(item.policy.family, error)
-                item.future.set_exception(error)
-        for _ in self._threads:
-            self._queue.put(_STOP)
+            queued = list(self._pending)
+            self._pending.clear()
+            for job in queued:
+                job._queued = False
+            self._job_ready.notify_all()
+        for job in queued:
+            if job._unwatch is not None:
+                job._unwatch()
+            error = WorkerUnavailableError("the audio worker shut down before the job ran")
+            self._fail_unstarted(job, error)
+        del queued
         if wait:
             for thread in self._threads:
                 thread.join()

@@ -137,7 +137,7 @@ def test_queue_full_is_refused_and_releases_its_reservation() -> None:
     worker, _ = make_worker(ToyFamily(gate=gate), queue_depth=2)
     with worker:
         running = worker.submit(toy_policy(), [clip()])
-        wait_until(lambda: worker._queue.qsize() == 0)  # picked up, blocked on the gate
+        wait_until(lambda: worker.queued_jobs == 0)  # picked up, blocked on the gate
         queued = [worker.submit(toy_policy(), [clip()]) for _ in range(2)]
         held = worker.queued_encoded_bytes
         with pytest.raises(QueueFullError, match="queue is full"):
@@ -248,7 +248,7 @@ def test_cancel_while_running_stops_at_the_feature_checkpoint() -> None:
     worker, _ = make_worker(ToyFamily(gate=gate))
     with worker:
         job = worker.submit(toy_policy(), [clip()])
-        wait_until(lambda: worker._queue.qsize() == 0)
+        wait_until(lambda: worker.queued_jobs == 0)
         time.sleep(0.05)
         job.cancel()
         with pytest.raises(PreprocessCancelled, match="Feature"):
@@ -290,7 +290,7 @@ def test_shutdown_fails_queued_jobs_and_refuses_new_ones() -> None:
     gate = threading.Event()
     worker, _ = make_worker(ToyFamily(gate=gate))
     running = worker.submit(toy_policy(), [clip()])
-    wait_until(lambda: worker._queue.qsize() == 0)
+    wait_until(lambda: worker.queued_jobs == 0)
     queued = worker.submit(toy_policy(), [clip()])
     closer = threading.Thread(target=worker.close)
     closer.start()
@@ -389,3 +389,188 @@ def test_soak_randomized_requests_cancels_and_failures_leave_nothing_behind() ->
     assert cancelled > 0
     assert completed > 0
     assert taken > 0
+
+
+def threads_gone(worker: AudioWorker) -> bool:
+    return not set(worker._threads) & set(threading.enumerate())
+
+
+@contextlib.contextmanager
+def opened_on_exit(gate: threading.Event):
+    """Open ``gate`` when the block ends, so a failing test does not hang in close()."""
+    try:
+        yield
+    finally:
+        gate.set()
+
+
+def closes_within(worker: AudioWorker, seconds: float = 5.0) -> bool:
+    closer = threading.Thread(target=worker.close, daemon=True)
+    closer.start()
+    closer.join(seconds)
+    return not closer.is_alive()
+
+
+def test_close_returns_with_more_threads_than_queue_slots_and_an_untaken_result() -> None:
+    worker, _ = make_worker(threads=2, queue_depth=1, result_depth=1)
+    job = worker.submit(toy_policy(), [clip()])
+    wait_until(job.done)
+    time.sleep(0.1)  # the second thread now waits for the only result slot
+    assert closes_within(worker)
+    assert threads_gone(worker)
+    assert job.result(timeout=1).totals.frames == 10
+    assert gauges_are_zero(worker)
+
+
+def test_close_of_idle_workers_with_many_threads_and_a_short_queue_returns() -> None:
+    for i in range(10):
+        worker, _ = make_worker(threads=8, queue_depth=1)
+        time.sleep(0.01 * (i % 4))
+        assert closes_within(worker)
+        assert threads_gone(worker)
+
+
+def test_cancelling_a_queued_job_frees_its_reservation_and_queue_slot_at_once() -> None:
+    gate = threading.Event()
+    family = ToyFamily(gate=gate)
+    worker, _ = make_worker(family, queue_depth=1)
+    with worker, opened_on_exit(gate):
+        running = worker.submit(toy_policy(), [clip()])
+        wait_until(lambda: worker.queued_jobs == 0)
+        queued = worker.submit(toy_policy(), [clip()])
+        queued.cancel()
+        assert queued.done()
+        assert queued.reservation.released
+        assert worker.queued_jobs == 0
+        assert worker.queued_encoded_bytes == running.reservation.encoded_bytes
+        assert worker.inflight_host_bytes == running.reservation.host_bytes
+        assert count(worker, "audiogate_audio_preprocess_cancelled_total") == 1
+        with pytest.raises(PreprocessCancelled, match="Queue"):
+            queued.result()
+        replacement = worker.submit(toy_policy(), [clip()])  # not QueueFullError
+        gate.set()
+        running.result(timeout=5)
+        replacement.result(timeout=5)
+        assert family.extracted == [0, 0]
+        assert count(worker, "audiogate_audio_preprocess_cancelled_total") == 1
+        assert rejections(worker, "queue_full") == 0
+        assert gauges_are_zero(worker)
+
+
+def test_a_queued_job_cancelled_through_its_token_alone_is_withdrawn() -> None:
+    gate = threading.Event()
+    worker, _ = make_worker(ToyFamily(gate=gate), queue_depth=1)
+    with worker, opened_on_exit(gate):
+        running = worker.submit(toy_policy(), [clip()])
+        wait_until(lambda: worker.queued_jobs == 0)
+        token = CancelToken()
+        queued = worker.submit(toy_policy(), [clip()], cancel=token)
+        token.cancel()  # its on_cancel callback withdraws it, on this thread
+        assert queued.done()
+        assert queued.reservation.released
+        swept = worker.submit(toy_policy(), [clip()])  # its queue place is free
+        swept.cancel_token.cancel()
+        assert swept.done()
+        assert worker.queued_jobs == 0
+        assert worker.queued_encoded_bytes == running.reservation.encoded_bytes
+        gate.set()
+        running.result(timeout=5)
+        for job in (queued, swept):
+            with pytest.raises(PreprocessCancelled, match="Queue"):
+                job.result()
+        assert count(worker, "audiogate_audio_preprocess_cancelled_total") == 2
+        assert gauges_are_zero(worker)
+
+
+def test_asyncio_cancellation_of_a_queued_job_releases_it_at_once() -> None:
+    gate = threading.Event()
+    worker, family = make_worker(ToyFamily(gate=gate))
+
+    async def main() -> None:
+        running = worker.submit(toy_policy(), [clip()])
+        wait_until(lambda: worker.queued_jobs == 0)
+        task = asyncio.create_task(worker.prepare_async(toy_policy(), [clip()]))
+        await asyncio.sleep(0.05)
+        assert worker.queued_jobs == 1
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert worker.queued_jobs == 0
+        assert worker.queued_encoded_bytes == running.reservation.encoded_bytes
+        gate.set()
+        running.result(timeout=5)
+
+    with worker:
+        with opened_on_exit(gate):
+            asyncio.run(main())
+        assert gauges_are_zero(worker)
+        assert family.extracted == [0]
+        assert count(worker, "audiogate_audio_preprocess_cancelled_total") == 1
+
+
+def test_many_jobs_cancelled_while_queued_from_many_threads_release_everything() -> None:
+    gate = threading.Event()
+    family = ToyFamily(gate=gate)
+    worker, _ = make_worker(family, threads=2, queue_depth=64, result_depth=2)
+    with worker, opened_on_exit(gate):
+        running = [worker.submit(toy_policy(), [clip()]) for _ in range(2)]
+        wait_until(lambda: worker.queued_jobs == 0)
+        queued = [worker.submit(toy_policy(), [clip()]) for _ in range(60)]
+        start = threading.Barrier(6)
+
+        def cancel_share(share: list) -> None:
+            start.wait()
+            for k, job in enumerate(share):
+                job.cancel() if k % 2 else job.cancel_token.cancel()
+
+        cancellers = [threading.Thread(target=cancel_share, args=(queued[i::6],)) for i in range(6)]
+        for canceller in cancellers:
+            canceller.start()
+        for canceller in cancellers:
+            canceller.join(5)
+        wait_until(lambda: all(job.done() for job in queued), timeout=2)
+        assert worker.queued_jobs == 0
+        assert worker.queued_encoded_bytes == sum(j.reservation.encoded_bytes for j in running)
+        assert count(worker, "audiogate_audio_preprocess_cancelled_total") == 60
+        gate.set()
+        for job in running:
+            job.result(timeout=5)
+        for job in queued:
+            with pytest.raises(PreprocessCancelled, match="Queue"):
+                job.result()
+        assert len(family.extracted) == 2
+        assert gauges_are_zero(worker)
+        assert closes_within(worker)
+        assert threads_gone(worker)
+
+
+def test_cancel_racing_the_dequeue_releases_and_counts_each_job_once() -> None:
+    rng = random.Random(99)
+    worker, _ = make_worker(threads=3, queue_depth=32, result_depth=4)
+    jobs = []
+    timers = []
+    for _ in range(400):
+        job = worker.submit(toy_policy(), [clip(400)])
+        jobs.append(job)
+        delay = rng.choice([0.0, 0.0, 0.0002, 0.001])
+        cancel = job.cancel if rng.random() < 0.5 else job.cancel_token.cancel
+        timers.append(threading.Timer(delay, cancel))
+        timers[-1].start()
+        if len(jobs) > 16:
+            with contextlib.suppress(PreprocessCancelled):
+                jobs.pop(0).result(timeout=5)
+        assert worker.queued_encoded_bytes >= 0
+        assert worker.inflight_host_bytes >= 0
+    for job in jobs:
+        with contextlib.suppress(PreprocessCancelled):
+            job.result(timeout=5)
+    for timer in timers:
+        timer.join(5)
+    del jobs, job, timers, cancel
+    completed = count(worker, "audiogate_audio_preprocess_completed_total")
+    cancelled = count(worker, "audiogate_audio_preprocess_cancelled_total")
+    assert completed + cancelled == 400
+    assert cancelled > 0
+    assert gauges_are_zero(worker)
+    assert closes_within(worker)
+    assert threads_gone(worker)

@@ -9,6 +9,8 @@ an :class:`~audiogate.errors.AcquisitionError` naming the clip and its origin.
 from __future__ import annotations
 
 import math
+import threading
+from collections.abc import Callable
 from typing import Final
 
 import attrs
@@ -148,6 +150,23 @@ class LinkedToken(CancelToken):
     def check(self, checkpoint: Checkpoint, clip_index: int | None = None) -> None:
         self._parent.check(checkpoint, clip_index)
         super().check(checkpoint, clip_index)
+
+    def on_cancel(self, callback: Callable[[], None]) -> Callable[[], None]:
+        # Once, whichever of the two is cancelled first.
+        fired = threading.Lock()
+
+        def once() -> None:
+            if fired.acquire(blocking=False):
+                callback()
+
+        forget_own = super().on_cancel(once)
+        forget_parent = self._parent.on_cancel(once)
+
+        def forget() -> None:
+            forget_own()
+            forget_parent()
+
+        return forget
 
 
 @attrs.frozen(kw_only=True)
