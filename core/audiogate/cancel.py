@@ -19,7 +19,7 @@ __all__ = ["NEVER", "CancelToken", "Checkpoint"]
 
 
 class Checkpoint(enum.StrEnum):
-    """Where a cancellation can be noticed (the seed's ``AudioPreprocessCheckpoint``)."""
+    """Where a cancellation can be noticed; named in ``PreprocessCancelled`` and its message."""
 
     QUEUE = "Queue"
     ACQUISITION = "Acquisition"

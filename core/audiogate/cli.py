@@ -425,8 +425,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--prompt",
         metavar="TEXT",
-        help="user prompt (in the checkpoint's chat template with --model); the family's "
-        "placeholders in it place the clips, and are inserted where absent",
+        help="user prompt (inside the checkpoint's chat template, when --model has one); the "
+        "family's placeholders in it place the clips, and are inserted where absent",
     )
     p.add_argument("--out", metavar="FILE.npz", help="write features_N, mask_N, input_ids")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")

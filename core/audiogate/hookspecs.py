@@ -207,7 +207,9 @@ def audiogate_expand_prompt(
     :param policy: the request's policy (token ids in ``policy.options``).
     :param segments: text and media positions in prompt order.
     :param clips: per clip, in order: ordinal, tokens, frames, source digest.
-    :param tokenizer: a :class:`~audiogate.records.TokenizerLike` for the text.
+    :param tokenizer: a :class:`~audiogate.records.TokenizerLike` for the text, or
+        ``None`` (a gate without one): then return the text with empty ``input_ids``
+        and ``audio_spans``.
     :returns: the expanded prompt, or ``None`` if not this plugin's family.
     :raises PlaceholderError: missing, duplicated, reordered, reserved or extra placeholders.
     """

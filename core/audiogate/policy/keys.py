@@ -120,7 +120,9 @@ def standard_keys(
     overflow_modes: Sequence[str] = ("reject",),
     extra: Iterable[PolicyKey] = (),
 ) -> tuple[PolicyKey, ...]:
-    """The keys every family recognizes (the seed's §3.5), bounded by ``pinned``.
+    """The keys every family recognizes, bounded by ``pinned``: the sample rate, the clip
+    duration and the ``audiogate_audio_limits`` namespace (``docs/reference/`` lists each
+    family's).
 
     :param pinned: the family's pinned defaults; every bound's maximum is its pinned value.
     :param declared_frame_length: the frame length a checkpoint's feature extractor

@@ -55,7 +55,9 @@ class ValueSource:
     def describe(self) -> str:
         """One short human-readable line (``preprocessor_config.json:/sampling_rate``)."""
         if self.kind == "pinned":
-            return f"pinned@{self.origin[:12]}"
+            # A commit hash is shortened as git does; any other revision is kept whole.
+            short = all(c in "0123456789abcdef" for c in self.origin) and len(self.origin) > 12
+            return f"pinned@{self.origin[:12] if short else self.origin}"
         if self.kind == "derived":
             return f"derived from {self.key} ({self.origin})"
         return f"{self.origin}:{self.key}"
@@ -76,7 +78,64 @@ class AudioPolicy:
 
     Request-level caps are aggregates over all clips of a request, never a per-clip
     value multiplied by the clip count. Sizes are in bytes, durations in seconds or
-    microseconds as the name says, samples are mono sample frames.
+    microseconds as the name says, samples are mono sample frames. The core's preflight
+    checks every limit from the clips' headers and the family's plans before anything is
+    decoded (``docs/architecture.md``); a checkpoint can only lower a limit, through the
+    keys its family declares.
+
+    :param family: the family's name (its :class:`~audiogate.family.FamilySpec` ``name``).
+    :param variant: a family-specific frontend variant (``"default"`` unless it has several).
+    :param revision: the checkpoint revision or reference commit the pinned values come from.
+    :param target_rate_hz: the rate the frontend takes; resampling goes there.
+    :param target_channels: always 1: clips are averaged to mono when decoded.
+    :param dtype: the normalized waveform's sample type, ``"f32"``.
+    :param resampling: the resampler's name. ``"soxr_hq"`` is the core's default (soxr HQ
+        with ``librosa.load``'s output length, used when the family implements no resample
+        hooks); any other name is the family's own, planned and run by its hooks.
+    :param min_source_rate_hz: lowest source rate admitted (else ``DecodeError``).
+    :param max_source_rate_hz: highest source rate admitted (else ``LimitError``).
+    :param allowed_source_rates_hz: if set, the only source rates admitted.
+    :param max_source_channels: most channels of a source.
+    :param refuse_all_zero: refuse a clip whose decoded samples are all exactly 0.0.
+    :param min_samples_per_clip: fewest normalized samples a clip may have (a shorter clip
+        is a ``FeatureError`` in the preflight; 0: the family's frontend decides).
+    :param max_duration_seconds: longest source duration per clip (checked on the header),
+        and the normalized-sample cap at the effective rate.
+    :param max_samples_per_clip: most normalized samples per clip (``"duration samples"``).
+    :param max_encoded_bytes_per_clip: most encoded bytes of one clip.
+    :param max_frames_per_clip: most feature frames of one clip.
+    :param overflow: ``"reject"`` over-long audio, or ``"truncate"`` it at the limit (only
+        where the family's ``FamilySpec.overflow_modes`` allows it).
+    :param max_clips: most clips per request.
+    :param max_encoded_bytes_per_request: encoded bytes of all clips.
+    :param max_source_samples_per_request: decoded source frames of all clips.
+    :param max_normalized_samples_per_request: normalized samples of all clips.
+    :param max_source_duration_us_per_request: source duration of all clips (µs).
+    :param max_frames_per_request: feature frames of all clips.
+    :param max_waveform_result_bytes_per_request: the retained normalized waveforms,
+        4 bytes per normalized sample of all clips.
+    :param max_waveform_working_bytes_per_request: the peak while one clip is decoded and
+        resampled: its decoded source (4 bytes per frame plus a small decoder block), the
+        largest resample plan's ``working_bytes``, and every retained normalized waveform.
+        Size it as the result bytes plus the longest admitted source at
+        ``max_source_rate_hz`` (4 bytes per frame) plus the resampler's scratch.
+    :param max_prepared_result_bytes_per_request: the feature arrays (each plan's
+        ``feature_bytes``) plus the collated batch (every clip padded to the largest).
+    :param frame_length_samples: the frontend's frame length, for the preflight's frame
+        estimate (:meth:`estimate_frames`).
+    :param frame_hop_samples: its hop.
+    :param pad_multiple_samples: normalized length padded up to a multiple of this before
+        framing (Gemma 3n: 128).
+    :param placeholder: how the family's prompt places clips (descriptive):
+        ``"numbered_per_clip"`` (a placeholder per clip expanding to that clip's count),
+        ``"fixed_soft_tokens_per_clip"`` (the same count for every clip, see
+        ``soft_tokens_per_clip``) or ``"rows_per_clip"`` (a count that follows the clip's
+        features).
+    :param soft_tokens_per_clip: the fixed count of ``"fixed_soft_tokens_per_clip"``.
+    :param feature_backend: ``"numpy"`` or ``"mlx"``; the caller's choice, never read from
+        checkpoint files.
+    :param options: the family's own settings (token ids, padding side, ...), read-only.
+    :param sources: where each value came from (:meth:`source_of`).
     """
 
     family: str
