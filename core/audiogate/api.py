@@ -34,7 +34,7 @@ from audiogate.host import FamilyHost, create_host
 from audiogate.pipeline import EncodedClip, PreparedBatch, Progress, prepare_clips
 from audiogate.policy import AudioPolicy, FeatureBackend, read_checkpoint_configs
 from audiogate.records import ClipSlot, ExpandedPrompt, PromptSegment, TextSegment
-from audiogate.worker import AudioWorker
+from audiogate.worker import AudioWorker, outcome_scope
 
 __all__ = ["AudioGate", "PreparedRequest", "Renderer", "load_tokenizer"]
 
@@ -249,15 +249,41 @@ class AudioGate:
         :param progress: ``progress(stage, clip_index, clip_count)`` (in-thread runs only).
         :param feature_backend: ``"numpy"`` or ``"mlx"`` for this call (default: the gate's).
         :raises AudioGateError: a typed error; nothing is silently dropped.
+
+        With a worker, every request that fails or is cancelled is counted once in its
+        metrics: by the worker from its admission on, here before that (acquisition,
+        template, placeholders, a text-only prompt's length). A text-only success is not
+        counted (it is not an audio request).
         """
-        token = cancel or CancelToken()
-        policy = self.policy
-        if feature_backend is not None and feature_backend != policy.feature_backend:
-            policy = attrs.evolve(policy, feature_backend=feature_backend)
         if messages is None and prompt is None and clips is None:
             raise TypeError("give chat messages, or a plain prompt and/or clips")
         if messages is not None and prompt is not None:
             raise TypeError("give either chat messages or a plain prompt, not both")
+        convert = _converter(return_tensors)  # a wrong value fails before any work
+        policy = self.policy
+        if feature_backend is not None and feature_backend != policy.feature_backend:
+            policy = attrs.evolve(policy, feature_backend=feature_backend)
+        with outcome_scope() as outcome:
+            try:
+                return await self._prepare(
+                    policy, messages, prompt, clips, cancel or CancelToken(), convert, progress
+                )
+            except BaseException as error:
+                if self.worker is not None and not outcome.recorded:
+                    outcome.recorded = True
+                    self.worker.record_failure(policy.family, error)
+                raise
+
+    async def _prepare(
+        self,
+        policy: AudioPolicy,
+        messages: Sequence[Mapping[str, Any]] | None,
+        prompt: str | None,
+        clips: Sequence[EncodedClip] | None,
+        token: CancelToken,
+        convert: Callable[[Any], Any],
+        progress: Progress | None,
+    ) -> PreparedRequest:
         if messages is not None:
             flat = flatten_messages(messages, parts=self._renders_parts)
             if not flat.has_audio:
@@ -303,7 +329,7 @@ class AudioGate:
             except asyncio.CancelledError:
                 token.cancel()
                 raise
-        return self._result(policy, finished.batch, finished.expanded, return_tensors)
+        return self._result(policy, finished.batch, finished.expanded, convert)
 
     def chat_prompt(self, text: str) -> str:
         """The chat template around one user message ``text``, with the generation prompt.
@@ -416,9 +442,8 @@ class AudioGate:
         policy: AudioPolicy,
         batch: PreparedBatch,
         expanded: ExpandedPrompt | None,
-        return_tensors: TensorKind | None,
+        convert: Callable[[Any], Any],
     ) -> PreparedRequest:
-        convert = _converter(return_tensors)
         return PreparedRequest(
             family=policy.family,
             policy=policy,

@@ -16,11 +16,13 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import contextlib
+import contextvars
 import functools
 import threading
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Final, Generic, TypeVar
 
 import attrs
@@ -41,7 +43,15 @@ from audiogate.metrics import AudioMetrics
 from audiogate.pipeline import EncodedClip, PreparedBatch, RequestPlan, preflight, process_request
 from audiogate.policy import AudioPolicy
 
-__all__ = ["AudioJob", "AudioWorker", "Reservation", "WorkerLimits", "rejection_reason"]
+__all__ = [
+    "AudioJob",
+    "AudioWorker",
+    "OutcomeRecord",
+    "Reservation",
+    "WorkerLimits",
+    "outcome_scope",
+    "rejection_reason",
+]
 
 MIB: Final = 1 << 20
 T = TypeVar("T")
@@ -71,6 +81,47 @@ class WorkerLimits:
     max_queued_encoded_bytes: int = attrs.field(default=512 * MIB, validator=attrs.validators.ge(1))
     max_inflight_host_bytes: int = attrs.field(default=1280 * MIB, validator=attrs.validators.ge(1))
     threads: int = attrs.field(default=1, validator=attrs.validators.ge(1))
+
+
+@attrs.define
+class OutcomeRecord:
+    """Whether one request's outcome is recorded in the metrics (exactly once).
+
+    The worker records a request from its admission on (:meth:`AudioWorker.submit` marks
+    the record of the calling context); whoever ends a request before that records it
+    (:meth:`audiogate.api.AudioGate.prepare_async`, the reference server), unless the
+    record says it is done. ``active`` is false once its scope has ended: asyncio
+    callbacks can carry a context into later requests (uvicorn resumes reading a
+    connection from inside a request), and a stale record must not be reused.
+    """
+
+    recorded: bool = False
+    active: bool = True
+
+
+_OUTCOME: contextvars.ContextVar[OutcomeRecord | None] = contextvars.ContextVar(
+    "audiogate_request_outcome", default=None
+)
+
+
+@contextlib.contextmanager
+def outcome_scope(*, fresh: bool = False) -> Iterator[OutcomeRecord]:
+    """The calling context's active request record, or a new one for the block.
+
+    :param fresh: always start a new record (a server's request handler: a request's
+        record must never be one inherited from another request).
+    """
+    record = _OUTCOME.get()
+    if record is not None and record.active and not fresh:
+        yield record
+        return
+    record = OutcomeRecord()
+    token = _OUTCOME.set(record)
+    try:
+        yield record
+    finally:
+        record.active = False
+        _OUTCOME.reset(token)
 
 
 def rejection_reason(error: BaseException) -> str:
@@ -297,7 +348,13 @@ class AudioWorker:
         return self._ledger.host
 
     def _reject(self, family: str, error: BaseException) -> None:
-        if isinstance(error, PreprocessCancelled):
+        self.record_failure(family, error)
+
+    def record_failure(self, family: str, error: BaseException | None) -> None:
+        """Count a request that ended before or without this worker running it: as
+        cancelled (``None``, ``PreprocessCancelled`` or ``asyncio.CancelledError``),
+        else as a rejection under the error's reason."""
+        if error is None or isinstance(error, PreprocessCancelled | asyncio.CancelledError):
             self.metrics.record_cancelled(family)
         else:
             self.metrics.record_rejection(family, rejection_reason(error))
@@ -322,6 +379,9 @@ class AudioWorker:
         """
         token = cancel or CancelToken()
         family = policy.family
+        record = _OUTCOME.get()
+        if record is not None and record.active:
+            record.recorded = True  # from here on, this worker counts the request
         try:
             token.check(Checkpoint.QUEUE)
             if self._closed.is_set():
@@ -374,8 +434,17 @@ class AudioWorker:
         cancel: CancelToken | None = None,
         timeout: float | None = None,
     ) -> Any:
-        """Submit and wait (blocking API); returns the batch or ``finish``'s value."""
-        return self.submit(policy, clips, finish=finish, cancel=cancel).result(timeout)
+        """Submit and wait (blocking API); returns the batch or ``finish``'s value.
+
+        :raises TimeoutError: ``timeout`` seconds passed first; the job is then cancelled
+            (withdrawn if still queued), so it is counted as cancelled, not completed.
+        """
+        job = self.submit(policy, clips, finish=finish, cancel=cancel)
+        try:
+            return job.result(timeout)
+        except TimeoutError:
+            job.cancel()
+            raise
 
     async def prepare_async(
         self,
@@ -520,6 +589,8 @@ class AudioWorker:
                         f"finishing the {family!r} request raised {type(exc).__name__}: {exc}"
                     ) from exc
                 prefill = _prefill_length(value, prefill)
+                # A client gone while its prompt was expanded is cancelled, not completed.
+                job.cancel_token.check(Checkpoint.FEATURE)
         except BaseException as error:
             job._hand_off()
             self._reject(family, error)

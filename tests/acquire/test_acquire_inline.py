@@ -11,7 +11,7 @@ from audiogate.acquire.context import ClipContext, RequestBudget, SourceRefused
 from audiogate.acquire.inline import data_uri_payload, decode_base64
 from audiogate.cancel import CancelToken, Checkpoint
 from audiogate.decode import WAV, SourceFormat
-from audiogate.errors import LimitError, PreprocessCancelled
+from audiogate.errors import LimitError, MemoryLimitError, PreprocessCancelled
 
 RAW = SourceFormat.raw("pcm16", rate_hz=16000, channels=1)
 
@@ -45,6 +45,19 @@ def test_the_character_count_is_checked_before_anything_else():
         8,
         2,
     )
+
+
+def test_over_the_request_budget_the_character_count_is_a_memory_limit():
+    # The binding limit is what is left of the request's bytes: a memory limit, counted
+    # as memory_limit like the same bytes read from a file.
+    budget = RequestBudget(max_bytes_per_clip=1_000, max_bytes_per_request=10)
+    tight = ClipContext(clip_index=1, cap=budget.cap(1))
+    with pytest.raises(MemoryLimitError) as caught:
+        decode_base64("A" * 40, tight)
+    assert (caught.value.limit, caught.value.reason) == ("base64 characters", "memory_limit")
+    with pytest.raises(LimitError) as caught:
+        decode_base64("!" * 12, ctx(4))
+    assert not isinstance(caught.value, MemoryLimitError)
 
 
 def test_the_exact_decoded_size_is_checked_before_decoding():

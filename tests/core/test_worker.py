@@ -574,3 +574,37 @@ def test_cancel_racing_the_dequeue_releases_and_counts_each_job_once() -> None:
     assert gauges_are_zero(worker)
     assert closes_within(worker)
     assert threads_gone(worker)
+
+
+def test_a_request_cancelled_while_its_prompt_is_expanded_counts_as_cancelled() -> None:
+    worker, _ = make_worker()
+    token = CancelToken()
+
+    def finish(batch):
+        token.cancel()  # the client leaves while finish() runs
+        return batch
+
+    with worker:
+        job = worker.submit(toy_policy(), [clip()], finish=finish, cancel=token)
+        with pytest.raises(PreprocessCancelled):
+            job.result(timeout=5)
+        assert count(worker, "audiogate_audio_preprocess_completed_total") == 0
+        assert count(worker, "audiogate_audio_preprocess_cancelled_total") == 1
+        wait_until(lambda: gauges_are_zero(worker))
+
+
+def test_a_prepare_that_times_out_cancels_its_job() -> None:
+    gate = threading.Event()
+    worker, _ = make_worker(ToyFamily(gate=gate), threads=1)
+    with worker, opened_on_exit(gate):
+        running = worker.submit(toy_policy(), [clip()])
+        with pytest.raises(TimeoutError):
+            worker.prepare(toy_policy(), [clip()], timeout=0.05)  # queued behind it
+        # Withdrawn at once: only the running job still holds bytes.
+        assert worker.queued_jobs == 0
+        assert worker.queued_encoded_bytes == running.reservation.encoded_bytes
+        assert count(worker, "audiogate_audio_preprocess_cancelled_total") == 1
+        gate.set()
+        running.result(timeout=5)
+        assert count(worker, "audiogate_audio_preprocess_completed_total") == 1
+        wait_until(lambda: gauges_are_zero(worker))

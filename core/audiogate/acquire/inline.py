@@ -18,7 +18,7 @@ from typing import Final
 
 from audiogate.acquire.context import ClipContext, SourceRefused
 from audiogate.decode import SourceFormat
-from audiogate.errors import LimitError
+from audiogate.errors import LimitError, MemoryLimitError
 
 __all__ = [
     "DECODE_SLICE_CHARS",
@@ -64,7 +64,9 @@ def decode_base64(
     :param text: the string holding the base64 (a JSON string; never copied whole).
     :param start: where the base64 begins (after a data URI's comma).
     :param slice_chars: characters per decode call (a multiple of 4).
-    :raises LimitError: too many characters (``"base64 characters"``) or decoded bytes.
+    :raises LimitError: too many characters (``"base64 characters"``) or decoded bytes;
+        :class:`~audiogate.errors.MemoryLimitError` when what is left of the request's
+        bytes is the binding limit.
     :raises SourceRefused: not strict base64.
     :raises PreprocessCancelled: the request was cancelled between slices.
     """
@@ -73,7 +75,9 @@ def decode_base64(
     n = len(text) - start
     cap = ctx.cap
     if n > cap.base64_chars:
-        raise LimitError(
+        # The request's byte budget is a memory limit wherever the bytes come from.
+        kind = MemoryLimitError if cap.limit == "encoded bytes per request" else LimitError
+        raise kind(
             "base64 characters", actual=n, maximum=cap.base64_chars, clip_index=ctx.clip_index
         )
     if n == 0:

@@ -15,13 +15,12 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import contextvars
 import json
 import logging
 import math
 import os
 import re
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
@@ -48,8 +47,6 @@ from audiogate.errors import (
 )
 from audiogate.host import FamilyHost
 from audiogate.metrics import AudioMetrics
-from audiogate.pipeline import EncodedClip
-from audiogate.policy import AudioPolicy
 from audiogate.server.encoding import (
     FEATURE_FORMATS,
     FeatureFormat,
@@ -63,10 +60,9 @@ from audiogate.server.errors import (
     RequestTimeoutError,
     ServerConfigError,
     error_payload,
-    reason_for,
     status_for,
 )
-from audiogate.worker import AudioJob, AudioWorker, Finish, WorkerLimits
+from audiogate.worker import AudioWorker, OutcomeRecord, WorkerLimits, outcome_scope
 
 __all__ = [
     "ABSOLUTE_MAX_AUDIO_REQUEST_BYTES",
@@ -140,20 +136,16 @@ class ServerLimits:
 
 @attrs.define
 class _Ticket:
-    """One request's progress: once ``admitted``, the worker counts the outcome."""
+    """One request's progress: its metrics outcome (recorded once, by the worker from
+    its admission on, by the gate or the server before) and whether its body was read."""
 
-    admitted: bool = False
+    outcome: OutcomeRecord
     body_read: bool = False
 
 
-_TICKET: contextvars.ContextVar[_Ticket | None] = contextvars.ContextVar(
-    "audiogate_server_ticket", default=None
-)
-
-
 class ServerWorker(AudioWorker):
-    """An :class:`~audiogate.worker.AudioWorker` that tells the server which requests
-    reached its admission (it counts those itself), so nothing is counted twice."""
+    """The :class:`~audiogate.worker.AudioWorker` the app runs its requests on (and
+    closes on shutdown); named ``audiogate-server`` by default."""
 
     def __init__(
         self,
@@ -164,20 +156,6 @@ class ServerWorker(AudioWorker):
         name: str = "audiogate-server",
     ) -> None:
         super().__init__(host, limits=limits, metrics=metrics, name=name)
-
-    def submit(
-        self,
-        policy: AudioPolicy,
-        clips: Sequence[EncodedClip],
-        *,
-        finish: Finish | None = None,
-        cancel: CancelToken | None = None,
-    ) -> AudioJob[Any]:
-        """See :meth:`AudioWorker.submit`; marks the calling request as admitted first."""
-        ticket = _TICKET.get()
-        if ticket is not None:
-            ticket.admitted = True
-        return super().submit(policy, clips, finish=finish, cancel=cancel)
 
 
 # --- server-side accounting ----------------------------------------------------------
@@ -497,8 +475,12 @@ class _AudioServer:
     # --- POST /v1/audio/prepare --------------------------------------------------------
 
     async def prepare(self, request: Request) -> Response:
-        ticket = _Ticket()
-        _TICKET.set(ticket)
+        # The outcome record is seen by the gate and the worker in this request's tasks
+        # (they copy the context): whoever ends the request counts it, once.
+        with outcome_scope(fresh=True) as outcome:
+            return await self._prepare_counted(request, _Ticket(outcome=outcome))
+
+    async def _prepare_counted(self, request: Request, ticket: _Ticket) -> Response:
         hold = self.bodies.hold()
         response: Response
         try:
@@ -616,12 +598,10 @@ class _AudioServer:
         raise _ClientGone
 
     def _count_failure(self, ticket: _Ticket, error: BaseException | None) -> None:
-        if ticket.admitted:
-            return  # the worker counted it
-        if error is None or isinstance(error, PreprocessCancelled):
-            self.metrics.record_cancelled(self.family)
-        else:
-            self.metrics.record_rejection(self.family, reason_for(error))
+        if ticket.outcome.recorded:
+            return  # the worker or the gate counted it
+        ticket.outcome.recorded = True
+        self.worker.record_failure(self.family, error)
 
     def _error_response(self, error: Exception, *, close: bool) -> Response:
         status = status_for(error)

@@ -1,0 +1,140 @@
+"""AudioGate with an AudioWorker counts every request exactly once, whatever ends it."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+from pathlib import Path
+
+import pytest
+
+from audiogate import create_host
+from audiogate.api import AudioGate
+from audiogate.cancel import CancelToken
+from audiogate.errors import (
+    AcquisitionError,
+    ContextLimitError,
+    LimitError,
+    PlaceholderError,
+    PreprocessCancelled,
+)
+from audiogate.metrics import REJECTION_REASONS, AudioMetrics
+from audiogate.testing.audio import tone, wav_bytes
+from audiogate.worker import AudioWorker, OutcomeRecord, outcome_scope
+
+pytest.importorskip("transformers")
+
+GEMMA = Path(__file__).resolve().parents[2] / "examples" / "models" / "gemma-3n-e4b-it"
+FAMILY = "gemma3n"
+
+
+@pytest.fixture(scope="module")
+def gate():
+    host = create_host()
+    worker = AudioWorker(host, metrics=AudioMetrics())
+    with worker:
+        yield AudioGate.from_model_dir(GEMMA, host=host, worker=worker, max_prefill_tokens=400)
+
+
+def outcomes(gate: AudioGate) -> dict[str, float]:
+    assert gate.worker is not None
+    value = gate.worker.metrics.value
+    out = {
+        "completed": value("audiogate_audio_preprocess_completed_total", family=FAMILY),
+        "cancelled": value("audiogate_audio_preprocess_cancelled_total", family=FAMILY),
+    }
+    for reason in REJECTION_REASONS:
+        out[reason] = value(
+            "audiogate_audio_preprocess_rejections_total", family=FAMILY, reason=reason
+        )
+    return out
+
+
+def counted(gate: AudioGate, call) -> dict[str, float]:
+    """The outcome counters that ``call()`` moved (it may raise)."""
+    before = outcomes(gate)
+    with contextlib.suppress(Exception):
+        call()
+    after = outcomes(gate)
+    return {k: after[k] - before[k] for k in before if after[k] != before[k]}
+
+
+def audio_part(seconds: float = 0.5) -> dict:
+    data = base64.b64encode(wav_bytes(tone(seconds=seconds), rate_hz=16_000)).decode()
+    return {"type": "input_audio", "input_audio": {"data": data, "format": "wav"}}
+
+
+def user(*parts) -> list[dict]:
+    return [{"role": "user", "content": [*parts, {"type": "text", "text": "What is it?"}]}]
+
+
+def test_a_success_counts_once_as_completed(gate) -> None:
+    assert counted(gate, lambda: gate.prepare(user(audio_part()))) == {"completed": 1}
+
+
+@pytest.mark.parametrize(
+    ("messages", "error", "reason"),
+    [
+        # Before admission: acquisition, the template, placeholders, the prompt length.
+        (
+            user({"type": "input_audio", "input_audio": {"data": "@@", "format": "wav"}}),
+            AcquisitionError,
+            "waveform",
+        ),
+        (
+            [{"role": "user", "content": [audio_part()]}, {"role": "user", "content": "again"}],
+            PlaceholderError,
+            "waveform",
+        ),
+        ([{"role": "user", "content": "<audio_soft_token> hi"}], PlaceholderError, "waveform"),
+        ([{"role": "user", "content": "word " * 500}], ContextLimitError, "context_limit"),
+        # In the worker's admission: counted there, not twice.
+        (user(audio_part(31.0)), LimitError, "waveform"),
+    ],
+    ids=["bad base64", "template refusal", "typed placeholder", "long text", "too long"],
+)
+def test_a_failure_counts_once_under_its_reason(gate, messages, error, reason) -> None:
+    with pytest.raises(error):
+        gate.prepare(messages)
+    assert counted(gate, lambda: gate.prepare(messages)) == {reason: 1}
+
+
+def test_a_cancelled_request_counts_once_as_cancelled(gate) -> None:
+    token = CancelToken()
+    token.cancel()
+    with pytest.raises(PreprocessCancelled):
+        gate.prepare(user(audio_part()), cancel=token)
+    assert counted(gate, lambda: gate.prepare(user(audio_part()), cancel=token)) == {"cancelled": 1}
+
+
+def test_a_wrong_return_tensors_fails_before_any_work_and_counts_nothing(gate) -> None:
+    with pytest.raises(ValueError, match="return_tensors"):
+        gate.prepare(user(audio_part()), return_tensors="pt")  # type: ignore[arg-type]
+    assert counted(gate, lambda: gate.prepare(user(audio_part()), return_tensors="pt")) == {}
+
+
+def test_a_text_only_success_is_not_an_audio_request(gate) -> None:
+    assert counted(gate, lambda: gate.prepare([{"role": "user", "content": "hi"}])) == {}
+
+
+def test_outcome_scopes_nest_and_never_reuse_a_finished_record() -> None:
+    with outcome_scope() as outer:
+        with outcome_scope() as inner:
+            assert inner is outer
+        with outcome_scope(fresh=True) as own:
+            assert own is not outer
+        assert not own.active
+        assert outer.active
+    assert not outer.active
+    # A record carried into a later context after its scope ended (asyncio callbacks
+    # can do that) is not reused.
+    stale = OutcomeRecord(recorded=True, active=False)
+    from audiogate.worker import _OUTCOME
+
+    token = _OUTCOME.set(stale)
+    try:
+        with outcome_scope() as record:
+            assert record is not stale
+            assert not record.recorded
+    finally:
+        _OUTCOME.reset(token)
