@@ -29,7 +29,7 @@ import attrs
 from audiogate.acquire import AcquisitionPolicy, acquire_parts
 from audiogate.cancel import CancelToken
 from audiogate.chat import ChatRequestError, flatten_messages, parse_rendered, renders_parts
-from audiogate.errors import ContextLimitError, PlaceholderError
+from audiogate.errors import ContextLimitError, PlaceholderError, PolicyError
 from audiogate.host import FamilyHost, create_host
 from audiogate.pipeline import EncodedClip, PreparedBatch, Progress, prepare_clips
 from audiogate.policy import AudioPolicy, FeatureBackend, read_checkpoint_configs
@@ -49,6 +49,8 @@ def load_tokenizer(model_dir: str | os.PathLike[str]) -> Any | None:
     """The model directory's tokenizer and chat template, offline, never running remote
     code; ``None`` when the directory has no tokenizer files or transformers is missing.
 
+    :raises PolicyError: the tokenizer files are there but cannot be loaded.
+
     A ``tokenizer.json`` is loaded directly as a fast tokenizer: ``AutoTokenizer`` would
     follow ``config.json``'s ``auto_map`` (Phi-4 MM's names a hub repository and asks to
     run custom code), which a server must never do.
@@ -60,9 +62,17 @@ def load_tokenizer(model_dir: str | os.PathLike[str]) -> Any | None:
         from transformers import AutoTokenizer, PreTrainedTokenizerFast
     except ImportError:
         return None
-    if (root / "tokenizer.json").exists():
-        return PreTrainedTokenizerFast.from_pretrained(str(root), local_files_only=True)
-    return AutoTokenizer.from_pretrained(str(root), local_files_only=True, trust_remote_code=False)
+    try:
+        if (root / "tokenizer.json").exists():
+            return PreTrainedTokenizerFast.from_pretrained(str(root), local_files_only=True)
+        return AutoTokenizer.from_pretrained(
+            str(root), local_files_only=True, trust_remote_code=False
+        )
+    except Exception as exc:
+        # A broken tokenizer file is a bad checkpoint, like a broken config file.
+        raise PolicyError(
+            f"its tokenizer cannot be loaded: {type(exc).__name__}: {exc}", file=str(root)
+        ) from exc
 
 
 @attrs.frozen(kw_only=True)

@@ -177,9 +177,13 @@ class FamilyHost:
         """
         name = self._by_model_type.get(model_type or "")
         if name is None:
+            what = (
+                "has no model_type (a string naming the architecture)"
+                if model_type is None
+                else f"model type {model_type!r} has no audio family"
+            )
             raise PolicyError(
-                f"model type {model_type!r} has no audio family; installed families: "
-                f"{self._installed()}",
+                f"{what}; installed families: {self._installed()}",
                 file="config.json",
                 json_path="/model_type",
                 value=model_type,

@@ -299,8 +299,68 @@ def test_non_utf8_file_fails_naming_the_file(host: FamilyHost, model_dir) -> Non
 def test_unreadable_file_fails(host: FamilyHost, model_dir) -> None:
     root = model_dir("gemma3n")
     (root / "preprocessor_config.json").mkdir()
+    with pytest.raises(PolicyError, match="is not a regular file"):
+        host.load_model_policy(root)
+    (root / "preprocessor_config.json").rmdir()
+    (root / "preprocessor_config.json").symlink_to(root / "missing.json")  # dangling
     with pytest.raises(PolicyError, match="cannot be read"):
         host.load_model_policy(root)
+
+
+def test_special_huge_and_unparsable_files_fail_typed(host: FamilyHost, model_dir) -> None:
+    import os
+
+    from audiogate.policy.checkpoint import MAX_CONFIG_BYTES
+
+    root = model_dir("gemma3n")
+    target = root / "preprocessor_config.json"
+    target.unlink(missing_ok=True)
+    os.mkfifo(target)  # would block a plain open
+    with pytest.raises(PolicyError, match="is not a regular file"):
+        host.load_model_policy(root)
+    target.unlink()
+    with target.open("wb") as handle:
+        handle.truncate(MAX_CONFIG_BYTES + 1)
+    with pytest.raises(PolicyError, match="more than the"):
+        host.load_model_policy(root)
+    for text, match in (
+        ('{"sampling_rate": ' + "9" * 5000 + "}", "cannot be parsed"),
+        ("[" * 100_000 + "]" * 100_000, "cannot be parsed"),
+    ):
+        target.write_text(text)
+        with pytest.raises(PolicyError, match=match):
+            host.load_model_policy(root)
+
+
+def test_both_processor_files_are_read_and_validated(host: FamilyHost, model_dir) -> None:
+    # Gemma 3n ships preprocessor_config.json and processor_config.json (audio_seq_length).
+    root = model_dir("gemma3n", preprocessor={"feature_extractor": {"sampling_rate": 16_000}})
+    processor = root / "processor_config.json"
+    document = {"audio_seq_length": 188, "processor_class": "Gemma3nProcessor"}
+    processor.write_text(json.dumps({**document, "audio_seq_length": 64}))
+    with pytest.raises(PolicyError, match=r"processor_config\.json at /audio_seq_length"):
+        host.load_model_policy(root)
+    processor.write_text(json.dumps({**document, "audiogate_audio_limits": {"max_clips": 2}}))
+    policy = host.load_model_policy(root)
+    assert policy.max_clips == 2
+    assert policy.source_of("max_clips").origin == "processor_config.json"
+
+
+def test_a_missing_or_non_string_model_type_says_so(host: FamilyHost, model_dir) -> None:
+    for config in ({"model_type": None}, {"model_type": 3}):
+        root = model_dir("gemma3n", config=config)
+        with pytest.raises(PolicyError, match="has no model_type"):
+            host.load_model_policy(root)
+
+
+def test_a_broken_tokenizer_is_a_policy_error(model_dir) -> None:
+    pytest.importorskip("transformers")
+    from audiogate.api import AudioGate
+
+    root = model_dir("gemma3n")
+    (root / "tokenizer.json").write_text("{not json")
+    with pytest.raises(PolicyError, match="tokenizer cannot be loaded"):
+        AudioGate.from_model_dir(root)
 
 
 def test_missing_config_json_and_missing_directory(host: FamilyHost, tmp_path) -> None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Mapping
+import stat
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from audiogate.policy.model import AudioPolicy, ValueSource, frozen_mapping
 from audiogate.policy.schema import iter_schema_errors, key_for_path
 
 __all__ = [
+    "MAX_CONFIG_BYTES",
     "MODEL_CONFIG",
     "PROCESSOR_CONFIGS",
     "CheckpointConfigs",
@@ -25,12 +27,22 @@ __all__ = [
 ]
 
 MODEL_CONFIG = "config.json"
-#: The first of these that exists is the processor file; it shadows ``config.json``.
+#: The processor files, in lookup precedence; each that exists is read and validated,
+#: and both shadow ``config.json`` (Gemma 3n ships its feature extractor in the first and
+#: ``audio_seq_length`` in the second).
 PROCESSOR_CONFIGS = ("preprocessor_config.json", "processor_config.json")
+#: Largest config file read (real ones are a few KiB); a bigger one is refused unread.
+MAX_CONFIG_BYTES = 16 * 1024 * 1024
 
 
 def _optional_mapping(value: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
     return None if value is None else frozen_mapping(value)
+
+
+def _named_documents(
+    pairs: Iterable[tuple[str, Mapping[str, Any]]],
+) -> tuple[tuple[str, Mapping[str, Any]], ...]:
+    return tuple((name, frozen_mapping(document)) for name, document in pairs)
 
 
 @attrs.frozen
@@ -42,6 +54,11 @@ class CheckpointConfigs:
     model_file: str = MODEL_CONFIG
     processor_file: str | None = None
     directory: Path | None = None
+    #: Further processor files after ``processor`` (``processor_config.json`` beside a
+    #: ``preprocessor_config.json``), ``(file name, document)`` in precedence order.
+    more_processors: tuple[tuple[str, Mapping[str, Any]], ...] = attrs.field(
+        default=(), converter=_named_documents
+    )
 
     @property
     def model_type(self) -> str | None:
@@ -50,19 +67,45 @@ class CheckpointConfigs:
         return value if isinstance(value, str) else None
 
     def roots(self) -> list[tuple[str, Mapping[str, Any]]]:
-        """``(file name, document)`` in lookup precedence: processor file first."""
+        """``(file name, document)`` in lookup precedence: processor files first."""
         out: list[tuple[str, Mapping[str, Any]]] = []
         if self.processor is not None:
             out.append((self.processor_file or PROCESSOR_CONFIGS[0], self.processor))
+        out.extend(self.more_processors)
         out.append((self.model_file, self.model))
         return out
 
 
-def _read_json(path: Path) -> dict[str, Any]:
+def _read_bounded(path: Path) -> bytes:
+    """A regular file's bytes (symlinks followed, as Hugging Face caches use them), at
+    most :data:`MAX_CONFIG_BYTES`; FIFOs and devices are refused without blocking."""
     try:
-        text = path.read_text(encoding="utf-8")
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
         raise PolicyError(f"cannot be read: {exc.strerror or exc}", file=str(path)) from exc
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise PolicyError("is not a regular file", file=str(path))
+        if info.st_size > MAX_CONFIG_BYTES:
+            raise PolicyError(
+                f"is {info.st_size} bytes, more than the {MAX_CONFIG_BYTES} a config file may have",
+                file=str(path),
+            )
+        with os.fdopen(os.dup(fd), "rb") as handle:
+            data = handle.read(MAX_CONFIG_BYTES + 1)
+    except OSError as exc:
+        raise PolicyError(f"cannot be read: {exc.strerror or exc}", file=str(path)) from exc
+    finally:
+        os.close(fd)
+    if len(data) > MAX_CONFIG_BYTES:
+        raise PolicyError(f"grew past {MAX_CONFIG_BYTES} bytes while read", file=str(path))
+    return data
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        text = _read_bounded(path).decode("utf-8")
     except UnicodeDecodeError as exc:
         raise PolicyError(f"is not UTF-8 text: {exc.reason}", file=str(path)) from exc
     try:
@@ -72,6 +115,9 @@ def _read_json(path: Path) -> dict[str, Any]:
             f"is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}",
             file=str(path),
         ) from exc
+    except (ValueError, RecursionError) as exc:
+        # An integer of more than 4,300 digits, or nesting deeper than the parser's stack.
+        raise PolicyError(f"cannot be parsed: {exc}", file=str(path)) from None
     if not isinstance(document, dict):
         raise PolicyError(
             "must be a JSON object at the top level",
@@ -83,29 +129,29 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 
 def read_checkpoint_configs(directory: str | os.PathLike[str]) -> CheckpointConfigs:
-    """Read ``config.json`` and the first existing processor file of ``directory``.
+    """Read ``config.json`` and every existing processor file of ``directory``.
 
     :raises PolicyError: the directory or ``config.json`` is missing, or a file is
-        unreadable or not a JSON object.
+        unreadable, not a regular file, over :data:`MAX_CONFIG_BYTES`, or not a JSON
+        object (a dangling symlink named like a config file counts as present).
     """
     root = Path(directory)
     if not root.is_dir():
         raise PolicyError("model directory does not exist or is not a directory", file=str(root))
     model = _read_json(root / MODEL_CONFIG)
-    processor: dict[str, Any] | None = None
-    processor_file: str | None = None
-    for name in PROCESSOR_CONFIGS:
-        candidate = root / name
-        if candidate.exists():
-            processor = _read_json(candidate)
-            processor_file = name
-            break
+    processors = [
+        (name, _read_json(root / name))
+        for name in PROCESSOR_CONFIGS
+        if (root / name).exists() or (root / name).is_symlink()
+    ]
+    first = processors[0] if processors else (None, None)
     return CheckpointConfigs(
         model=model,
-        processor=processor,
+        processor=first[1],
         model_file=MODEL_CONFIG,
-        processor_file=processor_file,
+        processor_file=first[0],
         directory=root,
+        more_processors=tuple(processors[1:]),
     )
 
 
