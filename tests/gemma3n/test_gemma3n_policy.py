@@ -155,3 +155,26 @@ def attrs_evolve(policy: AudioPolicy, **changes: object) -> AudioPolicy:
     import attrs
 
     return attrs.evolve(policy, **changes)
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("hop_length", 320),
+        ("frame_length", 400),
+        ("feature_size", 80),
+        ("fft_length", 512),
+        ("feature_extractor_type", "WhisperFeatureExtractor"),
+    ],
+)
+def test_a_flat_frontend_declaration_other_than_ours_is_refused(host: FamilyHost, key, value):
+    # Gemma3nAudioFeatureExtractor saves its settings flat in preprocessor_config.json:
+    # a checkpoint whose frontend differs must not load with ours.
+    import json
+    from pathlib import Path
+
+    shipped = Path(__file__).resolve().parents[2] / "examples/models/gemma-3n-e4b-it"
+    document = json.loads((shipped / "preprocessor_config.json").read_text())
+    _parse(host, {}, document)  # the shipped values are ours
+    with pytest.raises(PolicyError, match=f"preprocessor_config.json at /{key}"):
+        _parse(host, {}, {**document, key: value})

@@ -177,3 +177,21 @@ def test_example_model_directories_select_their_variant(
     if not root.is_dir():
         pytest.skip(f"{root} is not in this checkout")
     assert host.load_model_policy(root).variant == variant
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("feature_size", 128), ("win_length", 512), ("hop_length", 320), ("n_fft", 1024)],
+)
+def test_a_flat_native_frontend_other_than_ours_is_refused(
+    host: FamilyHost, model_dir, key, value
+) -> None:
+    # Phi4MultimodalFeatureExtractor saves its frontend flat in preprocessor_config.json.
+    shipped = Path(__file__).resolve().parents[2] / "examples/models/phi-4-multimodal-instruct-hf"
+    document = json.loads((shipped / "preprocessor_config.json").read_text())
+    native = {"model_type": "phi4_multimodal"}
+    root = model_dir("phi4mm", config=native, preprocessor=document)
+    assert host.load_model_policy(root).variant == "native"
+    drifted = model_dir("phi4mm", config=native, preprocessor={**document, key: value})
+    with pytest.raises(PolicyError, match=f"preprocessor_config.json at /{key}"):
+        host.load_model_policy(drifted)

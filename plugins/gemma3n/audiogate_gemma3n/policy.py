@@ -22,6 +22,8 @@ from audiogate.family import FamilySpec
 from audiogate.policy import AudioPolicy, PolicyKey, load_packaged_schema, standard_keys
 from audiogate_gemma3n._version import __version__
 from audiogate_gemma3n.framing import (
+    FEATURE_SIZE,
+    FFT_LENGTH,
     FRAME_HOP_SAMPLES,
     FRAME_SAMPLES,
     MIN_SAMPLES,
@@ -122,6 +124,39 @@ POLICY_KEYS: Final = standard_keys(
             kind="string",
             enum=("right", "left"),
             description="which side the batch view pads shorter clips on",
+        ),
+        # The checkpoint's preprocessor_config.json states the frontend flat (as
+        # Gemma3nAudioFeatureExtractor saves it): a different one is refused, not ignored.
+        PolicyKey(
+            target="options.feature_extractor_type",
+            paths=("/feature_extractor_type",),
+            kind="string",
+            const="Gemma3nAudioFeatureExtractor",
+            description="the feature extractor this frontend reproduces",
+        ),
+        PolicyKey(
+            target="options.feature_size",
+            paths=("/feature_size",),
+            const=FEATURE_SIZE,
+            description="mel bins of the frontend",
+        ),
+        PolicyKey(
+            target="options.frame_length",
+            paths=("/frame_length",),
+            const=FRAME_SAMPLES,
+            description="analysis frame of the frontend, samples",
+        ),
+        PolicyKey(
+            target="options.hop_length",
+            paths=("/hop_length",),
+            const=FRAME_HOP_SAMPLES,
+            description="frame hop of the frontend, samples",
+        ),
+        PolicyKey(
+            target="options.fft_length",
+            paths=("/fft_length",),
+            const=FFT_LENGTH,
+            description="FFT size of the frontend",
         ),
     ),
 )

@@ -137,6 +137,32 @@ POLICY_KEYS: Final = standard_keys(
             const=AUDIO_TOKEN_ID,
             description="<|endoftext11|>, the audio placeholder id",
         ),
+        # Phi4MultimodalFeatureExtractor saves its frontend flat in preprocessor_config.json
+        # (the remote-code one does not): a different frontend is refused, not ignored.
+        PolicyKey(
+            target="options.feature_size",
+            paths=("/feature_size",),
+            const=80,
+            description="mel bins of the frontend",
+        ),
+        PolicyKey(
+            target="options.win_length",
+            paths=("/win_length",),
+            const=400,
+            description="analysis window at 16 kHz, samples",
+        ),
+        PolicyKey(
+            target="options.hop_length",
+            paths=("/hop_length",),
+            const=160,
+            description="frame hop at 16 kHz, samples",
+        ),
+        PolicyKey(
+            target="options.n_fft",
+            paths=("/n_fft",),
+            const=512,
+            description="FFT size at 16 kHz",
+        ),
     ),
 )
 
