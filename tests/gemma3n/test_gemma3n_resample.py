@@ -12,6 +12,7 @@ from audiogate.cancel import NEVER, Checkpoint
 from audiogate.errors import DecodeError, LimitError, PreprocessCancelled
 from audiogate.host import FamilyHost
 from audiogate.policy import AudioPolicy
+from audiogate.records import readonly
 from audiogate_gemma3n.resample import (
     OUTPUTS_PER_BLOCK,
     linear_output_length,
@@ -157,3 +158,33 @@ def test_cancellation_is_noticed_inside_the_loop():
     assert caught.value.checkpoint == "Resample"
     assert caught.value.clip_index == 4
     assert token.checks == 3  # stopped at the third block, not at the end
+
+
+@pytest.mark.parametrize(
+    ("rate_hz", "samples"),
+    # Rates sharing few factors with 16 kHz (long residue tables) and short clips, where
+    # the tables, not the blocks, set the peak.
+    [(44_101, 1_764), (47_999, 4_799), (7_919, 7_919), (191_999, 95_999), (11_025, 441)],
+)
+def test_the_traced_peak_stays_within_the_plan_for_long_residue_tables(
+    host: FamilyHost, policy: AudioPolicy, rate_hz: int, samples: int
+):
+    import threading
+    import tracemalloc
+
+    x = readonly(np.random.default_rng(0).uniform(-0.5, 0.5, samples).astype(np.float32))
+    plan = host.plan_resample(policy, source_rate_hz=rate_hz, source_samples=samples, clip_index=0)
+    peak: list[int] = []
+
+    def run() -> None:
+        tracemalloc.start()
+        try:
+            host.resample(policy, plan, x, clip_index=0, cancel=NEVER)
+            peak.append(tracemalloc.get_traced_memory()[1])
+        finally:
+            tracemalloc.stop()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    assert peak[0] <= plan.output_samples * 4 + plan.working_bytes

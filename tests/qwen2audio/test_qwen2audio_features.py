@@ -160,3 +160,40 @@ def test_cancellation_is_polled_every_block():
         whisper_log_mel(x, whisper_geometry(480_000), clip_index=4, cancel=_CancelAfter(2))
     assert caught.value.checkpoint == "Feature"
     assert caught.value.clip_index == 4
+
+
+def test_the_first_extraction_in_a_fresh_process_stays_within_the_plan():
+    # Nothing cached by an earlier test: the mel bank is built at import, not inside the
+    # first request's blocks (where it was ~0.7 MB over the plan, and could be built twice).
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent(
+        """
+        import threading, tracemalloc
+        import numpy as np
+        from audiogate.cancel import NEVER
+        from audiogate_qwen2audio.features import whisper_log_mel, working_bytes
+        from audiogate_qwen2audio.tokens import whisper_geometry
+
+        x = (0.1 * np.random.default_rng(0).standard_normal(480_000)).astype(np.float32)
+        geometry = whisper_geometry(x.shape[0])
+        peak = []
+
+        def run():
+            tracemalloc.start()
+            whisper_log_mel(x, geometry, clip_index=0, cancel=NEVER)
+            peak.append(tracemalloc.get_traced_memory()[1])
+            tracemalloc.stop()
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        thread.join()
+        result = 128 * 3000 * 4 + 3000
+        print(peak[0], working_bytes(geometry) + result)
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    peak, allowed = map(int, out.stdout.split())
+    assert peak <= allowed, (peak, allowed)

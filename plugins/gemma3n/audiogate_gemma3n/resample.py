@@ -76,17 +76,19 @@ def linear_working_bytes(
     if in_rate_hz == out_rate_hz:
         return 0
     outputs_per_period, _ = _period(in_rate_hz, out_rate_hz)
-    # Per-residue tables (left index, fraction), then the larger of a bulk block
-    # (gathered a and b plus a difference) and an edge block (int64 index, position,
-    # left, remainder; float32 fraction, a and b).
-    tables = outputs_per_period * (_INT64 + _FLOAT32)
+    # Building the per-residue tables peaks at residues, left index and remainder (int64)
+    # plus the fraction (float32); then left and right index (int64) and the fraction stay,
+    # with the larger of a bulk block (gathered a and b plus a difference) and an edge
+    # block (int64 index, position, left, remainder; float32 fraction, a and b).
+    building = outputs_per_period * (3 * _INT64 + _FLOAT32)
+    tables = outputs_per_period * (2 * _INT64 + _FLOAT32)
     block = min(
         OUTPUTS_PER_BLOCK,
         max(linear_output_length(samples, in_rate_hz=in_rate_hz, out_rate_hz=out_rate_hz), 1),
     )
     bulk = 3 * _FLOAT32 * max(block, outputs_per_period)
     edge = (4 * _INT64 + 3 * _FLOAT32) * block
-    return tables + max(bulk, edge)
+    return max(building, tables + max(bulk, edge))
 
 
 def _edge(
@@ -140,9 +142,15 @@ def linear_resample(
     if n == 0:
         return readonly(out)
     period, advance = _period(in_rate_hz, out_rate_hz)
-    residues = np.arange(period, dtype=np.int64) * in_rate_hz
-    left0 = residues // out_rate_hz
-    frac0 = (residues % out_rate_hz).astype(np.float32) / np.float32(out_rate_hz)
+    # Per-residue tables, built without a temporary beyond what the plan counts.
+    residues = np.arange(period, dtype=np.int64)
+    residues *= in_rate_hz
+    left0, remainders = np.divmod(residues, out_rate_hz)
+    del residues
+    frac0 = remainders.astype(np.float32)
+    del remainders
+    frac0 /= np.float32(out_rate_hz)
+    left1 = left0 + 1
     # Whole periods whose last right neighbour ``k·Q + Q`` is still a real sample (no clamp).
     rows = min((n - 1) // advance, length // period)
     rows_per_block = max(1, OUTPUTS_PER_BLOCK // period)
@@ -167,7 +175,7 @@ def linear_resample(
                 base, shape=(k1 - k0, advance + 1), strides=(advance * step, step)
             )
             a = view[:, left0]
-            b = view[:, left0 + 1]
+            b = view[:, left1]
             np.subtract(b, a, out=dest)
             np.multiply(dest, frac0, out=dest)
             np.add(dest, a, out=dest)
