@@ -13,6 +13,7 @@ from audiogate.errors import DecodeError, LimitError, PreprocessCancelled
 from audiogate.host import FamilyHost
 from audiogate.policy import AudioPolicy
 from audiogate.records import readonly
+from audiogate.testing.memory import traced_in_fresh_thread
 from audiogate_gemma3n.resample import (
     OUTPUTS_PER_BLOCK,
     linear_output_length,
@@ -169,22 +170,9 @@ def test_cancellation_is_noticed_inside_the_loop():
 def test_the_traced_peak_stays_within_the_plan_for_long_residue_tables(
     host: FamilyHost, policy: AudioPolicy, rate_hz: int, samples: int
 ):
-    import threading
-    import tracemalloc
-
     x = readonly(np.random.default_rng(0).uniform(-0.5, 0.5, samples).astype(np.float32))
     plan = host.plan_resample(policy, source_rate_hz=rate_hz, source_samples=samples, clip_index=0)
-    peak: list[int] = []
-
-    def run() -> None:
-        tracemalloc.start()
-        try:
-            host.resample(policy, plan, x, clip_index=0, cancel=NEVER)
-            peak.append(tracemalloc.get_traced_memory()[1])
-        finally:
-            tracemalloc.stop()
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    thread.join()
-    assert peak[0] <= plan.output_samples * 4 + plan.working_bytes
+    _, peak = traced_in_fresh_thread(
+        lambda: host.resample(policy, plan, x, clip_index=0, cancel=NEVER)
+    )
+    assert peak <= plan.output_samples * 4 + plan.working_bytes

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import base64
-import threading
-import tracemalloc
 from collections.abc import Callable
 from typing import Any
 
@@ -19,6 +17,7 @@ from audiogate.policy import AudioPolicy
 from audiogate.records import ClipFeatures, FeaturePlan
 from audiogate.testing.audio import noise, tone, wav_bytes
 from audiogate.testing.cancel import CancelAt
+from audiogate.testing.memory import traced_in_fresh_thread
 
 #: ``pytest.importorskip`` reason shared by every MLX test module.
 MLX_REASON = "MLX is not importable here (pip install 'mlx[cpu]' on Linux)"
@@ -139,29 +138,6 @@ def max_abs_diff(reference: Any, got: Any) -> float:
     return float(
         np.abs(np.asarray(got, dtype=np.float64) - np.asarray(reference, dtype=np.float64)).max()
     )
-
-
-def traced_in_fresh_thread(run: Callable[[], Any]) -> tuple[Any, int]:
-    """``(result, peak bytes tracemalloc saw)`` of ``run`` in a new thread (so per-thread
-    constants and scratch are built inside the measurement)."""
-    box: dict[str, Any] = {}
-
-    def target() -> None:
-        tracemalloc.start()
-        try:
-            box["result"] = run()
-            box["peak"] = tracemalloc.get_traced_memory()[1]
-        except BaseException as exc:  # re-raised in the caller
-            box["error"] = exc
-        finally:
-            tracemalloc.stop()
-
-    thread = threading.Thread(target=target)
-    thread.start()
-    thread.join()
-    if "error" in box:
-        raise box["error"]
-    return box["result"], box["peak"]
 
 
 def mlx_peak_bytes(run: Callable[[], Any]) -> int:

@@ -3,11 +3,7 @@
 from __future__ import annotations
 
 import io
-import threading
-import tracemalloc
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -95,28 +91,3 @@ class CancelAfter(CancelToken):
             if self.checks >= self._after:
                 self.cancel()
         super().check(checkpoint, clip_index)
-
-
-def traced_in_fresh_thread(run: Callable[[], Any]) -> tuple[Any, int]:
-    """``(result, peak traced bytes)`` of ``run`` in a new thread.
-
-    A new thread has no per-thread scratch yet, so the peak includes allocating it.
-    """
-    box: dict[str, Any] = {}
-
-    def target() -> None:
-        tracemalloc.start()
-        try:
-            box["result"] = run()
-            box["peak"] = tracemalloc.get_traced_memory()[1]
-        except BaseException as exc:  # re-raised in the caller
-            box["error"] = exc
-        finally:
-            tracemalloc.stop()
-
-    thread = threading.Thread(target=target)
-    thread.start()
-    thread.join()
-    if "error" in box:
-        raise box["error"]
-    return box["result"], box["peak"]

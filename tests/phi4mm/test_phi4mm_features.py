@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from phi4mm_helpers import CancelAfter, signal, sine, traced_in_fresh_thread
+from phi4mm_helpers import CancelAfter, signal, sine
 from reference_phi4mm import compute_audio_embed_size, original_features, speechlib_mel
 
 from audiogate.cancel import NEVER, Checkpoint
 from audiogate.errors import FeatureError, PreprocessCancelled
 from audiogate.host import FamilyHost
 from audiogate.records import readonly
+from audiogate.testing.memory import traced_in_fresh_thread
 from audiogate_phi4mm.features import BLOCK_FRAMES, NARROWBAND, WIDEBAND, log_mel
 from audiogate_phi4mm.melbank import native_mel_bank, speechlib_mel_bank
 from audiogate_phi4mm.tokens import audio_embed_size

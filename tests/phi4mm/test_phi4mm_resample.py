@@ -5,12 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import scipy.signal
-from phi4mm_helpers import CancelAfter, sine, traced_in_fresh_thread
+from phi4mm_helpers import CancelAfter, sine
 
 from audiogate.cancel import NEVER, Checkpoint
 from audiogate.errors import DecodeError, LimitError, PreprocessCancelled
 from audiogate.host import FamilyHost
 from audiogate.records import readonly
+from audiogate.testing.memory import traced_in_fresh_thread
 from audiogate_phi4mm.resample import (
     BLOCK_OUTPUTS,
     MAX_POLYPHASE_WORK_UNITS,
