@@ -9,7 +9,7 @@ from audiogate.policy.checkpoint import (
     apply_keys,
     read_checkpoint_configs,
 )
-from audiogate.policy.keys import LIMIT_NAMESPACES, PolicyKey, standard_keys
+from audiogate.policy.keys import LIMIT_NAMESPACES, PolicyKey, flat_constants, standard_keys
 from audiogate.policy.model import (
     MICROS_PER_SECOND,
     AudioPolicy,
@@ -36,6 +36,7 @@ __all__ = [
     "apply_keys",
     "build_schema",
     "dump_schema",
+    "flat_constants",
     "frozen_mapping",
     "load_packaged_schema",
     "read_checkpoint_configs",

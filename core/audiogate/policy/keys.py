@@ -12,7 +12,7 @@ path in list order wins.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final, Literal
 
 import attrs
@@ -22,6 +22,7 @@ from audiogate.policy.model import AudioPolicy, str_tuple
 __all__ = [
     "LIMIT_NAMESPACES",
     "PolicyKey",
+    "flat_constants",
     "standard_keys",
 ]
 
@@ -254,3 +255,22 @@ def standard_keys(
     ]
     keys.extend(extra)
     return tuple(keys)
+
+
+def flat_constants(values: Mapping[str, tuple[int | str, str]]) -> tuple[PolicyKey, ...]:
+    """Keys for settings a processor file states at its top level (as transformers' feature
+    extractors save them), each of which may only restate the value this frontend uses.
+
+    :param values: ``name -> (value, description)``; each becomes the key ``/name`` with
+        target ``options.name`` and ``const=value`` (a string or an integer).
+    """
+    return tuple(
+        PolicyKey(
+            target=f"options.{name}",
+            paths=(f"/{name}",),
+            kind="string" if isinstance(value, str) else "integer",
+            const=value,
+            description=description,
+        )
+        for name, (value, description) in values.items()
+    )

@@ -19,7 +19,13 @@ from __future__ import annotations
 from typing import Final
 
 from audiogate.family import FamilySpec
-from audiogate.policy import AudioPolicy, PolicyKey, load_packaged_schema, standard_keys
+from audiogate.policy import (
+    AudioPolicy,
+    PolicyKey,
+    flat_constants,
+    load_packaged_schema,
+    standard_keys,
+)
 from audiogate_gemma3n._version import __version__
 from audiogate_gemma3n.framing import (
     FEATURE_SIZE,
@@ -127,36 +133,17 @@ POLICY_KEYS: Final = standard_keys(
         ),
         # The checkpoint's preprocessor_config.json states the frontend flat (as
         # Gemma3nAudioFeatureExtractor saves it): a different one is refused, not ignored.
-        PolicyKey(
-            target="options.feature_extractor_type",
-            paths=("/feature_extractor_type",),
-            kind="string",
-            const="Gemma3nAudioFeatureExtractor",
-            description="the feature extractor this frontend reproduces",
-        ),
-        PolicyKey(
-            target="options.feature_size",
-            paths=("/feature_size",),
-            const=FEATURE_SIZE,
-            description="mel bins of the frontend",
-        ),
-        PolicyKey(
-            target="options.frame_length",
-            paths=("/frame_length",),
-            const=FRAME_SAMPLES,
-            description="analysis frame of the frontend, samples",
-        ),
-        PolicyKey(
-            target="options.hop_length",
-            paths=("/hop_length",),
-            const=FRAME_HOP_SAMPLES,
-            description="frame hop of the frontend, samples",
-        ),
-        PolicyKey(
-            target="options.fft_length",
-            paths=("/fft_length",),
-            const=FFT_LENGTH,
-            description="FFT size of the frontend",
+        *flat_constants(
+            {
+                "feature_extractor_type": (
+                    "Gemma3nAudioFeatureExtractor",
+                    "the feature extractor this frontend reproduces",
+                ),
+                "feature_size": (FEATURE_SIZE, "mel bins of the frontend"),
+                "frame_length": (FRAME_SAMPLES, "analysis frame of the frontend, samples"),
+                "hop_length": (FRAME_HOP_SAMPLES, "frame hop of the frontend, samples"),
+                "fft_length": (FFT_LENGTH, "FFT size of the frontend"),
+            }
         ),
     ),
 )

@@ -35,6 +35,7 @@ from audiogate.policy import (
     PolicyKey,
     ValueSource,
     apply_keys,
+    flat_constants,
     load_packaged_schema,
     standard_keys,
 )
@@ -139,29 +140,13 @@ POLICY_KEYS: Final = standard_keys(
         ),
         # Phi4MultimodalFeatureExtractor saves its frontend flat in preprocessor_config.json
         # (the remote-code one does not): a different frontend is refused, not ignored.
-        PolicyKey(
-            target="options.feature_size",
-            paths=("/feature_size",),
-            const=80,
-            description="mel bins of the frontend",
-        ),
-        PolicyKey(
-            target="options.win_length",
-            paths=("/win_length",),
-            const=400,
-            description="analysis window at 16 kHz, samples",
-        ),
-        PolicyKey(
-            target="options.hop_length",
-            paths=("/hop_length",),
-            const=160,
-            description="frame hop at 16 kHz, samples",
-        ),
-        PolicyKey(
-            target="options.n_fft",
-            paths=("/n_fft",),
-            const=512,
-            description="FFT size at 16 kHz",
+        *flat_constants(
+            {
+                "feature_size": (80, "mel bins of the frontend"),
+                "win_length": (400, "analysis window at 16 kHz, samples"),
+                "hop_length": (160, "frame hop at 16 kHz, samples"),
+                "n_fft": (512, "FFT size at 16 kHz"),
+            }
         ),
     ),
 )
