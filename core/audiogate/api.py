@@ -278,7 +278,7 @@ class AudioGate:
                 return await self._prepare(
                     policy, messages, prompt, clips, cancel or CancelToken(), convert, progress
                 )
-            except BaseException as error:
+            except (Exception, asyncio.CancelledError) as error:
                 if self.worker is not None and not outcome.recorded:
                     outcome.recorded = True
                     self.worker.record_failure(policy.family, error)
