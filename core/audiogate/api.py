@@ -29,7 +29,7 @@ import attrs
 from audiogate.acquire import AcquisitionPolicy, acquire_parts
 from audiogate.cancel import CancelToken
 from audiogate.chat import ChatRequestError, flatten_messages, parse_rendered, renders_parts
-from audiogate.errors import ContextLimitError, PlaceholderError, PolicyError
+from audiogate.errors import ContextLimitError, PlaceholderError, PluginError, PolicyError
 from audiogate.host import FamilyHost, create_host
 from audiogate.pipeline import EncodedClip, PreparedBatch, Progress, prepare_clips
 from audiogate.policy import AudioPolicy, FeatureBackend, read_checkpoint_configs
@@ -475,13 +475,23 @@ def _converter(kind: TensorKind | None) -> Callable[[Any], Any]:
     if kind == "np":
         import numpy as np
 
-        return lambda array: array if isinstance(array, np.ndarray) else np.asarray(array)
+        def to_numpy(array: Any) -> Any:
+            if isinstance(array, np.ndarray):
+                return array
+            # An mx.array's buffer would be shared (and writable): a read-only copy, like
+            # every array the numpy backend returns.
+            copy = np.array(array, copy=True)
+            copy.setflags(write=False)
+            return copy
+
+        return to_numpy
     if kind == "mlx":
         try:
             import mlx.core as mx
-        except ImportError as exc:  # pragma: no cover - depends on the platform
-            raise RuntimeError(
-                "return_tensors='mlx' needs mlx: pip install 'audiogate[mlx]'"
+        except ImportError as exc:
+            raise PluginError(
+                f"return_tensors='mlx' needs mlx ({exc}): pip install 'audiogate[mlx]' (on "
+                f"Linux: pip install 'mlx[cpu]'), or ask for 'np'"
             ) from exc
         return lambda array: mx.array(array)
     raise ValueError(f"return_tensors must be 'np' or 'mlx', not {kind!r}")

@@ -1,7 +1,8 @@
 """The ``audiogate`` command line.
 
-Exit codes: 0 success; 2 usage or bad input (bad audio, bad config); 3 a limit was
-exceeded; 4 a plugin or internal error; 130 cancelled.
+Exit codes: 0 success; 2 usage or bad input (bad audio, bad config, an output file that
+cannot be written, a server address that cannot be bound); 3 a limit was exceeded; 4 a
+plugin or internal error; 130 cancelled.
 """
 
 from __future__ import annotations
@@ -33,6 +34,10 @@ EXIT_BAD_INPUT: Final = 2
 EXIT_LIMIT: Final = 3
 EXIT_INTERNAL: Final = 4
 EXIT_CANCELLED: Final = 130
+
+
+class _UsageError(Exception):
+    """A command line that cannot run (exit 2, like argparse's own usage errors)."""
 
 
 def exit_code_for(error: BaseException) -> int:
@@ -134,7 +139,7 @@ def policy_payload(policy: AudioPolicy) -> dict[str, Any]:
 
 def _cmd_policy(args: argparse.Namespace, host: FamilyHost, out: TextIO) -> int:
     if bool(args.family) == bool(args.model):
-        raise SystemExit("audiogate policy: give exactly one of MODEL_DIR or --family NAME")
+        raise _UsageError("audiogate policy: give exactly one of MODEL_DIR or --family NAME")
     policy = resolve_policy(args, host)
     payload = policy_payload(policy)
     if args.json:
@@ -246,7 +251,7 @@ def _cmd_prepare(args: argparse.Namespace, host: FamilyHost, out: TextIO) -> int
     from audiogate.api import AudioGate
 
     if bool(args.family) == bool(args.model):
-        raise SystemExit("audiogate prepare: give exactly one of --model DIR or --family NAME")
+        raise _UsageError("audiogate prepare: give exactly one of --model DIR or --family NAME")
     if args.model:
         gate = AudioGate.from_model_dir(args.model, host=host)
     else:
@@ -278,9 +283,16 @@ def _cmd_prepare(args: argparse.Namespace, host: FamilyHost, out: TextIO) -> int
                 arrays[f"mask_{clip.ordinal}"] = np.asarray(mask)
         if result.input_ids:
             arrays["input_ids"] = np.asarray(result.input_ids, dtype=np.int64)
-        np.savez(args.out, **arrays)
+        # np.savez appends .npz to a name without it: report the file actually written.
+        path = args.out if str(args.out).endswith(".npz") else f"{args.out}.npz"
+        try:
+            np.savez(path, **arrays)
+        except OSError as exc:
+            raise _UsageError(
+                f"audiogate prepare: cannot write {path}: {exc.strerror or exc}"
+            ) from None
         if not args.json:
-            out.write(f"wrote {args.out}\n")
+            out.write(f"wrote {path}\n")
     return EXIT_OK
 
 
@@ -294,6 +306,16 @@ def _size(text: str) -> int:
         return parse_size(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= 65_535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number (0 to 65535)")
+    return value
 
 
 def _positive(text: str) -> int:
@@ -312,7 +334,7 @@ def _add_serve_parser(sub: Any) -> None:
     )
     p.add_argument("--model", metavar="DIR", required=True, help="model directory to serve")
     p.add_argument("--host", default="127.0.0.1", help="bind address (default: 127.0.0.1)")
-    p.add_argument("--port", type=int, default=8000, help="bind port (default: 8000; 0: any)")
+    p.add_argument("--port", type=_port, default=8000, help="bind port (default: 8000; 0: any)")
     p.add_argument(
         "--media-path", metavar="ROOT", help="directory file:// URLs and bare paths may read"
     )
@@ -455,6 +477,9 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None) -> 
     except AudioGateError as exc:
         sys.stderr.write(f"audiogate: error: {exc}\n")
         return exit_code_for(exc)
+    except _UsageError as exc:
+        sys.stderr.write(f"{exc}\n")
+        return EXIT_BAD_INPUT
     except BrokenPipeError:
         # The reader went away (``audiogate policy ... | head``): stop quietly, and point
         # stdout at /dev/null so the interpreter's final flush does not fail again.

@@ -171,3 +171,28 @@ def test_progress_bar_draws_on_a_terminal_only() -> None:
     quiet = io.StringIO()
     _ProgressBar(quiet, enabled=False)("decode", 0, 1)
     assert quiet.getvalue() == ""
+
+
+def test_out_reports_the_file_written_and_refuses_an_unwritable_path(tmp_path, capsys) -> None:
+    base = ["prepare", "--model", str(GEMMA), "--audio", str(SPEECH), "--prompt", "Hi"]
+    code, text = run(*base, "--out", str(tmp_path / "prepared"))
+    assert code == 0
+    assert f"wrote {tmp_path / 'prepared.npz'}" in text
+    assert (tmp_path / "prepared.npz").is_file()
+    code, _ = run(*base, "--out", str(tmp_path / "missing" / "x.npz"))
+    assert code == 2
+    assert "cannot write" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["policy"],
+        ["prepare", "--audio", "x.wav"],
+        ["prepare", "--family", "gemma3n", "--model", "m", "--audio", "x.wav"],
+    ],
+)
+def test_usage_errors_exit_2_with_a_message(argv, capsys) -> None:
+    code, _ = run(*argv)
+    assert code == 2
+    assert "give exactly one of" in capsys.readouterr().err

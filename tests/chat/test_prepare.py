@@ -366,6 +366,42 @@ def test_mlx_arrays_on_request(gates) -> None:
     assert np.allclose(np.array(result.features[0]), gate.prepare(messages).features[0])
 
 
+def test_an_unknown_feature_backend_is_refused_before_any_work(gates) -> None:
+    gate = gates["gemma3n"]
+    messages = [{"role": "user", "content": [audio_part(0.5), {"type": "text", "text": "x"}]}]
+    for backend in ("MLX", "torch", ""):
+        with pytest.raises(ValueError, match="feature_backend"):
+            gate.prepare(messages, feature_backend=backend)  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="feature_backend"):
+            AudioGate(host=gate.host, policy=gate.policy, feature_backend=backend)  # type: ignore[arg-type]
+
+
+def test_numpy_arrays_from_the_mlx_backend_are_read_only_copies(gates) -> None:
+    pytest.importorskip("mlx.core", reason="mlx is not installed on this platform")
+    gate = gates["gemma3n"]
+    messages = [{"role": "user", "content": [audio_part(0.5), {"type": "text", "text": "x"}]}]
+    result = gate.prepare(messages, feature_backend="mlx", return_tensors="np")
+    features = result.features[0]
+    assert isinstance(features, np.ndarray)
+    assert not features.flags.writeable
+    with pytest.raises(ValueError, match="read-only"):
+        features[0, 0] = 1.0
+
+
+def test_return_tensors_mlx_without_mlx_is_a_plugin_error() -> None:
+    import subprocess
+
+    script = (
+        "import sys; sys.modules['mlx'] = None; sys.modules['mlx.core'] = None\n"
+        "from audiogate.api import _converter\n"
+        "from audiogate.errors import PluginError\n"
+        "try:\n    _converter('mlx')\nexcept PluginError as exc:\n    print('plugin', exc)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert out.stdout.startswith("plugin")
+    assert "audiogate[mlx]" in out.stdout
+
+
 def test_tokenizer_loading_never_follows_auto_map_or_remote_code(monkeypatch) -> None:
     import transformers
 

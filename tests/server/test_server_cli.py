@@ -48,7 +48,16 @@ def test_serve_options_parse() -> None:
     assert args.queue_depth is None
 
 
-@pytest.mark.parametrize("argv", [["--workers", "0"], ["--max-body-bytes", "12 parsecs"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--workers", "0"],
+        ["--max-body-bytes", "12 parsecs"],
+        ["--port", "99999"],
+        ["--port", "-1"],
+        ["--port", "http"],
+    ],
+)
 def test_bad_serve_options_are_usage_errors(argv, capsys) -> None:
     with pytest.raises(SystemExit) as exit_info:
         build_parser().parse_args(["serve", "--model", "m", *argv])
@@ -139,3 +148,23 @@ def test_the_serve_command_serves_until_terminated(tmp_path: Path) -> None:
     # uvicorn shuts down gracefully, then re-raises the signal it caught.
     assert code in {0, -signal.SIGTERM}, "".join(lines)
     assert "Application shutdown complete" in "".join(lines)
+
+
+def test_a_port_in_use_is_a_start_failure_not_a_limit(tmp_path, monkeypatch) -> None:
+    import socket
+
+    from audiogate.server import run as run_module
+
+    monkeypatch.setattr(run_module, "build_app", lambda options, host=None: _tiny_app())
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        options = run_module.ServeOptions(model_dir=tmp_path, host="127.0.0.1", port=port)
+        assert run_module.serve(options) == run_module.START_FAILURE_EXIT == 2
+
+
+def _tiny_app():
+    from starlette.applications import Starlette
+
+    return Starlette()

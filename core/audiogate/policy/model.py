@@ -191,7 +191,9 @@ class AudioPolicy:
     #: Where features are computed: ``"numpy"`` (the default and the reference) or ``"mlx"``
     #: (arrays come back as ``mx.array``). A runtime choice of the caller, per model or per
     #: call; never read from checkpoint files.
-    feature_backend: FeatureBackend = "numpy"
+    feature_backend: FeatureBackend = attrs.field(
+        default="numpy", validator=attrs.validators.in_(("numpy", "mlx"))
+    )
 
     #: Family-specific settings (token ids, padding side, ...), read-only.
     options: Mapping[str, Any] = attrs.field(factory=frozen_mapping, converter=frozen_mapping)

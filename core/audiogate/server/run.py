@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 import time
@@ -26,6 +27,8 @@ from audiogate.server.app import ServerLimits, ServerWorker, check_media_root, c
 from audiogate.worker import WorkerLimits
 
 __all__ = ["ServeOptions", "ServerThread", "build_app", "parse_size", "serve", "server_registry"]
+
+log = logging.getLogger("audiogate.server")
 
 _UNITS: Final = {"": 1, "b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30}
 _SIZE: Final = re.compile(r"^\s*(\d+)\s*([a-zA-Z]*)\s*$")
@@ -122,12 +125,25 @@ def _config(app: Starlette, options: ServeOptions) -> uvicorn.Config:
     )
 
 
+#: The exit code when the server cannot start (the address cannot be bound or resolved):
+#: bad input, as the CLI reference documents (uvicorn itself would exit with 3).
+START_FAILURE_EXIT: Final = 2
+
+
 def serve(options: ServeOptions, *, host: FamilyHost | None = None) -> int:
-    """Run the server until interrupted (SIGINT/SIGTERM); returns the exit code."""
+    """Run the server until interrupted (SIGINT/SIGTERM); returns the exit code.
+
+    :returns: 0 after a clean shutdown; :data:`START_FAILURE_EXIT` when it could not
+        start (uvicorn has logged why: a port in use, an address that does not resolve).
+    """
     app = build_app(options, host=host)
     server = uvicorn.Server(_config(app, options))
-    server.run()
-    return 0 if server.started else 1
+    try:
+        server.run()
+    except (SystemExit, OSError) as exc:
+        log.error("the server could not start on %s:%s: %s", options.host, options.port, exc)
+        return START_FAILURE_EXIT
+    return 0 if server.started else START_FAILURE_EXIT
 
 
 class ServerThread:
