@@ -201,6 +201,7 @@ GAUGES = (
     "audiogate_audio_preprocess_queued_bytes",
     "audiogate_audio_preprocess_inflight_host_bytes",
     "audiogate_server_inflight_body_bytes",
+    "audiogate_server_inflight_acquired_bytes",
 )
 
 
