@@ -419,6 +419,8 @@ class AudioWorker:
             else:
                 self._enqueue(job)
         if refusal is None:
+            if token.cancelled:  # cancelled while it was admitted: its callback already ran
+                self._withdraw(job)
             return job
         job._unwatch()
         job._hand_off()

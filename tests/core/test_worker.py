@@ -608,3 +608,27 @@ def test_a_prepare_that_times_out_cancels_its_job() -> None:
         running.result(timeout=5)
         assert count(worker, "audiogate_audio_preprocess_completed_total") == 1
         wait_until(lambda: gauges_are_zero(worker))
+
+
+def test_a_job_cancelled_during_its_admission_is_withdrawn_once_queued() -> None:
+    class CancelledOnRegistration(CancelToken):
+        # Cancelled after the admission's checks, before the job is queued: the
+        # callback runs at once (the job is not queued yet), so submit checks again.
+        def on_cancel(self, callback):
+            self.cancel()
+            return super().on_cancel(callback)
+
+    gate = threading.Event()
+    worker, _ = make_worker(ToyFamily(gate=gate), threads=1)
+    with worker, opened_on_exit(gate):
+        running = worker.submit(toy_policy(), [clip()])
+        job = worker.submit(toy_policy(), [clip()], cancel=CancelledOnRegistration())
+        assert job.done()
+        assert job.reservation.released
+        assert worker.queued_jobs == 0
+        with pytest.raises(PreprocessCancelled, match="Queue"):
+            job.result()
+        gate.set()
+        running.result(timeout=5)
+        assert count(worker, "audiogate_audio_preprocess_cancelled_total") == 1
+        wait_until(lambda: gauges_are_zero(worker))
