@@ -202,6 +202,18 @@ def test_gemma_chat_text_is_the_processors_around_audio_parts(gates, content) ->
     assert result.input_ids == tuple(gate.tokenizer.encode(expected, add_special_tokens=False))
 
 
+@pytest.mark.parametrize("family", list(DIRECTORIES))
+def test_requests_without_audio_may_use_text_parts(gates, family: str) -> None:
+    # OpenAI-style list content without audio works with every template, including
+    # Phi-4 MM's remote-code one, which only takes strings.
+    gate = gates[family]
+    parts = [{"role": "user", "content": [{"type": "text", "text": "Hi"}]}]
+    plain = [{"role": "user", "content": "Hi"}]
+    result = gate.prepare(parts)
+    assert result.batch is None
+    assert result.text == gate.prepare(plain).text
+
+
 @pytest.mark.parametrize(
     ("family", "text"),
     [

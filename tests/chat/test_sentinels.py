@@ -101,10 +101,13 @@ def test_requests_without_audio_are_passed_through_unchanged() -> None:
     messages = [
         {"role": "user", "content": [{"type": "text", "text": f"quoting {SENTINEL_PREFIX}x|>"}]}
     ]
-    flat = flatten_messages(messages)
+    flat = flatten_messages(messages, parts=True)
     assert not flat.has_audio
     assert flat.messages == tuple(messages)
     assert flat.codec is None
+    # A string-only template gets the text of a message made of text parts.
+    joined = flatten_messages(messages, parts=False)
+    assert joined.messages == ({"role": "user", "content": f"quoting {SENTINEL_PREFIX}x|>"},)
 
 
 @pytest.mark.parametrize(

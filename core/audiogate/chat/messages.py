@@ -5,7 +5,7 @@ Content is a string or a list of parts: ``text``, ``image_url``, ``input_audio``
 never silently disappear. When the request declares audio, every media part becomes a
 private sentinel (1-based per kind, counted across all messages); requests without
 audio are passed through unchanged, so they render exactly as they would without
-audiogate.
+audiogate (except that a string-only template gets a message of text parts as its text).
 
 Where the sentinels go depends on the template. One that prints list content part by
 part (Gemma 3n's trims each text part; Qwen2-Audio's and Phi-4 MM native's iterate the
@@ -131,6 +131,14 @@ def flatten_messages(
     audio = [p for p in declared if p["type"] in AUDIO_PART_TYPES]
     images = [p for p in declared if p["type"] in _IMAGE_PART_TYPES]
     if not audio:
+        if not parts:
+            # A string-only template: list content of text parts only becomes its text.
+            messages = [
+                {**m, "content": "".join(p["text"] for p in each)}
+                if each is not None and all(p["type"] == "text" for p in each)
+                else m
+                for m, each in zip(messages, all_parts, strict=True)
+            ]
         return FlattenedChat(
             messages=tuple(messages), audio_parts=(), image_parts=tuple(images), codec=None
         )
