@@ -598,6 +598,7 @@ def test_a_prepare_that_times_out_cancels_its_job() -> None:
     worker, _ = make_worker(ToyFamily(gate=gate), threads=1)
     with worker, opened_on_exit(gate):
         running = worker.submit(toy_policy(), [clip()])
+        wait_until(lambda: worker.queued_jobs == 0)  # the thread holds it, blocked
         with pytest.raises(TimeoutError):
             worker.prepare(toy_policy(), [clip()], timeout=0.05)  # queued behind it
         # Withdrawn at once: only the running job still holds bytes.
@@ -622,6 +623,7 @@ def test_a_job_cancelled_during_its_admission_is_withdrawn_once_queued() -> None
     worker, _ = make_worker(ToyFamily(gate=gate), threads=1)
     with worker, opened_on_exit(gate):
         running = worker.submit(toy_policy(), [clip()])
+        wait_until(lambda: worker.queued_jobs == 0)  # the thread holds it, blocked
         job = worker.submit(toy_policy(), [clip()], cancel=CancelledOnRegistration())
         assert job.done()
         assert job.reservation.released
