@@ -57,17 +57,16 @@ class AcquiredBytes:
                     ACQUIRED_BYTES_LIMIT, actual=self._held + nbytes, maximum=self.maximum
                 )
             self._held += nbytes
-            held = self._held
-        if self._on_change is not None:
-            self._on_change(held)
+            # Published under the lock, so the gauge never shows an older total last.
+            if self._on_change is not None:
+                self._on_change(self._held)
 
     def give(self, nbytes: int) -> None:
         """Give back ``nbytes`` taken earlier."""
         with self._lock:
             self._held -= nbytes
-            held = self._held
-        if self._on_change is not None:
-            self._on_change(held)
+            if self._on_change is not None:
+                self._on_change(self._held)
 
     def hold(self) -> RequestHold:
         """A new request's share, empty."""
