@@ -195,3 +195,20 @@ def test_a_flat_native_frontend_other_than_ours_is_refused(
     drifted = model_dir("phi4mm", config=native, preprocessor={**document, key: value})
     with pytest.raises(PolicyError, match=f"preprocessor_config.json at /{key}"):
         host.load_model_policy(drifted)
+
+
+def test_the_native_variant_bounds_source_rates_by_its_own_minimum(
+    host: FamilyHost, model_dir
+) -> None:
+    # The native frontend takes any rate from 1 Hz; a checkpoint lowering the maximum
+    # below the remote-code minimum (8 kHz) is valid there, and refused for remote code.
+    limits = {"audiogate_audio_limits": {"max_source_rate_hz": 4_000}}
+    native = {"model_type": "phi4_multimodal", **limits}
+    policy = host.load_model_policy(model_dir("phi4mm", config=native))
+    assert (policy.variant, policy.max_source_rate_hz, policy.min_source_rate_hz) == (
+        "native",
+        4_000,
+        1,
+    )
+    with pytest.raises(PolicyError, match="minimum source rate 8000 Hz"):
+        host.load_model_policy(model_dir("phi4mm", config=limits))

@@ -239,8 +239,13 @@ def parse_policy(family: FamilySpec, configs: CheckpointConfigs) -> AudioPolicy:
     :raises PolicyError: an invalid key, contradictory variant declarations, or a
         ``resampling_algorithm`` key on a native checkpoint.
     """
-    policy = apply_keys(family.defaults, family.keys, family.schema, configs)
     variant, source = detect_variant(configs)
+    # The native frontend admits any rate from 1 Hz: a checkpoint's source-rate bounds are
+    # checked against that minimum, not the remote-code one.
+    defaults = family.defaults
+    if variant != "remote_code":
+        defaults = attrs.evolve(defaults, min_source_rate_hz=NATIVE_MIN_SOURCE_RATE_HZ)
+    policy = apply_keys(defaults, family.keys, family.schema, configs)
     expected = VARIANT_RESAMPLING[variant]
     sources = dict(policy.sources)
     if source is not None:
