@@ -34,15 +34,15 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import threading
 import time
 from collections.abc import Callable
 
 import numpy as np
 import soxr
+from fft_floor import blocked_rfft
 
 import audiogate.blocks
-from audiogate.cancel import NEVER, Checkpoint
+from audiogate.cancel import NEVER
 from audiogate.host import create_host
 from audiogate.policy import CheckpointConfigs
 from audiogate_gemma3n.features import FRAMES_PER_BLOCK, extract_features, plan_features
@@ -171,29 +171,12 @@ def main() -> int:
             )
 
     print("\nFFT alone (the floor of a parity-exact frontend):")
-    local = threading.local()
-
-    def fft_block(index: int, frames: int) -> None:
-        if not hasattr(local, "padded"):
-            local.padded = np.zeros((FRAMES_PER_BLOCK, FFT_LENGTH))
-            local.padded[:, :FRAME_SAMPLES] = 0.1
-            local.spectrum = np.empty((FRAMES_PER_BLOCK, FFT_LENGTH // 2 + 1), np.complex128)
-        n = min(FRAMES_PER_BLOCK, frames - index * FRAMES_PER_BLOCK)
-        np.fft.rfft(local.padded[:n], axis=-1, out=local.spectrum[:n])
-
     for seconds in (1.0, 30.0):
         frames = feature_frames(round(seconds * 16_000))
         block = np.random.default_rng(1).standard_normal((frames, FRAME_SAMPLES)).astype(np.float32)
-
-        def blocks(frames: int = frames) -> None:
-            audiogate.blocks.run_blocks(
-                -(-frames // FRAMES_PER_BLOCK),
-                lambda index, frames=frames: fft_block(index, frames),
-                cancel=NEVER,
-                checkpoint=Checkpoint.FEATURE,
-                clip_index=0,
-            )
-
+        blocks = blocked_rfft(
+            frames, n_fft=FFT_LENGTH, filled=FRAME_SAMPLES, block_frames=FRAMES_PER_BLOCK
+        )
         repeat = args.repeat or (300 if seconds < 2 else 30)
         (np_ms, _, _), (ours_fft_ms, ours_fft_best, _) = interleaved_ms(
             [lambda b=block: np.fft.rfft(b, n=FFT_LENGTH, axis=-1), blocks], repeat

@@ -69,10 +69,11 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "tests" / "phi4mm"))
 
+from fft_floor import blocked_rfft  # noqa: E402
 from reference_phi4mm import original_features  # noqa: E402
 
 import audiogate.blocks  # noqa: E402
-from audiogate.cancel import NEVER, Checkpoint  # noqa: E402
+from audiogate.cancel import NEVER  # noqa: E402
 from audiogate.errors import LimitError  # noqa: E402
 from audiogate.host import create_host  # noqa: E402
 from audiogate.policy import CheckpointConfigs  # noqa: E402
@@ -132,30 +133,6 @@ def traced_peak(run: Callable[[], object]) -> int:
     return peak[0]
 
 
-def fft_alone(frames: int) -> Callable[[], None]:
-    """The float64 ``rfft`` of ``frames`` zero-padded frames, in our blocks and threads."""
-    local = threading.local()
-    shape = (BLOCK_FRAMES, WIDEBAND.fft_size)
-
-    def block(index: int) -> None:
-        if not hasattr(local, "padded"):
-            local.padded = np.full(shape, 0.1)
-            local.spectrum = np.empty((BLOCK_FRAMES, WIDEBAND.fft_bins), np.complex128)
-        count = min(BLOCK_FRAMES, frames - index * BLOCK_FRAMES)
-        np.fft.rfft(local.padded[:count], axis=1, out=local.spectrum[:count])
-
-    def run() -> None:
-        audiogate.blocks.run_blocks(
-            -(-frames // BLOCK_FRAMES),
-            block,
-            cancel=NEVER,
-            checkpoint=Checkpoint.FEATURE,
-            clip_index=0,
-        )
-
-    return run
-
-
 def make_audiogate(policy, host):
     def run(wave: np.ndarray, rate: int) -> np.ndarray:
         try:
@@ -213,7 +190,12 @@ def print_floors(
     frames = (30 * 16_000 - WIDEBAND.window_samples) // WIDEBAND.hop_samples + 1
     times = interleaved_ms(
         {
-            "fft": fft_alone(frames),
+            "fft": blocked_rfft(
+                frames,
+                n_fft=WIDEBAND.fft_size,
+                filled=WIDEBAND.window_samples,
+                block_frames=BLOCK_FRAMES,
+            ),
             "decimate": lambda: decimate(wave, down=3, clip_index=0, cancel=NEVER),
         },
         rounds,

@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import threading
 import time
 from collections.abc import Callable
 
@@ -39,9 +38,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import numpy as np
 import soxr
+from fft_floor import blocked_rfft
 
 import audiogate.blocks
-from audiogate.cancel import NEVER, Checkpoint
+from audiogate.cancel import NEVER
 from audiogate.host import create_host
 from audiogate.policy import CheckpointConfigs
 from audiogate_qwen2audio import plugin
@@ -85,24 +85,7 @@ def interleaved(
 
 def fft_floor_ms(frames: int, runs: int) -> float:
     """Median time of the float64 FFTs alone of ``frames`` frames, in our blocks and threads."""
-    local = threading.local()
-
-    def block(index: int) -> None:
-        if not hasattr(local, "frames"):
-            local.frames = np.full((BLOCK_FRAMES, N_FFT), 0.1)
-            local.spectrum = np.empty((BLOCK_FRAMES, N_FFT // 2 + 1), np.complex128)
-        count = min(BLOCK_FRAMES, frames - index * BLOCK_FRAMES)
-        np.fft.rfft(local.frames[:count], axis=-1, out=local.spectrum[:count])
-
-    def run() -> None:
-        audiogate.blocks.run_blocks(
-            -(-frames // BLOCK_FRAMES),
-            block,
-            cancel=NEVER,
-            checkpoint=Checkpoint.FEATURE,
-            clip_index=0,
-        )
-
+    run = blocked_rfft(frames, n_fft=N_FFT, filled=N_FFT, block_frames=BLOCK_FRAMES)
     times, _ = interleaved(run, lambda: None, runs)
     return statistics.median(times) * 1e3
 
