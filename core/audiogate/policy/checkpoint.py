@@ -92,7 +92,7 @@ def _read_bounded(path: Path) -> bytes:
                 f"is {info.st_size} bytes, more than the {MAX_CONFIG_BYTES} a config file may have",
                 file=str(path),
             )
-        with os.fdopen(os.dup(fd), "rb") as handle:
+        with open(fd, "rb", closefd=False) as handle:
             data = handle.read(MAX_CONFIG_BYTES + 1)
     except OSError as exc:
         raise PolicyError(f"cannot be read: {exc.strerror or exc}", file=str(path)) from exc
