@@ -28,7 +28,13 @@ import attrs
 
 from audiogate.acquire import AcquisitionPolicy, acquire_parts
 from audiogate.cancel import CancelToken
-from audiogate.chat import ChatRequestError, flatten_messages, parse_rendered, renders_parts
+from audiogate.chat import (
+    ChatRequestError,
+    FlattenedChat,
+    flatten_messages,
+    parse_rendered,
+    renders_parts,
+)
 from audiogate.errors import ContextLimitError, PlaceholderError, PluginError, PolicyError
 from audiogate.host import FamilyHost, create_host
 from audiogate.pipeline import EncodedClip, PreparedBatch, Progress, prepare_clips
@@ -273,6 +279,10 @@ class AudioGate:
         policy = self.policy
         if feature_backend is not None and feature_backend != policy.feature_backend:
             policy = attrs.evolve(policy, feature_backend=feature_backend)
+        if return_tensors is None and policy.feature_backend == "mlx":
+            # What the backend computed is mx arrays: the inputs a family derives from
+            # the prompt (numpy) follow them.
+            convert = _converter("mlx")
         with outcome_scope() as outcome:
             try:
                 return await self._prepare(
@@ -301,7 +311,7 @@ class AudioGate:
                     raise PlaceholderError(
                         f"{len(clips)} clip(s) were given but the messages have no audio part"
                     )
-                return self._text_only(flat.messages)
+                return self._text_only(flat, convert)
             if clips is not None:
                 if len(clips) != len(flat.audio_parts):
                     raise PlaceholderError(
@@ -430,11 +440,18 @@ class AudioGate:
                 f"{sum(tokens)}"
             )
 
-    def _text_only(self, messages: Sequence[Mapping[str, Any]]) -> PreparedRequest:
+    def _text_only(self, flat: FlattenedChat, convert: Callable[[Any], Any]) -> PreparedRequest:
         # Still the family's prompt rules, with no clips: user text holding an audio
         # placeholder, reference or reserved token literal is refused here too, so no
-        # audio id ever reaches the model without features behind it.
-        expanded = self._expand(self.policy, None, [TextSegment(self._render(messages))])
+        # audio id ever reaches the model without features behind it. Image parts keep
+        # their positions (or are refused by a family without images).
+        rendered = self._render(flat.messages)
+        segments: list[PromptSegment] = [TextSegment(rendered)]
+        if flat.codec is not None:
+            segments = parse_rendered(
+                rendered, flat.codec, expected={"audio": 0, "image": len(flat.image_parts)}
+            )
+        expanded = self._expand(self.policy, None, segments)
         return PreparedRequest(
             family=self.policy.family,
             policy=self.policy,
@@ -444,7 +461,7 @@ class AudioGate:
             batch=None,
             features=(),
             masks=(),
-            model_inputs={},
+            model_inputs={k: convert(v) for k, v in expanded.model_inputs.items()},
         )
 
     def _result(
@@ -465,8 +482,26 @@ class AudioGate:
             masks=tuple(
                 None if c.features.mask is None else convert(c.features.mask) for c in batch.clips
             ),
-            model_inputs={k: convert(v) for k, v in batch.inputs.inputs.items()},
+            model_inputs={
+                k: convert(v) for k, v in _model_inputs(policy.family, batch, expanded).items()
+            },
         )
+
+
+def _model_inputs(
+    family: str, batch: PreparedBatch, expanded: ExpandedPrompt | None
+) -> dict[str, Any]:
+    """The collated audio inputs and the inputs the family derives from the prompt."""
+    inputs = dict(batch.inputs.inputs)
+    extra = expanded.model_inputs if expanded is not None else {}
+    clash = sorted(set(inputs) & set(extra))
+    if clash:
+        raise PluginError(
+            f"family {family!r} names {', '.join(clash)} both in its collated audio inputs "
+            "and in its expanded prompt's model inputs"
+        )
+    inputs.update(extra)
+    return inputs
 
 
 def _converter(kind: TensorKind | None) -> Callable[[Any], Any]:

@@ -202,7 +202,10 @@ def audiogate_expand_prompt(
     Every clip's run must have exactly ``clip.tokens`` audio token ids. A chat request
     without audio parts comes here too, as its rendered text with no ``clips``: the
     family keeps the text and refuses any audio placeholder, reference or reserved
-    literal in it.
+    literal in it (image positions still arrive as media segments). Inputs the model
+    needs that follow from the prompt rather than the audio (Phi-4 MM remote code's
+    ``input_mode``) go in :attr:`~audiogate.records.ExpandedPrompt.model_inputs`; most
+    families leave it empty.
 
     :param policy: the request's policy (token ids in ``policy.options``).
     :param segments: text and media positions in prompt order.

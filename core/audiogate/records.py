@@ -167,12 +167,21 @@ class ExpandedPrompt:
     :param audio_spans: per clip, in clip order, ``(start, stop)`` of its audio token run
         in ``input_ids``.
     :param audio_token_id: the id repeated inside each span.
+    :param model_inputs: arrays the model's forward needs that follow from the prompt
+        rather than from the audio, by name (empty for most families). Phi-4 MM's
+        remote-code model, for one, selects its adapters from an ``input_mode`` that
+        says whether the prompt holds images, audio, both or neither. They join the
+        collated audio inputs in the request's ``model_inputs``; a name both define
+        is a plugin error. Read-only numpy arrays, like :class:`FeatureBatch` inputs.
     """
 
     input_ids: tuple[int, ...]
     text: str | None
     audio_spans: tuple[tuple[int, int], ...]
     audio_token_id: int
+    model_inputs: Mapping[str, npt.NDArray[Any]] = attrs.field(
+        factory=frozen_mapping, converter=frozen_mapping
+    )
 
 
 @runtime_checkable

@@ -13,6 +13,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
+import attrs
 import numpy as np
 import pytest
 
@@ -22,9 +23,11 @@ from audiogate.errors import (
     DecodeError,
     LimitError,
     PlaceholderError,
+    PluginError,
 )
 from audiogate.pipeline import EncodedClip
 from audiogate.testing.audio import noise, tone, wav_bytes
+from audiogate.testing.tiny_models import REMOTE_PHI4MM_FORWARD_PARAMETERS
 
 pytest.importorskip("transformers")
 
@@ -439,3 +442,95 @@ def test_a_template_refusing_the_messages_is_a_chat_request_error(gates) -> None
     ]
     with pytest.raises(ChatRequestError, match="chat template rejected"):
         gates["gemma3n"].prepare(messages)
+
+
+# --- inputs the family derives from the prompt (Phi-4 MM remote code's input_mode) ---
+
+IMAGE = {"type": "image_url", "image_url": {"url": "https://example.invalid/cat.png"}}
+
+
+@pytest.mark.parametrize(
+    ("content", "mode"),
+    [
+        ([{"type": "text", "text": "hi"}], 0),  # InputMode.LANGUAGE
+        ([IMAGE, {"type": "text", "text": "hi"}], 1),  # VISION
+        ([audio_part(0.6), {"type": "text", "text": "hi"}], 2),  # SPEECH
+        ([IMAGE, audio_part(0.6), audio_part(0.7, seed=3), {"type": "text", "text": "hi"}], 3),
+    ],
+)
+def test_phi4mm_remote_inputs_are_what_its_forward_takes(gates, content, mode: int) -> None:
+    result = gates["phi4mm"].prepare([{"role": "user", "content": content}])
+    assert set(result.model_inputs) <= REMOTE_PHI4MM_FORWARD_PARAMETERS
+    input_mode = result.model_inputs["input_mode"]
+    assert input_mode.dtype == np.int64
+    assert input_mode.tolist() == [mode]  # as Phi4MMProcessor returns it
+    assert not input_mode.flags.writeable
+    if mode >= 2:
+        assert result.model_inputs["input_audio_embeds"].shape[0] == len(result.batch.clips)
+        assert "audio_input_features" not in result.model_inputs
+
+
+def test_phi4mm_native_inputs_have_no_input_mode(gates) -> None:
+    content = [IMAGE, audio_part(0.6), {"type": "text", "text": "hi"}]
+    result = gates["phi4mm-native"].prepare([{"role": "user", "content": content}])
+    assert set(result.model_inputs) == {
+        "audio_input_features",
+        "audio_embed_sizes",
+        "audio_attention_mask",
+    }
+    assert gates["phi4mm-native"].prepare([{"role": "user", "content": "hi"}]).model_inputs == {}
+
+
+def test_prompt_inputs_follow_return_tensors(gates) -> None:
+    mx = pytest.importorskip("mlx.core", reason="mlx is not installed on this platform")
+    gate = gates["phi4mm"]
+    for content in ("hi", [audio_part(0.6), {"type": "text", "text": "hi"}]):
+        messages = [{"role": "user", "content": content}]
+        for result in (
+            gate.prepare(messages, return_tensors="mlx"),
+            gate.prepare(messages, feature_backend="mlx"),
+        ):
+            assert isinstance(result.model_inputs["input_mode"], mx.array)
+        assert isinstance(gate.prepare(messages).model_inputs["input_mode"], np.ndarray)
+
+
+def test_a_prompt_input_named_like_an_audio_input_is_a_plugin_error(gates, monkeypatch) -> None:
+    gate = gates["phi4mm"]
+    expand = gate.host.expand_prompt
+
+    def clashing(*args, **kwargs):
+        expanded = expand(*args, **kwargs)
+        extra = {"audio_embed_sizes": np.zeros(1, np.int64)}
+        return attrs.evolve(expanded, model_inputs=extra)
+
+    monkeypatch.setattr(gate.host, "expand_prompt", clashing)
+    with pytest.raises(PluginError, match="audio_embed_sizes"):
+        gate.prepare(
+            [{"role": "user", "content": [audio_part(0.6), {"type": "text", "text": "x"}]}]
+        )
+
+
+@pytest.mark.parametrize(
+    ("family", "placeholder"),
+    [
+        ("phi4mm", "<|endoftext10|>"),
+        ("phi4mm-native", "<|image|>"),
+        ("gemma3n", "<image_soft_token>"),
+    ],
+)
+def test_an_image_without_audio_keeps_its_position(gates, family: str, placeholder) -> None:
+    # No audio part, one image part: the image still reaches the family's expansion
+    # (before, list-capable templates dropped the unknown part and string-only ones
+    # failed on the list).
+    content = [{"type": "text", "text": "look"}, IMAGE, {"type": "text", "text": "here"}]
+    result = gates[family].prepare([{"role": "user", "content": content}])
+    assert result.text is not None
+    assert result.text.count(placeholder) == 1
+    assert result.text.index("look") < result.text.index(placeholder) < result.text.index("here")
+    assert result.batch is None
+    assert result.audio_spans == ()
+
+
+def test_an_image_without_audio_is_refused_where_the_family_has_no_images(gates) -> None:
+    with pytest.raises(PlaceholderError, match="audio only"):
+        gates["qwen2audio"].prepare([{"role": "user", "content": [IMAGE]}])

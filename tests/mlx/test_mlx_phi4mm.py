@@ -79,13 +79,13 @@ def test_collated_batch_matches_and_is_all_mlx(host, remote) -> None:
     assert got.tokens == ref.tokens
     assert set(got.inputs) == set(ref.inputs)
     assert all(isinstance(v, mx.array) for v in got.inputs.values())
-    assert got.inputs["audio_input_features"].dtype == mx.float32
+    assert got.inputs["input_audio_embeds"].dtype == mx.float32
     assert got.inputs["audio_embed_sizes"].dtype == mx.int64
     assert got.inputs["audio_attention_mask"].dtype == mx.bool_
     for key in ("audio_embed_sizes", "audio_attention_mask"):
         np.testing.assert_array_equal(np.asarray(got.inputs[key]), ref.inputs[key])
-    features = np.asarray(got.inputs["audio_input_features"])
-    assert features.shape == ref.inputs["audio_input_features"].shape
+    features = np.asarray(got.inputs["input_audio_embeds"])
+    assert features.shape == ref.inputs["input_audio_embeds"].shape
     for row, clip in enumerate(clips["numpy"]):
         assert max_abs_diff(clip.features, features[row, : clip.frames]) <= TOLERANCE
         assert not features[row, clip.frames :].any()  # zero padding, as numpy pads

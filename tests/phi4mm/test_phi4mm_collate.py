@@ -1,4 +1,4 @@
-"""Collation into ``Phi4MultimodalForCausalLM``'s audio inputs, and the hook wiring."""
+"""Collation into the audio inputs of both Phi-4 MM models, and the hook wiring."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import pytest
 from audiogate.cancel import NEVER
 from audiogate.host import FamilyHost
 from audiogate.records import ClipFeatures, FeaturePlan, readonly
+from audiogate.testing.tiny_models import REMOTE_PHI4MM_FORWARD_PARAMETERS
 
 
 def _clip(frames: int, tokens: int, fill: float) -> ClipFeatures:
@@ -15,16 +16,19 @@ def _clip(frames: int, tokens: int, fill: float) -> ClipFeatures:
     return ClipFeatures(features=features, frames=frames, tokens=tokens)
 
 
-def test_clips_are_zero_padded_with_a_mask_and_sizes(host: FamilyHost, remote) -> None:
-    batch = host.collate_features(remote, [_clip(9, 2, 1.0), _clip(20, 3, 2.0), _clip(1, 1, 3.0)])
-    features = batch.inputs["audio_input_features"]
+#: The features' name in each variant's model forward.
+FEATURES = {"remote_code": "input_audio_embeds", "native": "audio_input_features"}
+
+
+@pytest.mark.parametrize("variant", ["remote_code", "native"])
+def test_clips_are_zero_padded_with_a_mask_and_sizes(host: FamilyHost, variant, request) -> None:
+    policy = request.getfixturevalue("remote" if variant == "remote_code" else "native")
+    assert policy.variant == variant
+    batch = host.collate_features(policy, [_clip(9, 2, 1.0), _clip(20, 3, 2.0), _clip(1, 1, 3.0)])
+    features = batch.inputs[FEATURES[variant]]
     mask = batch.inputs["audio_attention_mask"]
     sizes = batch.inputs["audio_embed_sizes"]
-    assert set(batch.inputs) == {
-        "audio_input_features",
-        "audio_embed_sizes",
-        "audio_attention_mask",
-    }
+    assert set(batch.inputs) == {FEATURES[variant], "audio_embed_sizes", "audio_attention_mask"}
     assert features.shape == (3, 20, 80)
     assert features.dtype == np.float32
     assert mask.shape == (3, 20)
@@ -40,10 +44,24 @@ def test_clips_are_zero_padded_with_a_mask_and_sizes(host: FamilyHost, remote) -
     assert not any(a.flags.writeable for a in batch.inputs.values())
 
 
-def test_a_single_clip_still_carries_its_mask(host: FamilyHost, remote) -> None:
-    batch = host.collate_features(remote, [_clip(5, 1, 0.5)])
+def test_a_single_native_clip_still_carries_its_mask(host: FamilyHost, native) -> None:
+    batch = host.collate_features(native, [_clip(5, 1, 0.5)])
     assert batch.inputs["audio_attention_mask"].all()
     assert batch.inputs["audio_input_features"].shape == (1, 5, 80)
+
+
+def test_a_single_remote_clip_has_no_mask_as_its_processor_returns(
+    host: FamilyHost, remote
+) -> None:
+    batch = host.collate_features(remote, [_clip(5, 1, 0.5)])
+    assert set(batch.inputs) == {"input_audio_embeds", "audio_embed_sizes"}
+    assert batch.inputs["input_audio_embeds"].shape == (1, 5, 80)
+
+
+def test_remote_inputs_are_names_the_remote_forward_takes(host: FamilyHost, remote) -> None:
+    for clips in ([_clip(5, 1, 0.5)], [_clip(5, 1, 0.5), _clip(9, 2, 1.0)]):
+        batch = host.collate_features(remote, clips)
+        assert set(batch.inputs) <= REMOTE_PHI4MM_FORWARD_PARAMETERS
 
 
 def test_stage_hooks_ignore_other_families(host: FamilyHost) -> None:

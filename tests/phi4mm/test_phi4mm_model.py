@@ -1,5 +1,9 @@
 """The real ``Phi4MultimodalForCausalLM`` code consumes our collated features and ids.
 
+The remote-code model is not in transformers; its native port is the same network, so
+remote-code batches go to it under the port's names
+(:func:`audiogate.testing.tiny_models.native_phi4mm_inputs`).
+
 A tiny randomly initialised model (``tiny-models.md`` §1: real vocabulary and token ids,
 32-wide audio tower, a tiny vision tower) runs a forward pass on 1, 2 and 3 clips: the
 model's own check (``index_put`` in ``modeling_phi4_multimodal.py``) raises when the
@@ -66,7 +70,11 @@ def _prepare(host: FamilyHost, policy, count: int, tokenizer):
 
 
 def _forward(model, batch, input_ids):
-    inputs = {name: torch.from_numpy(np.array(value)) for name, value in batch.inputs.items()}
+    from audiogate.testing.tiny_models import native_phi4mm_inputs
+
+    # The tiny model is the native port of the remote-code model (see the helper).
+    named = native_phi4mm_inputs(batch.inputs)
+    inputs = {name: torch.from_numpy(np.array(value)) for name, value in named.items()}
     with torch.no_grad():
         return model(
             input_ids=torch.tensor([list(input_ids)], dtype=torch.long),
@@ -108,7 +116,7 @@ def test_audio_reaches_the_language_model(
     batch, expanded = _prepare(host, remote, 1, stand_in_tokenizer("remote_code"))
     first = _forward(model, batch, expanded.input_ids).logits
     silent = dict(batch.inputs)
-    silent["audio_input_features"] = np.zeros_like(batch.inputs["audio_input_features"])
+    silent["input_audio_embeds"] = np.zeros_like(batch.inputs["input_audio_embeds"])
     other = _forward(model, type(batch)(inputs=silent, tokens=batch.tokens), expanded.input_ids)
     assert not torch.equal(first, other.logits)
 

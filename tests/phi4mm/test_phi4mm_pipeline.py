@@ -35,7 +35,7 @@ def test_a_mixed_request_matches_the_original_clip_by_clip(host: FamilyHost, rem
     encoded = _encoded(CLIPS)
     batch = pipeline.prepare_clips(host, remote, encoded)
     assert batch.family == "phi4mm"
-    features = batch.inputs.inputs["audio_input_features"]
+    features = batch.inputs.inputs["input_audio_embeds"]
     mask = batch.inputs.inputs["audio_attention_mask"]
     assert features.shape == (4, max(c.frames for c in batch.clips), 80)
     for index, clip in enumerate(batch.clips):

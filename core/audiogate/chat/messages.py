@@ -117,12 +117,16 @@ def flatten_messages(
     codec: SentinelCodec | None = None,
     parts: bool = False,
 ) -> FlattenedChat:
-    """Validate ``messages`` and, if they declare audio, put sentinels in their media parts.
+    """Validate ``messages`` and, if they declare media, put sentinels in their media parts.
+
+    Images alone count too: their positions must reach the family's expansion (which
+    writes its image placeholder there, or refuses images), never vanish in a template
+    that does not know the part type.
 
     :param parts: keep list content as a list, each media part a text part holding its
         sentinel; otherwise each message's content becomes one string.
-    :raises PlaceholderError: malformed messages, an unsupported part type, or (when audio
-        is declared) text that contains the reserved sentinel prefix.
+    :raises PlaceholderError: malformed messages, an unsupported part type, or (when media
+        are declared) text that contains the reserved sentinel prefix.
     """
     if isinstance(messages, str | bytes) or not isinstance(messages, Sequence) or not messages:
         raise ChatRequestError("messages must be a non-empty list of message objects")
@@ -130,7 +134,7 @@ def flatten_messages(
     declared = [p for each in all_parts if each for p in each]
     audio = [p for p in declared if p["type"] in AUDIO_PART_TYPES]
     images = [p for p in declared if p["type"] in _IMAGE_PART_TYPES]
-    if not audio:
+    if not audio and not images:
         if not parts:
             # A string-only template: list content of text parts only becomes its text.
             messages = [

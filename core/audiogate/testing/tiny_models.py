@@ -12,7 +12,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 from unittest import mock
 
-__all__ = ["build_tiny_model", "forward_tiny_model"]
+__all__ = [
+    "REMOTE_PHI4MM_FORWARD_PARAMETERS",
+    "build_tiny_model",
+    "forward_tiny_model",
+    "native_phi4mm_inputs",
+]
 
 
 def _phi4mm() -> Any:
@@ -143,13 +148,61 @@ def build_tiny_model(family: str, *, seed: int = 0) -> Any:
     return builder().eval()
 
 
+#: The parameters of ``Phi4MMForCausalLM.forward`` in the pinned remote
+#: ``modeling_phi4mm.py`` (``93f923e1``), restated since that model is not in transformers.
+#: It takes no ``**kwargs``: any other name is a ``TypeError`` there.
+REMOTE_PHI4MM_FORWARD_PARAMETERS: frozenset[str] = frozenset(
+    {
+        "input_ids",
+        "attention_mask",
+        "position_ids",
+        "past_key_values",
+        "inputs_embeds",
+        "input_image_embeds",
+        "image_sizes",
+        "image_attention_mask",
+        "input_audio_embeds",
+        "audio_embed_sizes",
+        "audio_attention_mask",
+        "input_mode",
+        "labels",
+        "use_cache",
+        "output_attentions",
+        "output_hidden_states",
+        "return_dict",
+        "num_logits_to_keep",
+    }
+)
+
+
+def native_phi4mm_inputs(model_inputs: Mapping[str, Any]) -> dict[str, Any]:
+    """Phi-4 MM remote-code inputs under the names of transformers' native port.
+
+    The remote-code ``Phi4MMForCausalLM`` is not part of transformers, so the tiny model
+    is its native port, ``Phi4MultimodalForCausalLM``: the same network, whose forward
+    takes ``audio_input_features`` for ``input_audio_embeds`` and has no ``input_mode``.
+    It accepts any other keyword silently, so remote names passed as they are would
+    drop the audio without an error. Native inputs pass through unchanged.
+    """
+    inputs = dict(model_inputs)
+    if "input_audio_embeds" in inputs:
+        inputs["audio_input_features"] = inputs.pop("input_audio_embeds")
+    inputs.pop("input_mode", None)
+    return inputs
+
+
 def forward_tiny_model(
     family: str, model: Any, input_ids: Sequence[int], model_inputs: Mapping[str, Any]
 ) -> Any:
-    """Run one forward pass on our ids and collated inputs; returns the model output."""
+    """Run one forward pass on our ids and collated inputs; returns the model output.
+
+    Phi-4 MM remote-code inputs go to the native port (:func:`native_phi4mm_inputs`).
+    """
     import numpy as np
     import torch
 
+    if family == "phi4mm":
+        model_inputs = native_phi4mm_inputs(model_inputs)
     tensors = {name: torch.from_numpy(np.array(value)) for name, value in model_inputs.items()}
     ids = torch.tensor([list(input_ids)], dtype=torch.long)
     extra: dict[str, Any] = {"attention_mask": torch.ones_like(ids)}

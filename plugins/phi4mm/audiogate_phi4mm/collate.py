@@ -1,31 +1,62 @@
-"""Batch a request's clips into ``Phi4MultimodalForCausalLM``'s audio inputs.
+"""Batch a request's clips into the audio inputs of either Phi-4 MM model.
 
-Names and layout follow transformers' ``Phi4MultimodalFeatureExtractor`` (and the
-original's ``pad_sequence``): ``audio_input_features`` zero-padded to the longest clip,
-``audio_embed_sizes`` the per-clip token counts, and ``audio_attention_mask`` marking
-real frames. The mask is always included, also for one clip, where the reference omits
-it; the model accepts it either way (``tiny-models.md`` §1).
+The layout follows transformers' ``Phi4MultimodalFeatureExtractor`` and the original's
+``pad_sequence``: features zero-padded to the longest clip, the per-clip token counts,
+and a mask marking real frames. The names follow the variant's model forward
+(:func:`name_inputs`):
+
+* native (``Phi4MultimodalForCausalLM``): ``audio_input_features``,
+  ``audio_embed_sizes`` and ``audio_attention_mask``. The mask is always included, also
+  for one clip, where the reference omits it; the model accepts it either way
+  (``tiny-models.md`` §1).
+* remote code (``Phi4MMForCausalLM`` of ``modeling_phi4mm.py``, whose ``forward`` takes no
+  other names): ``input_audio_embeds``, ``audio_embed_sizes``, and
+  ``audio_attention_mask`` only for more than one clip, exactly as its
+  ``Phi4MMAudioFeatureExtractor`` returns them. Its ``input_mode`` comes from the prompt
+  (:mod:`audiogate_phi4mm.prompt`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from audiogate.records import ClipFeatures, FeatureBatch, readonly
 from audiogate_phi4mm.melbank import MEL_FILTERS
 
-__all__ = ["collate_features"]
+__all__ = ["collate_features", "name_inputs"]
 
 
-def collate_features(clips: Sequence[ClipFeatures]) -> FeatureBatch:
+def name_inputs(
+    variant: str, *, features: Any, sizes: Any, mask: Any, clips: int
+) -> dict[str, Any]:
+    """The collated arrays under the names the variant's model forward takes.
+
+    :param variant: ``policy.variant``: ``"native"`` or ``"remote_code"``.
+    :param clips: clips in the batch (the remote processor adds a mask for more than one).
+    """
+    if variant == "native":
+        return {
+            "audio_input_features": features,
+            "audio_embed_sizes": sizes,
+            "audio_attention_mask": mask,
+        }
+    inputs = {"input_audio_embeds": features, "audio_embed_sizes": sizes}
+    if clips > 1:
+        inputs["audio_attention_mask"] = mask
+    return inputs
+
+
+def collate_features(clips: Sequence[ClipFeatures], *, variant: str) -> FeatureBatch:
     """Pad and stack per-clip features.
 
     :param clips: per-clip features ``[shape=(T_i, 80)]`` in clip order.
-    :returns: ``audio_input_features`` float32 ``[shape=(n, T_max, 80)]``,
-        ``audio_embed_sizes`` int64 ``[shape=(n,)]``, ``audio_attention_mask`` bool
-        ``[shape=(n, T_max)]``; ``tokens`` per clip.
+    :param variant: ``policy.variant``; it names the inputs (:func:`name_inputs`).
+    :returns: features float32 ``[shape=(n, T_max, 80)]``, ``audio_embed_sizes`` int64
+        ``[shape=(n,)]``, ``audio_attention_mask`` bool ``[shape=(n, T_max)]``; ``tokens``
+        per clip.
     """
     if not clips:
         raise ValueError("collate_features needs at least one clip")
@@ -43,10 +74,12 @@ def collate_features(clips: Sequence[ClipFeatures]) -> FeatureBatch:
         mask[index, : clip.frames] = True
     sizes = np.array([clip.tokens for clip in clips], dtype=np.int64)
     return FeatureBatch(
-        inputs={
-            "audio_input_features": readonly(features),
-            "audio_embed_sizes": readonly(sizes),
-            "audio_attention_mask": readonly(mask),
-        },
+        inputs=name_inputs(
+            variant,
+            features=readonly(features),
+            sizes=readonly(sizes),
+            mask=readonly(mask),
+            clips=len(clips),
+        ),
         tokens=tuple(clip.tokens for clip in clips),
     )

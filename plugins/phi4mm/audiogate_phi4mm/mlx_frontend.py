@@ -37,6 +37,7 @@ from audiogate.cancel import CancelToken, Checkpoint
 from audiogate.mlx_constants import thread_constant
 from audiogate.mlx_fft import FloatFloat, float_float_constant, rfft_float_float
 from audiogate.records import ClipFeatures, FeatureBatch, readonly
+from audiogate_phi4mm.collate import name_inputs
 from audiogate_phi4mm.features import (
     BLOCK_FRAMES,
     INPUT_SCALE,
@@ -137,12 +138,12 @@ def log_mel(
     return out
 
 
-def collate_features(clips: Sequence[ClipFeatures]) -> FeatureBatch:
+def collate_features(clips: Sequence[ClipFeatures], *, variant: str) -> FeatureBatch:
     """:func:`audiogate_phi4mm.collate.collate_features` with MLX arrays.
 
-    :returns: ``audio_input_features`` float32 ``[shape=(n, T_max, 80)]``,
-        ``audio_embed_sizes`` int64 ``[shape=(n,)]``, ``audio_attention_mask`` bool
-        ``[shape=(n, T_max)]``, all ``mx.array``; ``tokens`` per clip.
+    :returns: features float32 ``[shape=(n, T_max, 80)]``, ``audio_embed_sizes`` int64
+        ``[shape=(n,)]``, ``audio_attention_mask`` bool ``[shape=(n, T_max)]``, all
+        ``mx.array`` and named for ``variant``; ``tokens`` per clip.
     """
     if not clips:
         raise ValueError("collate_features needs at least one clip")
@@ -164,10 +165,6 @@ def collate_features(clips: Sequence[ClipFeatures]) -> FeatureBatch:
     sizes = mx.array(np.array([clip.tokens for clip in clips], dtype=np.int64))
     mx.eval(features, mask, sizes)
     return FeatureBatch(
-        inputs={
-            "audio_input_features": features,
-            "audio_embed_sizes": sizes,
-            "audio_attention_mask": mask,
-        },
+        inputs=name_inputs(variant, features=features, sizes=sizes, mask=mask, clips=len(clips)),
         tokens=tuple(clip.tokens for clip in clips),
     )

@@ -121,13 +121,15 @@ def audiogate_extract_features(
 def audiogate_collate_features(
     policy: AudioPolicy, clips: Sequence[ClipFeatures]
 ) -> FeatureBatch | None:
-    """``audio_input_features``, ``audio_embed_sizes``, ``audio_attention_mask``."""
+    """The padded features, ``audio_embed_sizes`` and ``audio_attention_mask``, named for
+    the variant's model (:func:`audiogate_phi4mm.collate.name_inputs`)."""
     if policy.family != FAMILY:
         return None
     if policy.feature_backend == "mlx":
-        batch: FeatureBatch = features.mlx_frontend_module().collate_features(clips)
+        mlx_collate = features.mlx_frontend_module().collate_features
+        batch: FeatureBatch = mlx_collate(clips, variant=policy.variant)
         return batch
-    return collate.collate_features(clips)
+    return collate.collate_features(clips, variant=policy.variant)
 
 
 @hookimpl

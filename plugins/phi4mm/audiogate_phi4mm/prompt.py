@@ -12,6 +12,13 @@ Native (transformers' ``Phi4MultimodalProcessor``): the placeholder is the unnum
 ``<|audio|>`` (``replace_audio_token`` repeats it ``audio_embed_sizes[i]`` times; its
 tokenizer maps it to 200011) and ``<|image|>`` for images.
 
+The remote-code model also takes an ``input_mode`` (``InputMode`` of
+``modeling_phi4mm.py``: 0 language, 1 vision, 2 speech, 3 vision and speech) that selects
+its LoRA adapters and audio projection, and raises on ``None``. Its processor derives it
+from the media it was given; here it follows from the expanded prompt (image
+placeholders, clips) and is returned in :attr:`ExpandedPrompt.model_inputs`, also for a
+prompt without audio. The native model has no such input.
+
 Every mismatch fails closed with :class:`~audiogate.errors.PlaceholderError`: missing,
 duplicated, reordered, skipped, extra, malformed or reserved placeholders, and a
 placeholder count that differs from the clip count are never repaired.
@@ -24,16 +31,26 @@ from collections.abc import Sequence
 from typing import Any, Final, Literal
 
 import attrs
+import numpy as np
+import numpy.typing as npt
 
 from audiogate.errors import PlaceholderError
 from audiogate.policy import AudioPolicy
-from audiogate.records import ClipSlot, ExpandedPrompt, MediaSegment, PromptSegment, TextSegment
+from audiogate.records import (
+    ClipSlot,
+    ExpandedPrompt,
+    MediaSegment,
+    PromptSegment,
+    TextSegment,
+    readonly,
+)
 
 __all__ = [
     "NATIVE_AUDIO_PLACEHOLDER",
     "NATIVE_IMAGE_PLACEHOLDER",
     "REMOTE_AUDIO_TOKEN",
     "REMOTE_IMAGE_TOKEN",
+    "REMOTE_INPUT_MODES",
     "USER_TAG",
     "expand_prompt",
 ]
@@ -45,6 +62,8 @@ REMOTE_IMAGE_TOKEN: Final = "<|endoftext10|>"
 NATIVE_AUDIO_PLACEHOLDER: Final = "<|audio|>"
 NATIVE_IMAGE_PLACEHOLDER: Final = "<|image|>"
 USER_TAG: Final = "<|user|>"
+#: ``InputMode`` of the remote ``modeling_phi4mm.py``, by (images present, audio present).
+REMOTE_INPUT_MODES: Final = {(False, False): 0, (True, False): 1, (False, True): 2, (True, True): 3}
 #: Expansion spellings a user may not type (either variant).
 RESERVED_LITERALS: Final = (REMOTE_AUDIO_TOKEN, REMOTE_IMAGE_TOKEN)
 
@@ -285,4 +304,15 @@ def expand_prompt(
         text="".join(pieces),
         audio_spans=tuple(spans),
         audio_token_id=audio_id,
+        model_inputs=_prompt_inputs(policy, slots),
     )
+
+
+def _prompt_inputs(policy: AudioPolicy, slots: Sequence[_Slot]) -> dict[str, npt.NDArray[Any]]:
+    """The remote-code model's ``input_mode`` ``[shape=(1,)]`` int64, as its processor
+    returns it; nothing for the native variant."""
+    if policy.variant == "native":
+        return {}
+    kinds = {slot.kind for slot in slots}
+    mode = REMOTE_INPUT_MODES["image" in kinds, "audio" in kinds]
+    return {"input_mode": readonly(np.array([mode], dtype=np.int64))}
