@@ -38,8 +38,10 @@ from __future__ import annotations
 import contextlib
 import inspect
 import json
+import threading
 import tracemalloc
 from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, ClassVar, Final
 
@@ -51,7 +53,13 @@ from jsonschema import Draft202012Validator
 
 from audiogate.cancel import NEVER, Checkpoint
 from audiogate.chat import flatten_messages, parse_rendered, renders_parts
-from audiogate.errors import FeatureError, LimitError, PlaceholderError, PreprocessCancelled
+from audiogate.errors import (
+    AudioGateError,
+    FeatureError,
+    LimitError,
+    PlaceholderError,
+    PreprocessCancelled,
+)
 from audiogate.family import FamilySpec
 from audiogate.host import FamilyHost, create_host
 from audiogate.pipeline import EncodedClip, preflight, prepare_clips, process_request
@@ -880,6 +888,90 @@ class FamilyContract:
             assert a.features.features.tobytes() == b.features.features.tobytes()
         for name, array in first.inputs.inputs.items():
             assert array.tobytes() == second.inputs.inputs[name].tobytes(), name
+
+    @contract
+    def test_extreme_signals_give_finite_features(
+        self, contract_host: FamilyHost, contract_policy: AudioPolicy
+    ) -> None:
+        """Digital silence, DC, a full-scale square wave, a tiny signal and clipped noise
+        give finite float32 features (a log without a floor turns silence into -inf, and
+        the model's output into NaN), or a typed refusal; the input is left as it was."""
+        host, policy = contract_host, contract_policy
+        rate = policy.target_rate_hz
+        samples = min(max(rate, policy.min_samples_per_clip), policy.max_samples_per_clip)
+        square = np.where(np.arange(samples) % 64 < 32, 1.0, -1.0)
+        signals = {
+            "silence": np.zeros(samples),
+            "DC 0.5": np.full(samples, 0.5),
+            "full-scale square": square,
+            "1e-30": np.full(samples, 1e-30) * square,
+            "clipped noise": np.clip(noise(samples=samples, amplitude=3.0, seed=5), -1, 1),
+        }
+        problems: list[str] = []
+        for name, values in signals.items():
+            wave = readonly(values.astype(np.float32))
+            before = wave.tobytes()
+            try:
+                plan = host.plan_features(policy, rate_hz=rate, samples=samples, clip_index=0)
+                features = host.extract_features(
+                    policy, plan, wave, rate_hz=rate, clip_index=0, cancel=NEVER
+                )
+            except AudioGateError:
+                continue  # a typed refusal (e.g. of an all-zero signal) is the family's call
+            problems.extend(f"{name}: {p}" for p in _feature_problems(features))
+            if wave.tobytes() != before or wave.flags.writeable:
+                problems.append(f"{name}: extraction changed its input waveform")
+        assert not problems, problems
+
+    @contract
+    def test_concurrent_clips_match_their_serial_results(
+        self, contract_host: FamilyHost, contract_policy: AudioPolicy
+    ) -> None:
+        """Clips extracted at once on several threads equal their one-at-a-time results,
+        and no clip's features share memory with another's (a module-level output buffer
+        or a cache filled without a lock passes every single-threaded check)."""
+        host, policy = contract_host, contract_policy
+        rate = policy.target_rate_hz
+        lengths = sorted(
+            {
+                min(
+                    max(int(seconds * rate), policy.min_samples_per_clip),
+                    policy.max_samples_per_clip,
+                )
+                for seconds in (0.61, 1.37, 2.9, 4.3)
+            },
+            reverse=True,
+        )
+        waves = [_waveform(samples, seed=index) for index, samples in enumerate(lengths)]
+
+        def extract(wave: npt.NDArray[np.float32]) -> ClipFeatures:
+            plan = host.plan_features(policy, rate_hz=rate, samples=wave.size, clip_index=0)
+            return host.extract_features(
+                policy, plan, wave, rate_hz=rate, clip_index=0, cancel=NEVER
+            )
+
+        serial = [extract(wave) for wave in waves]
+        expected = [clip.features.tobytes() for clip in serial]
+        for i, a in enumerate(serial):
+            for b in serial[i + 1 :]:
+                assert not np.shares_memory(a.features, b.features), (
+                    "two clips' features share memory: return a fresh array per clip"
+                )
+        start = threading.Barrier(len(waves))
+
+        def racing(wave: npt.NDArray[np.float32]) -> bytes:
+            start.wait()
+            return extract(wave).features.tobytes()
+
+        for _ in range(3):
+            with ThreadPoolExecutor(max_workers=len(waves)) as pool:
+                results = list(pool.map(racing, waves))
+            for samples, got, want in zip(lengths, results, expected, strict=True):
+                assert got == want, f"{samples} samples: concurrent extraction differs"
+        for samples, clip, want in zip(lengths, serial, expected, strict=True):
+            assert clip.features.tobytes() == want, (
+                f"{samples} samples: a later extraction overwrote this clip's features"
+            )
 
 
 # --- internals -----------------------------------------------------------------------
