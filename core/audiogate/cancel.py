@@ -46,8 +46,16 @@ class CancelToken:
         with self.__guard:
             self._event.set()
             callbacks, self.__callbacks = self.__callbacks, []
+        # Every callback runs even if one raises (the worker's withdrawal must not depend
+        # on a caller's cleanup); the first error is raised afterwards.
+        first: BaseException | None = None
         for callback in callbacks:
-            callback()
+            try:
+                callback()
+            except BaseException as error:
+                first = first or error
+        if first is not None:
+            raise first
 
     def on_cancel(self, callback: Callable[[], None]) -> Callable[[], None]:
         """Call ``callback()`` once when the token is cancelled (now, if it already is).

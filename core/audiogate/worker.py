@@ -27,7 +27,7 @@ from typing import Any, Final, Generic, TypeVar
 
 import attrs
 
-from audiogate.cancel import CancelToken, Checkpoint
+from audiogate.cancel import NEVER, CancelToken, Checkpoint
 from audiogate.errors import (
     AudioGateError,
     MemoryLimitError,
@@ -377,7 +377,9 @@ class AudioWorker:
         :raises MemoryLimitError: the worker's queued-bytes or host-bytes cap is full.
         :raises QueueFullError: the job queue is full.
         """
-        token = cancel or CancelToken()
+        # The worker must be able to cancel the job (timeouts, a cancelled awaiting task),
+        # which NEVER refuses; a fresh token is the same thing to a caller who passed it.
+        token = CancelToken() if cancel is None or cancel is NEVER else cancel
         family = policy.family
         record = _OUTCOME.get()
         if record is not None and record.active:
@@ -408,6 +410,10 @@ class AudioWorker:
         # the job is not queued yet, and stops at the Queue checkpoint). A weak reference:
         # the token must not keep a job alive that its consumer dropped.
         job._unwatch = token.on_cancel(functools.partial(self._withdraw_ref, weakref.ref(job)))
+        # ``job.future.cancel()`` (also what asyncio.wrap_future does for a cancelled
+        # awaiting task) withdraws a queued job too, instead of leaving its reservation and
+        # queue place until a thread reaches it.
+        job.future.add_done_callback(functools.partial(self._withdraw_cancelled, weakref.ref(job)))
         refusal: AudioGateError | None = None
         with self._lock:
             if self._closed.is_set():
@@ -462,6 +468,9 @@ class AudioWorker:
         try:
             await asyncio.shield(waiter)
         except asyncio.CancelledError:
+            # If the job has ended (or once it does), release it now: this frame stays
+            # in the CancelledError's traceback for as long as the task is referenced.
+            job.future.add_done_callback(functools.partial(_release, job._finalizer))
             job.cancel()
             # A queued job is withdrawn at once; a running one ends at its next checkpoint.
             # Take its outcome, or asyncio logs "Future exception was never retrieved"
@@ -499,6 +508,12 @@ class AudioWorker:
         if job is not None:
             self._withdraw(job)
 
+    def _withdraw_cancelled(
+        self, ref: weakref.ref[AudioJob[Any]], future: concurrent.futures.Future[Any]
+    ) -> None:
+        if future.cancelled():
+            self._withdraw_ref(ref)
+
     def _withdraw(self, job: AudioJob[Any]) -> None:
         """Take a cancelled job out of the queue, if it still waits there, and fail it
         (its token's :meth:`~audiogate.cancel.CancelToken.on_cancel` callback)."""
@@ -535,8 +550,21 @@ class AudioWorker:
             if job._unwatch is not None:
                 job._unwatch()  # running now: a cancel stops it at its next checkpoint
             job._holdings.slot = slot
+            if not job._finalizer.alive:
+                slot.free()  # handed off already (its future was cancelled and taken)
             try:
                 self._process(job)
+            except BaseException as error:
+                # A failure outside the job's own error handling (metrics, a callback):
+                # the job still ends, releases what it holds, and the thread goes on.
+                job._hand_off()
+                if not job.future.done():
+                    failure = PluginError(
+                        f"the audio worker failed while finishing a {job.policy.family!r} "
+                        f"job: {type(error).__name__}: {error}"
+                    )
+                    with contextlib.suppress(concurrent.futures.InvalidStateError):
+                        job.future.set_exception(failure)
             finally:
                 del job
 
@@ -639,6 +667,10 @@ class AudioWorker:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _release(finalizer: weakref.finalize, _future: object) -> None:  # type: ignore[type-arg]
+    finalizer()
 
 
 def _retrieve(future: asyncio.Future[Any]) -> None:

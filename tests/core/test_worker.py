@@ -4,18 +4,21 @@ FIFO, queue full, plugin failures, asyncio cancellation, metrics counted once.""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import gc
 import random
 import threading
 import time
+import weakref
+from types import SimpleNamespace
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from toyfamily import ToyFamily, toy_policy
 
 from audiogate import create_host
-from audiogate.cancel import CancelToken
+from audiogate.cancel import NEVER, CancelToken
 from audiogate.errors import (
     AudioGateError,
     ContextLimitError,
@@ -634,3 +637,93 @@ def test_a_job_cancelled_during_its_admission_is_withdrawn_once_queued() -> None
         running.result(timeout=5)
         assert count(worker, "audiogate_audio_preprocess_cancelled_total") == 1
         wait_until(lambda: gauges_are_zero(worker))
+
+
+def test_cancelling_a_queued_jobs_future_withdraws_it_and_frees_every_slot() -> None:
+    gate = threading.Event()
+    worker, _ = make_worker(ToyFamily(gate=gate), threads=1, result_depth=1)
+    with worker, opened_on_exit(gate):
+        running = worker.submit(toy_policy(), [clip()])
+        wait_until(lambda: worker.queued_jobs == 0)
+        queued = worker.submit(toy_policy(), [clip()])
+        assert queued.future.cancel()  # what asyncio.wrap_future does for a cancelled task
+        assert worker.queued_jobs == 0  # withdrawn at once, not when a thread reaches it
+        assert queued.reservation.released
+        with pytest.raises(concurrent.futures.CancelledError):
+            queued.result()
+        gate.set()
+        running.result(timeout=5)
+        # The single result slot is free again: the next job runs.
+        worker.submit(toy_policy(), [clip()]).result(timeout=5)
+        assert count(worker, "audiogate_audio_preprocess_cancelled_total") == 1
+    assert gauges_are_zero(worker)
+
+
+def test_the_never_token_still_allows_timeouts() -> None:
+    gate = threading.Event()
+    worker, _ = make_worker(ToyFamily(gate=gate))
+    with worker, opened_on_exit(gate), pytest.raises(TimeoutError):
+        worker.prepare(toy_policy(), [clip()], cancel=NEVER, timeout=0.2)
+
+
+def test_a_raising_cancel_callback_does_not_keep_a_job_queued() -> None:
+    gate = threading.Event()
+    worker, _ = make_worker(ToyFamily(gate=gate), queue_depth=1)
+    with worker, opened_on_exit(gate):
+        worker.submit(toy_policy(), [clip()])
+        wait_until(lambda: worker.queued_jobs == 0)
+        token = CancelToken()
+
+        def cleanup() -> None:
+            raise RuntimeError("user cleanup failed")
+
+        token.on_cancel(cleanup)  # registered before the worker's own callback
+        queued = worker.submit(toy_policy(), [clip()], cancel=token)
+        with pytest.raises(RuntimeError, match="user cleanup"):
+            token.cancel()
+        assert queued.done()
+        assert worker.queued_jobs == 0
+        gate.set()
+
+
+def test_a_failure_outside_the_jobs_error_handling_does_not_kill_the_thread() -> None:
+    worker, _ = make_worker(threads=1)
+    with worker:
+        broken = worker.submit(
+            toy_policy(), [clip()], finish=lambda batch: SimpleNamespace(prefill_positions=-1)
+        )
+        with pytest.raises(PluginError):
+            broken.result(timeout=5)
+        assert broken.reservation.released
+        worker.submit(toy_policy(), [clip()]).result(timeout=5)  # the thread lives on
+
+
+def test_a_task_cancelled_after_its_job_ended_releases_the_job() -> None:
+    # A client gone at the last moment: its job has finished, its task not yet resumed.
+    # The cancelled tasks stay referenced (as by a later gather), with their tracebacks.
+    worker, _ = make_worker(result_depth=2)
+    jobs: list[weakref.ref] = []
+    submit = worker.submit
+
+    def spy(*args, **kwargs):
+        job = submit(*args, **kwargs)
+        jobs.append(weakref.ref(job))
+        return job
+
+    async def main() -> None:
+        tasks = []
+        for _ in range(2):
+            task = asyncio.ensure_future(worker.prepare_async(toy_policy(), [clip()]))
+            tasks.append(task)
+            await asyncio.sleep(0)  # the task submits and awaits its job
+            while not jobs[-1]().done():  # the job ends while the loop is busy
+                time.sleep(0.002)
+            task.cancel()
+        tasks.append(asyncio.ensure_future(worker.prepare_async(toy_policy(), [clip()])))
+        done = await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 5)
+        assert not isinstance(done[-1], BaseException)
+
+    worker.submit = spy  # type: ignore[method-assign]
+    with worker:
+        asyncio.run(main())
+    assert gauges_are_zero(worker)
