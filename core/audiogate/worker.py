@@ -39,7 +39,7 @@ from audiogate.errors import (
     clear_frames,
 )
 from audiogate.host import FamilyHost
-from audiogate.metrics import AudioMetrics
+from audiogate.metrics import REJECTION_REASONS, AudioMetrics
 from audiogate.pipeline import EncodedClip, PreparedBatch, RequestPlan, preflight, process_request
 from audiogate.policy import AudioPolicy
 
@@ -125,8 +125,9 @@ def outcome_scope(*, fresh: bool = False) -> Iterator[OutcomeRecord]:
 
 
 def rejection_reason(error: BaseException) -> str:
-    """The metrics reason a failure is counted under (``feature_panic`` if unexpected)."""
-    if isinstance(error, AudioGateError):
+    """The metrics reason a failure is counted under: ``feature_panic`` if unexpected,
+    also for an error class of a plugin's own with a reason the metrics do not know."""
+    if isinstance(error, AudioGateError) and error.reason in REJECTION_REASONS:
         return error.reason
     return "feature_panic"
 
@@ -282,6 +283,10 @@ class AudioJob(Generic[T]):
         finally:
             if self.future.done():
                 self._hand_off()
+            # A raised error's traceback keeps this frame, and the future keeps the error:
+            # without ``self`` here, that is no cycle holding the job and its clips until
+            # the garbage collector runs.
+            del self
         return value
 
     def _hand_off(self) -> None:
@@ -628,7 +633,11 @@ class AudioWorker:
             # the error is stored, and keeping them would leave the request's memory to
             # the cycle collector (a cancelled client never reads its error).
             clear_frames(error)
-            job.future.set_exception(error)
+            # This frame is in that traceback too (still running, so not cleared): without
+            # ``job`` it does not hold the job through the future that keeps the error.
+            future = job.future
+            del job
+            future.set_exception(error)
             return
         self.metrics.record_completed(
             family, latency_seconds=time.perf_counter() - started, prefill_tokens=prefill
@@ -643,23 +652,28 @@ class AudioWorker:
         Never blocks on the queue: idle threads wake and see the closed flag; a running job
         finishes first when ``wait`` is true.
         """
+        queued: list[AudioJob[Any]] = []
         with self._lock:
-            if self._closed.is_set():
-                return
-            self._closed.set()
-            queued = list(self._pending)
-            self._pending.clear()
-            for job in queued:
-                job._queued = False
-            self._job_ready.notify_all()
+            if not self._closed.is_set():
+                self._closed.set()
+                queued = list(self._pending)
+                self._pending.clear()
+                for job in queued:
+                    job._queued = False
+                self._job_ready.notify_all()
         for job in queued:
             if job._unwatch is not None:
                 job._unwatch()
             error = WorkerUnavailableError("the audio worker shut down before the job ran")
             self._fail_unstarted(job, error)
         del queued
-        if wait:
-            for thread in self._threads:
+        if wait:  # also when another caller closed it first
+            self._join_threads()
+
+    def _join_threads(self) -> None:
+        current = threading.current_thread()
+        for thread in self._threads:
+            if thread is not current:  # close() from a finish callback on a worker thread
                 thread.join()
 
     def __enter__(self) -> AudioWorker:

@@ -727,3 +727,65 @@ def test_a_task_cancelled_after_its_job_ended_releases_the_job() -> None:
     with worker:
         asyncio.run(main())
     assert gauges_are_zero(worker)
+
+
+def test_a_plugin_error_with_a_reason_of_its_own_counts_as_feature_panic() -> None:
+    class ModelSpecificError(AudioGateError):
+        reason = "model_specific"  # a plugin's own error class
+
+    worker, _ = make_worker(ToyFamily(fail_with=lambda i: ModelSpecificError("odd")), threads=1)
+    with worker:
+        with pytest.raises(ModelSpecificError):
+            worker.submit(toy_policy(), [clip()]).result(timeout=5)
+        assert rejections(worker, "feature_panic") == 1
+    assert gauges_are_zero(worker)
+
+
+def test_a_failed_job_is_freed_without_the_cycle_collector() -> None:
+    worker, _ = make_worker(ToyFamily(fail_with=lambda i: FeatureError("nope", clip_index=i)))
+    gc.disable()
+    try:
+        with worker:
+            job = worker.submit(toy_policy(), [clip()])
+            ref = weakref.ref(job)
+            with pytest.raises(FeatureError):
+                job.result(timeout=5)
+            del job
+            assert ref() is None  # no cycle through the stored error's traceback
+
+            async def main() -> weakref.ref:
+                refs = []
+                submit = worker.submit
+
+                def spy(*args, **kwargs):
+                    job = submit(*args, **kwargs)
+                    refs.append(weakref.ref(job))
+                    return job
+
+                worker.submit = spy  # type: ignore[method-assign]
+                with pytest.raises(FeatureError):
+                    await worker.prepare_async(toy_policy(), [clip()])
+                return refs[0]
+
+            assert asyncio.run(main())() is None
+    finally:
+        gc.enable()
+
+
+def test_every_close_with_wait_waits_for_the_threads() -> None:
+    gate = threading.Event()
+    worker, _ = make_worker(ToyFamily(gate=gate), threads=1)
+    job = worker.submit(toy_policy(), [clip()])
+    wait_until(lambda: worker.queued_jobs == 0)
+    first = threading.Thread(target=worker.close)  # waits for the running job
+    first.start()
+    wait_until(lambda: worker.closed)
+    second = threading.Thread(target=worker.close)
+    second.start()
+    second.join(timeout=0.3)
+    assert second.is_alive()  # a second close(wait=True) waits too
+    gate.set()
+    first.join(timeout=5)
+    second.join(timeout=5)
+    assert not second.is_alive()
+    job.result(timeout=5)

@@ -27,6 +27,12 @@ any thread. Accumulation is in float64 as in ``resample_poly`` on the float64 wa
 the original reads with ``soundfile``; only the summation order differs, so the float32
 output equals ``resample_poly(x.astype(float64), 1, down).astype(float32)`` except where a
 value sits within a few float64 ulps of a float32 rounding boundary.
+
+The original's output depends on its caller's dtype: SciPy runs ``resample_poly`` on a
+float32 array in float32. A caller that loads audio as float32 (``librosa.load``, as vLLM
+does) gets samples an ulp or so away from these, which moves the log-mel of quiet bands
+by up to ~1e-4. audiogate follows the model card, whose example reads with
+``soundfile.read`` (float64).
 """
 
 from __future__ import annotations
