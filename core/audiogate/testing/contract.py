@@ -58,6 +58,7 @@ from audiogate.errors import (
     FeatureError,
     LimitError,
     PlaceholderError,
+    PolicyError,
     PreprocessCancelled,
 )
 from audiogate.family import FamilySpec
@@ -551,6 +552,41 @@ class FamilyContract:
         assert not not_recorded, f"keys read but not recorded as checkpoint values: {not_recorded}"
 
     @contract
+    def test_a_checkpoint_cannot_widen_a_limit(
+        self, contract_host: FamilyHost, contract_spec: FamilySpec
+    ) -> None:
+        """Every recognized key of a ``max_*`` field declared one above its pinned value
+        (``min_*``: one below) is refused, or leaves the policy within its pinned bound:
+        the budgets and reservations are sized from the pinned policy."""
+        baseline = contract_host.parse_policy(self.family, self.checkpoint_configs(contract_spec))
+        widened: list[str] = []
+        for key in contract_spec.keys:
+            if key.kind != "integer" or key.has_const or key.enum is not None:
+                continue
+            field = "max_samples_per_clip" if key.apply == "cap_samples_by_seconds" else key.target
+            step = 1 if field.startswith("max_") else -1 if field.startswith("min_") else 0
+            value = pinned_value(key, contract_spec.defaults) + step
+            if step == 0 or value < 0:
+                continue
+            for path in key.paths:
+                document: dict[str, Any] = {}
+                node = document
+                parts = path[1:].split("/")
+                for part in parts[:-1]:
+                    node = node.setdefault(part, {})
+                node[parts[-1]] = value
+                try:
+                    policy = contract_host.parse_policy(
+                        self.family, self.checkpoint_configs(contract_spec, document)
+                    )
+                except PolicyError:
+                    continue
+                got, bound = getattr(policy, field), getattr(baseline, field)
+                if (step > 0 and got > bound) or (step < 0 and got < bound):
+                    widened.append(f"{path} = {value} gives {field} = {got} (pinned {bound})")
+        assert not widened, f"a checkpoint widened the pinned limits: {widened}"
+
+    @contract
     def test_schema_is_valid_and_fresh(self, contract_spec: FamilySpec) -> None:
         """``schema.json`` is draft 2020-12 and equals ``build_schema`` of the key table."""
         schema = json.loads(dump_schema(contract_spec.schema))
@@ -594,6 +630,32 @@ class FamilyContract:
             )
             problems.extend(f"{samples} samples: {p}" for p in _feature_problems(features))
         assert not problems, problems
+
+    @contract
+    def test_every_admitted_clip_has_prompt_positions(
+        self, contract_host: FamilyHost, contract_policy: AudioPolicy
+    ) -> None:
+        """Every length the policy admits and the frontend plans has at least one audio
+        token: a clip with features but no prompt position would vanish from the request."""
+        host, policy = contract_host, contract_policy
+        rate = policy.target_rate_hz
+        lengths = edge_lengths(
+            host, policy, rate_hz=rate, long_samples=self.long_samples(policy, rate)
+        )
+        silent = []
+        for samples in lengths:
+            if samples < policy.min_samples_per_clip:
+                continue
+            try:
+                plan = host.plan_features(policy, rate_hz=rate, samples=samples, clip_index=0)
+            except FeatureError:
+                continue
+            if plan.tokens < 1:
+                silent.append(samples)
+        assert not silent, (
+            f"these admitted lengths plan no audio token: {silent}; refuse them "
+            "(min_samples_per_clip, or a FeatureError from the plan)"
+        )
 
     @contract
     def test_policy_framing_counts_the_planned_frames(
@@ -714,6 +776,50 @@ class FamilyContract:
         expanded = host.expand_prompt(policy, [TextSegment(_PROMPT)], [], tokenizer)
         problems = check_expansion(expanded, [], tokenizer)
         assert not problems, problems
+
+    @contract
+    def test_reserved_token_literals_in_user_text_fail_closed(
+        self, contract_host: FamilyHost, contract_policy: AudioPolicy, contract_tokenizer: Any
+    ) -> None:
+        """User text holding the spelling of a token the policy reserves for audio (every
+        ``*_token_id`` / ``*_token_index`` option but ``image_*``: the audio id and its
+        delimiters) is a PlaceholderError, with and without clips, with and without a
+        tokenizer: such a literal would reach the model as an audio position with no
+        features behind it."""
+        host, policy, tokenizer = contract_host, contract_policy, contract_tokenizer
+        if tokenizer is None:
+            pytest.skip(f"{type(self).__name__} has no tokenizer to spell the reserved ids")
+        literals = sorted(
+            {
+                str(tokenizer.convert_ids_to_tokens(int(value)))
+                for name, value in policy.options.items()
+                if name.endswith(("_token_id", "_token_index"))
+                and not name.startswith("image")
+                and isinstance(value, int)
+            }
+        )
+        slots = self.slots(host, policy, self.expansion_clips(policy)[:1])
+        accepted: list[str] = []
+        for literal in literals:
+            typed = f"Read this: {literal} now."
+            with_clip = [
+                TextSegment(f"{segment.text} {typed}")
+                if isinstance(segment, TextSegment) and _PROMPT in segment.text
+                else segment
+                for segment in self.make_segments(1, tokenizer)
+            ]
+            cases = {
+                "no clip": ([TextSegment(typed)], []),
+                "beside a clip": (with_clip, slots),
+            }
+            for case, (segments, clips) in cases.items():
+                for name, tok in (("tokenizer", tokenizer), ("no tokenizer", None)):
+                    try:
+                        host.expand_prompt(policy, segments, clips, tok)
+                    except PlaceholderError:
+                        continue
+                    accepted.append(f"{literal!r} {case}, {name}")
+        assert not accepted, f"reserved literals typed as user text were accepted: {accepted}"
 
     @contract
     def test_clip_count_mismatch_fails_closed(
