@@ -6,7 +6,7 @@ Every server path goes through :meth:`AudioGate.prepare_async` (or the blocking
 
     gate = AudioGate.from_model_dir("models/gemma-3n-e4b-it")
     result = gate.prepare(messages)            # OpenAI-style chat messages
-    model(input_ids=result.input_ids, **result.model_inputs)
+    model(input_ids=result.input_ids, **result.model_inputs)  # as tensors of your framework
 
 The steps: validate and flatten the messages (media parts become private sentinels),
 acquire the audio under hard ceilings, preflight every budget from headers, decode →

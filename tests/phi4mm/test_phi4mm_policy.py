@@ -181,7 +181,13 @@ def test_example_model_directories_select_their_variant(
 
 @pytest.mark.parametrize(
     ("key", "value"),
-    [("feature_size", 128), ("win_length", 512), ("hop_length", 320), ("n_fft", 1024)],
+    [
+        ("feature_size", 128),
+        ("win_length", 512),
+        ("hop_length", 320),
+        ("n_fft", 1024),
+        ("padding_side", "left"),
+    ],
 )
 def test_a_flat_native_frontend_other_than_ours_is_refused(
     host: FamilyHost, model_dir, key, value

@@ -77,6 +77,7 @@ def test_the_real_checkpoint_configs_load(qwen_host, model_dir):
         ("preprocessor", "feature_size", 80),
         ("preprocessor", "nb_max_frames", 1500),
         ("preprocessor", "sampling_rate", 24000),
+        ("preprocessor", "padding_side", "left"),  # the model reads right-padded masks
         ("config", "audio_config", {"num_mel_bins": 80}),
         ("config", "audio_config", {"max_source_positions": 750}),
     ],

@@ -146,6 +146,7 @@ POLICY_KEYS: Final = standard_keys(
                 "win_length": (400, "analysis window at 16 kHz, samples"),
                 "hop_length": (160, "frame hop at 16 kHz, samples"),
                 "n_fft": (512, "FFT size at 16 kHz"),
+                "padding_side": ("right", "batch padding side: clips are padded at the end"),
             }
         ),
     ),

@@ -14,7 +14,13 @@ from __future__ import annotations
 from typing import Final
 
 from audiogate.family import FamilySpec
-from audiogate.policy import AudioPolicy, PolicyKey, load_packaged_schema, standard_keys
+from audiogate.policy import (
+    AudioPolicy,
+    PolicyKey,
+    flat_constants,
+    load_packaged_schema,
+    standard_keys,
+)
 from audiogate_qwen2audio._version import __version__
 
 __all__ = [
@@ -187,6 +193,11 @@ POLICY_KEYS: Final = standard_keys(
             paths=("/audio_config/max_source_positions",),
             const=MAX_FRAMES // 2,
             description="encoder positions (features must be 2 × this frames long)",
+        ),
+        # WhisperFeatureExtractor saves its padding side flat; the model reads
+        # feature_attention_mask as right padding, so another side is refused, not ignored.
+        *flat_constants(
+            {"padding_side": ("right", "batch padding side: clips are padded at the end")}
         ),
     ),
 )
