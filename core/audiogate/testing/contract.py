@@ -982,6 +982,39 @@ class FamilyContract:
             )
 
     @contract
+    def test_collation_puts_each_clip_in_its_row(
+        self, contract_host: FamilyHost, contract_policy: AudioPolicy
+    ) -> None:
+        """Row ``i`` of every collated input is clip ``i``'s: collating the clips in a
+        rotated order rotates every input's rows; the longest clip (no padding) collates
+        to the same row alone and in the batch; collating twice gives the same bytes
+        (padding from uninitialised memory does not); floating inputs keep the features'
+        dtype."""
+        host, policy = contract_host, contract_policy
+        batch = prepare_clips(host, policy, self.expansion_clips(policy))
+        features: list[ClipFeatures] = [c.features for c in batch.clips]
+        count = len(features)
+        first = host.collate_features(policy, features).inputs
+        again = host.collate_features(policy, features).inputs
+        rotated = host.collate_features(policy, features[1:] + features[:1]).inputs
+        longest = max(range(count), key=lambda i: features[i].frames)
+        alone = host.collate_features(policy, [features[longest]]).inputs
+        dtype = features[0].features.dtype
+        problems: list[str] = []
+        for name, array in first.items():
+            if array.tobytes() != again[name].tobytes():
+                problems.append(f"{name}: two collations of the same clips differ")
+            if array.dtype.kind == "f" and array.dtype != dtype:
+                problems.append(f"{name} is {array.dtype}; the features are {dtype}")
+            for row in range(count):
+                if not np.array_equal(rotated[name][row], array[(row + 1) % count]):
+                    problems.append(f"{name}: row {row} of a rotated batch is not its clip's")
+                    break
+            if name in alone and not np.array_equal(alone[name][0], array[longest]):
+                problems.append(f"{name}: the longest clip's row differs from collating it alone")
+        assert not problems, problems
+
+    @contract
     def test_preparation_is_deterministic(
         self, contract_host: FamilyHost, contract_policy: AudioPolicy
     ) -> None:
