@@ -101,6 +101,10 @@ REQUIRED_HOOKS: Final = frozenset(
 
 _FOREIGN: Final = "contractforeign"
 _PROMPT: Final = "What is said in the audio?"
+#: What planning one clip may allocate (traced): plans run at admission, unreserved.
+PLAN_BYTES: Final = 1 << 20
+#: Python objects a call allocates besides its arrays (frames, small tuples, the plan).
+OBJECT_SLACK_BYTES: Final = 16 << 10
 _TOKENIZER_FILES: Final = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
 
 contract = pytest.mark.audiogate_contract
@@ -802,13 +806,13 @@ class FamilyContract:
         accepted: list[str] = []
         for literal in literals:
             typed = f"Read this: {literal} now."
-            with_clip = [
+            with_clip: list[PromptSegment] = [
                 TextSegment(f"{segment.text} {typed}")
                 if isinstance(segment, TextSegment) and _PROMPT in segment.text
                 else segment
                 for segment in self.make_segments(1, tokenizer)
             ]
-            cases = {
+            cases: dict[str, tuple[list[PromptSegment], list[ClipSlot]]] = {
                 "no clip": ([TextSegment(typed)], []),
                 "beside a clip": (with_clip, slots),
             }
@@ -878,6 +882,41 @@ class FamilyContract:
         assert token.count(checkpoint) == nth
 
     # --- reservations and collation --------------------------------------------------
+
+    @contract
+    def test_an_awkward_source_rate_is_refused_or_planned_small(
+        self, contract_host: FamilyHost, contract_policy: AudioPolicy
+    ) -> None:
+        """Rates with no small ratio to the target (the highest admitted rate less one,
+        the target plus one) are refused with a typed error, or planned with at most
+        :data:`PLAN_BYTES` traced (plans run at admission, before any reservation) and
+        resampled within the plan's declared working bytes."""
+        host, policy = contract_host, contract_policy
+        rates = {policy.max_source_rate_hz - 1, policy.target_rate_hz + 1}
+        problems: list[str] = []
+        for rate in sorted(r for r in rates if policy.min_source_rate_hz <= r):
+            samples = 2 * rate + 1
+            with _traced() as peak:
+                try:
+                    plan = host.plan_resample(
+                        policy, source_rate_hz=rate, source_samples=samples, clip_index=0
+                    )
+                except AudioGateError:
+                    continue
+            if peak[0] > PLAN_BYTES:
+                problems.append(f"planning {rate} Hz traced {peak[0]} B (at most {PLAN_BYTES})")
+                continue
+            source = _waveform(samples)
+            host.resample(policy, plan, source, clip_index=0, cancel=NEVER)  # warm caches
+            with _traced() as peak:
+                out = host.resample(policy, plan, source, clip_index=0, cancel=NEVER)
+            allowed = plan.working_bytes + (0 if out is source else plan.output_samples * 4)
+            if peak[0] > allowed + OBJECT_SLACK_BYTES:
+                problems.append(
+                    f"resampling {samples} samples at {rate} Hz traced {peak[0]} B; the plan "
+                    f"declares {plan.working_bytes} B besides its output"
+                )
+        assert not problems, problems
 
     @contract
     def test_reservation_covers_the_traced_peak(

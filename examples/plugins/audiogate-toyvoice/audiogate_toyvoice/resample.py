@@ -21,11 +21,11 @@ import numpy.typing as npt
 from numpy.lib.stride_tricks import sliding_window_view
 
 from audiogate.cancel import CancelToken, Checkpoint
-from audiogate.errors import DecodeError
+from audiogate.errors import DecodeError, LimitError
 from audiogate.policy import AudioPolicy
 from audiogate.records import ResamplePlan, readonly
 
-__all__ = ["ALGORITHM", "BLOCK_OUTPUTS", "plan_resample", "sinc_resample"]
+__all__ = ["ALGORITHM", "BLOCK_OUTPUTS", "MAX_PHASES", "plan_resample", "sinc_resample"]
 
 ALGORITHM: Final = "toy_sinc"
 #: Outputs per block; the cancel token is polled once per block.
@@ -34,6 +34,10 @@ BLOCK_OUTPUTS: Final = 2_048
 ZERO_CROSSINGS: Final = 16
 ROLLOFF: Final = 0.9
 KAISER_BETA: Final = 8.6
+#: Filter phases at most (``up`` of the reduced ratio). The bank is built when a clip is
+#: planned, at admission, before any reservation: a rate such as 95,999 Hz (``up`` =
+#: 16,000) would build hundreds of megabytes there. Every common rate needs at most 640.
+MAX_PHASES: Final = 1_024
 
 
 def _ratio(source_rate_hz: int, target_rate_hz: int) -> tuple[int, int]:
@@ -72,6 +76,7 @@ def plan_resample(
     """Plan one clip; ``None`` at the target rate (the core plans the identity).
 
     :raises DecodeError: the rate is outside the policy's source-rate bounds.
+    :raises LimitError: the rate needs more than :data:`MAX_PHASES` filter phases.
     """
     target = policy.target_rate_hz
     if source_rate_hz == target:
@@ -84,6 +89,10 @@ def plan_resample(
             code="rate_not_allowed",
         )
     up, down = _ratio(source_rate_hz, target)
+    if up > MAX_PHASES:
+        raise LimitError(
+            "toyvoice resampler filter phases", actual=up, maximum=MAX_PHASES, clip_index=clip_index
+        )
     return ResamplePlan(
         source_rate_hz=source_rate_hz,
         source_samples=source_samples,

@@ -6,10 +6,10 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 from audiogate_toyvoice.policy import PINNED
-from audiogate_toyvoice.resample import plan_resample, sinc_resample
+from audiogate_toyvoice.resample import MAX_PHASES, plan_resample, sinc_resample
 
 from audiogate.cancel import NEVER, CancelToken, Checkpoint
-from audiogate.errors import DecodeError, PreprocessCancelled
+from audiogate.errors import DecodeError, LimitError, PreprocessCancelled
 from audiogate.records import readonly
 
 EDGE = 200  # outputs near either end see the zero padding
@@ -95,3 +95,17 @@ def test_cancellation_is_polled_per_block() -> None:
             tone(440, rate_hz=48_000, samples=48_000), plan=plan, clip_index=0, cancel=token
         )
     assert token.polls == 2
+
+
+@pytest.mark.parametrize("rate_hz", [16_001, 44_099, 95_999])
+def test_a_rate_needing_too_many_filter_phases_is_refused_when_planned(rate_hz: int) -> None:
+    # The bank is built at admission: 95,999 Hz would need 16,000 phases (~270 MB to build).
+    with pytest.raises(LimitError, match="filter phases"):
+        plan_resample(PINNED, source_rate_hz=rate_hz, source_samples=1_000, clip_index=0)
+
+
+@pytest.mark.parametrize("rate_hz", [8_000, 11_025, 22_050, 32_000, 44_100, 48_000, 88_200, 96_000])
+def test_every_common_rate_stays_within_the_phase_bound(rate_hz: int) -> None:
+    plan = plan_resample(PINNED, source_rate_hz=rate_hz, source_samples=1_000, clip_index=0)
+    assert plan is not None
+    assert plan.detail["up"] <= MAX_PHASES
