@@ -36,11 +36,12 @@ See ``docs/plugins/testing.md`` for what each check protects and how to configur
 from __future__ import annotations
 
 import contextlib
+import gc
 import inspect
 import json
 import threading
 import tracemalloc
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, ClassVar, Final
@@ -51,7 +52,7 @@ import numpy.typing as npt
 import pytest
 from jsonschema import Draft202012Validator
 
-from audiogate.cancel import NEVER, Checkpoint
+from audiogate.cancel import NEVER, CancelToken, Checkpoint
 from audiogate.chat import flatten_messages, parse_rendered, renders_parts
 from audiogate.errors import (
     AudioGateError,
@@ -662,6 +663,56 @@ class FamilyContract:
         )
 
     @contract
+    def test_refusals_are_typed_and_name_their_clip(
+        self, contract_host: FamilyHost, contract_policy: AudioPolicy
+    ) -> None:
+        """A clip too short for the frontend, a frontend given another rate than the
+        target and a cancelled extraction raise the documented error classes (a bare
+        ``ValueError`` is a 500 instead of a 400), each naming the clip it was called for."""
+        host, policy = contract_host, contract_policy
+        rate, clip = policy.target_rate_hz, 3
+        cancelled = CancelToken()
+        cancelled.cancel()
+        samples = min(max(rate, policy.min_samples_per_clip), policy.max_samples_per_clip)
+        plan = host.plan_features(policy, rate_hz=rate, samples=samples, clip_index=clip)
+        calls: dict[str, tuple[type[AudioGateError], Callable[[], object]]] = {
+            "a 1-sample clip": (
+                FeatureError,
+                lambda: host.plan_features(policy, rate_hz=rate, samples=1, clip_index=clip),
+            ),
+            f"a clip at {rate + 1} Hz": (
+                FeatureError,
+                lambda: host.plan_features(
+                    policy, rate_hz=rate + 1, samples=samples, clip_index=clip
+                ),
+            ),
+            "a cancelled extraction": (
+                PreprocessCancelled,
+                lambda: host.extract_features(
+                    policy,
+                    plan,
+                    _waveform(samples),
+                    rate_hz=rate,
+                    clip_index=clip,
+                    cancel=cancelled,
+                ),
+            ),
+        }
+        problems: list[str] = []
+        for case, (expected, call) in calls.items():
+            try:
+                call()
+            except expected as error:
+                named = getattr(error, "clip_index", None)
+                if named != clip:
+                    problems.append(f"{case}: clip_index {named}, called for {clip}")
+            except Exception as error:
+                problems.append(f"{case}: {type(error).__name__}, not {expected.__name__}")
+            else:
+                problems.append(f"{case}: accepted")
+        assert not problems, problems
+
+    @contract
     def test_policy_framing_counts_the_planned_frames(
         self, contract_host: FamilyHost, contract_policy: AudioPolicy
     ) -> None:
@@ -780,6 +831,9 @@ class FamilyContract:
         expanded = host.expand_prompt(policy, [TextSegment(_PROMPT)], [], tokenizer)
         problems = check_expansion(expanded, [], tokenizer)
         assert not problems, problems
+        # A gate without a tokenizer sends the same request: the text, no ids.
+        bare = host.expand_prompt(policy, [TextSegment(_PROMPT)], [], None)
+        assert (bare.input_ids, bare.audio_spans) == ((), ())
 
     @contract
     def test_reserved_token_literals_in_user_text_fail_closed(
@@ -1052,6 +1106,34 @@ class FamilyContract:
             if name in alone and not np.array_equal(alone[name][0], array[longest]):
                 problems.append(f"{name}: the longest clip's row differs from collating it alone")
         assert not problems, problems
+
+    @contract
+    def test_repeated_requests_do_not_accumulate_memory(
+        self, contract_host: FamilyHost, contract_policy: AudioPolicy
+    ) -> None:
+        """Twenty more runs of the same request, results dropped, leave under one clip's
+        features of traced memory behind (features kept in a module list, or a cache that
+        grows per request, fail)."""
+        host, policy = contract_host, contract_policy
+        clips = self.expansion_clips(policy)[:1]
+        first = prepare_clips(host, policy, clips)
+        feature_bytes = first.clips[0].features.features.nbytes
+        del first
+        for _ in range(3):
+            prepare_clips(host, policy, clips)  # warm every cache
+        gc.collect()
+        tracemalloc.start()
+        try:
+            before = tracemalloc.get_traced_memory()[0]
+            for _ in range(20):
+                prepare_clips(host, policy, clips)
+            gc.collect()
+            grown = tracemalloc.get_traced_memory()[0] - before
+        finally:
+            tracemalloc.stop()
+        assert grown < feature_bytes, (
+            f"20 requests left {grown} B behind (one clip's features: {feature_bytes} B)"
+        )
 
     @contract
     def test_preparation_is_deterministic(
