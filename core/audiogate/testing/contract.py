@@ -102,6 +102,19 @@ REQUIRED_HOOKS: Final = frozenset(
 
 _FOREIGN: Final = "contractforeign"
 _PROMPT: Final = "What is said in the audio?"
+#: Names of limits in processor files that a family's own parsing might read.
+_UNDECLARED_LIMIT_NAMES: Final = (
+    "max_audio_clips",
+    "max_num_audios",
+    "max_audio_length",
+    "max_length",
+    "max_duration",
+    "chunk_length",
+    "n_samples",
+    "nb_max_frames",
+    "max_source_positions",
+    "sampling_rate",
+)
 #: What planning one clip may allocate (traced): plans run at admission, unreserved.
 PLAN_BYTES: Final = 1 << 20
 #: Python objects a call allocates besides its arrays (frames, small tuples, the plan).
@@ -589,6 +602,26 @@ class FamilyContract:
                 got, bound = getattr(policy, field), getattr(baseline, field)
                 if (step > 0 and got > bound) or (step < 0 and got < bound):
                     widened.append(f"{path} = {value} gives {field} = {got} (pinned {bound})")
+        # Keys the family does not declare must not move a bound either (a parse hook of
+        # its own that reads, say, max_audio_clips): each name, huge, alone, top level
+        # and under the usual nestings.
+        bounds = [name for name in baseline.as_dict() if name.startswith(("max_", "min_"))]
+        for name in (*bounds, *_UNDECLARED_LIMIT_NAMES):
+            big = 1 << 40
+            for nest in ("", "feature_extractor", "audio_processor", "audio_config"):
+                document = {name: big} if not nest else {nest: {name: big}}
+                try:
+                    policy = contract_host.parse_policy(
+                        self.family, self.checkpoint_configs(contract_spec, document)
+                    )
+                except PolicyError:
+                    continue
+                for field in bounds:
+                    got, bound = getattr(policy, field), getattr(baseline, field)
+                    if (field.startswith("max_") and got > bound) or (
+                        field.startswith("min_") and got < bound
+                    ):
+                        widened.append(f"/{nest}/{name} = {big} gives {field} = {got}")
         assert not widened, f"a checkpoint widened the pinned limits: {widened}"
 
     @contract
