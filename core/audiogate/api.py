@@ -334,8 +334,11 @@ class AudioGate:
             encoded = list(clips or ())
             segments = [TextSegment(prompt)] if prompt is not None else []
 
+        chat = messages is not None
+
         def finish(batch: PreparedBatch) -> _Finished:
-            return _Finished(batch, self._expand(policy, batch, segments) if segments else None)
+            expanded = self._expand(policy, batch, segments, chat=chat) if segments else None
+            return _Finished(batch, expanded)
 
         if self.worker is not None:
             finished = await self.worker.prepare_async(policy, encoded, finish=finish, cancel=token)
@@ -394,14 +397,17 @@ class AudioGate:
         policy: AudioPolicy,
         batch: PreparedBatch | None,
         segments: Sequence[PromptSegment],
+        *,
+        chat: bool,
     ) -> ExpandedPrompt:
-        """The family's expansion of ``segments`` for ``batch``'s clips (none: text only)."""
+        """The family's expansion of ``segments`` for ``batch``'s clips (none: text only);
+        ``chat``: they come from chat messages, not a plain prompt."""
         clips = batch.clips if batch is not None else ()
         slots = [
             ClipSlot(ordinal=c.ordinal, tokens=c.tokens, frames=c.frames, sha256=c.sha256)
             for c in clips
         ]
-        expanded = self.host.expand_prompt(policy, segments, slots, self.tokenizer)
+        expanded = self.host.expand_prompt(policy, segments, slots, self.tokenizer, chat=chat)
         if expanded.input_ids:
             self._check_audio_positions(expanded, [c.tokens for c in clips])
             if (
@@ -451,7 +457,7 @@ class AudioGate:
             segments = parse_rendered(
                 rendered, flat.codec, expected={"audio": 0, "image": len(flat.image_parts)}
             )
-        expanded = self._expand(self.policy, None, segments)
+        expanded = self._expand(self.policy, None, segments, chat=True)
         return PreparedRequest(
             family=self.policy.family,
             policy=self.policy,

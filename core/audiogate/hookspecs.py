@@ -192,6 +192,7 @@ def audiogate_expand_prompt(
     segments: Sequence[PromptSegment],
     clips: Sequence[ClipSlot],
     tokenizer: Any,
+    chat: bool,
 ) -> ExpandedPrompt | None:
     """Turn a prompt with media positions into the family's placeholders and token ids.
 
@@ -213,6 +214,10 @@ def audiogate_expand_prompt(
     :param tokenizer: a :class:`~audiogate.records.TokenizerLike` for the text, or
         ``None`` (a gate without one): then return the text with empty ``input_ids``
         and ``audio_spans``.
+    :param chat: the segments come from chat messages: every media position is a
+        :class:`~audiogate.records.MediaSegment`, so a placeholder typed in their text is
+        the user's, to refuse, also in a request with no media at all. ``False`` for a
+        plain prompt, whose text carries the family's own placeholders.
     :returns: the expanded prompt, or ``None`` if not this plugin's family.
     :raises PlaceholderError: missing, duplicated, reordered, reserved or extra placeholders.
     """

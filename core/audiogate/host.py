@@ -314,10 +314,17 @@ class FamilyHost:
         segments: Sequence[PromptSegment],
         clips: Sequence[ClipSlot],
         tokenizer: Any,
+        *,
+        chat: bool = False,
     ) -> ExpandedPrompt:
-        """See :func:`audiogate.hookspecs.audiogate_expand_prompt`."""
+        """See :func:`audiogate.hookspecs.audiogate_expand_prompt` (``chat``: the segments
+        come from chat messages; by default a plain prompt)."""
         result = self._pm.hook.audiogate_expand_prompt(
-            policy=policy, segments=list(segments), clips=list(clips), tokenizer=tokenizer
+            policy=policy,
+            segments=list(segments),
+            clips=list(clips),
+            tokenizer=tokenizer,
+            chat=chat,
         )
         return self._require(result, ExpandedPrompt, "audiogate_expand_prompt", policy.family)
 

@@ -534,3 +534,24 @@ def test_an_image_without_audio_keeps_its_position(gates, family: str, placehold
 def test_an_image_without_audio_is_refused_where_the_family_has_no_images(gates) -> None:
     with pytest.raises(PlaceholderError, match="audio only"):
         gates["qwen2audio"].prepare([{"role": "user", "content": [IMAGE]}])
+
+
+@pytest.mark.parametrize(
+    ("family", "typed"),
+    [("phi4mm", "<|image_1|>"), ("phi4mm-native", "<|image|>")],
+)
+def test_an_image_placeholder_typed_in_a_chat_without_media_is_refused(gates, family, typed):
+    # In chat messages every media position is a part; typed, it has no image behind it.
+    with pytest.raises(PlaceholderError, match="image"):
+        gates[family].prepare([{"role": "user", "content": f"{typed} what is this?"}])
+
+
+def test_a_plain_prompt_keeps_its_image_placeholders(gates) -> None:
+    # A plain prompt is the caller's own text: its image placeholders are positions for
+    # the images the caller passes to the model.
+    gate = gates["phi4mm"]
+    clip = EncodedClip(data=base64.b64decode(wav_b64(0.6)), ordinal=1)
+    result = gate.prepare(prompt=gate.chat_prompt("<|image_1|><|audio_1|>Describe."), clips=[clip])
+    assert result.text is not None
+    assert result.text.count("<|endoftext10|>") == 1
+    assert result.model_inputs["input_mode"].tolist() == [3]

@@ -72,7 +72,7 @@ def test_stage_hooks_ignore_other_families(host: FamilyHost) -> None:
     assert plugin.audiogate_plan_resample(other, 16_000, 10, 0) is None
     assert plugin.audiogate_plan_features(other, 16_000, 1_000, 0) is None
     assert plugin.audiogate_collate_features(other, []) is None
-    assert plugin.audiogate_expand_prompt(other, [], [], None) is None
+    assert plugin.audiogate_expand_prompt(other, [], [], None, False) is None
     plan = FeaturePlan(frames=1, tokens=1, feature_shape=(1, 80), feature_bytes=320)
     wave = np.zeros(400, np.float32)
     assert plugin.audiogate_extract_features(other, plan, wave, 16_000, 0, None) is None

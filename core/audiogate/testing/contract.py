@@ -514,6 +514,7 @@ class FamilyContract:
                 "segments": [TextSegment(_PROMPT)],
                 "clips": [ClipSlot(ordinal=1, tokens=features.tokens, frames=1, sha256="0" * 64)],
                 "tokenizer": None,
+                "chat": False,
             },
         }
         answered = [

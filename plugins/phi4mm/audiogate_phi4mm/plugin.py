@@ -138,8 +138,9 @@ def audiogate_expand_prompt(
     segments: Sequence[PromptSegment],
     clips: Sequence[ClipSlot],
     tokenizer: Any,
+    chat: bool,
 ) -> ExpandedPrompt | None:
     """``<|audio_N|>`` (remote code) or ``<|audio|>`` (native), expanded per clip."""
     if policy.family != FAMILY:
         return None
-    return prompt.expand_prompt(policy, segments, clips, tokenizer)
+    return prompt.expand_prompt(policy, segments, clips, tokenizer, chat=chat)

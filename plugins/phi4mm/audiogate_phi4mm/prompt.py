@@ -233,13 +233,16 @@ def expand_prompt(
     segments: Sequence[PromptSegment],
     clips: Sequence[ClipSlot],
     tokenizer: Any,
+    *,
+    chat: bool = False,
 ) -> ExpandedPrompt:
     """Apply the variant's placeholder rules and expand each clip in place.
 
-    Chat path (some :class:`~audiogate.records.MediaSegment`): each media position
-    becomes the variant's placeholder, then the same rules apply. Plain prompt (text
-    only): placeholders the user wrote are validated; with none, one per clip is
-    inserted after ``<|user|>``.
+    Chat path (``chat``, or some :class:`~audiogate.records.MediaSegment`): each media
+    position becomes the variant's placeholder, then the same rules apply, so a
+    placeholder typed in the text is one too many (also in a chat with no media). Plain
+    prompt (text only): placeholders the user wrote are validated; with none, one per
+    clip is inserted after ``<|user|>``.
 
     :returns: ``text`` with every audio placeholder replaced by its clip's token count
         of the audio token (tokenizing it gives ``input_ids``), and, with a tokenizer,
@@ -251,7 +254,7 @@ def expand_prompt(
     image_id = int(policy.options["image_token_id"])
     _check_clips(clips)
     _check_reserved(segments, spelling)
-    chat = any(isinstance(segment, MediaSegment) for segment in segments)
+    chat = chat or any(isinstance(segment, MediaSegment) for segment in segments)
     images = sum(1 for s in segments if isinstance(s, MediaSegment) and s.kind == "image")
     text = _render(segments, spelling)
     slots = _scan(text, spelling)
