@@ -568,6 +568,8 @@ class AudioWorker:
                         f"the audio worker failed while finishing a {job.policy.family!r} "
                         f"job: {type(error).__name__}: {error}"
                     )
+                    with contextlib.suppress(Exception):  # counted once, if at all
+                        self._reject(job.policy.family, failure)
                     with contextlib.suppress(concurrent.futures.InvalidStateError):
                         job.future.set_exception(failure)
             finally:
@@ -694,4 +696,6 @@ def _retrieve(future: asyncio.Future[Any]) -> None:
 
 def _prefill_length(value: Any, default: int) -> int:
     positions = getattr(value, "prefill_positions", None)
-    return positions if isinstance(positions, int) else default
+    if isinstance(positions, int) and not isinstance(positions, bool) and positions >= 0:
+        return positions
+    return default

@@ -687,15 +687,32 @@ def test_a_raising_cancel_callback_does_not_keep_a_job_queued() -> None:
 
 
 def test_a_failure_outside_the_jobs_error_handling_does_not_kill_the_thread() -> None:
-    worker, _ = make_worker(threads=1)
+    class BrokenMetrics(AudioMetrics):
+        failures = 1
+
+        def record_completed(self, family: str, **kwargs) -> None:
+            if self.failures:
+                self.failures -= 1
+                raise RuntimeError("metrics backend down")
+            super().record_completed(family, **kwargs)
+
+    family = ToyFamily()
+    host = create_host(load_entry_points=False, plugins=[family])
+    worker = AudioWorker(host, limits=WorkerLimits(threads=1), metrics=BrokenMetrics())
     with worker:
-        broken = worker.submit(
-            toy_policy(), [clip()], finish=lambda batch: SimpleNamespace(prefill_positions=-1)
-        )
-        with pytest.raises(PluginError):
+        broken = worker.submit(toy_policy(), [clip()])
+        with pytest.raises(PluginError, match="metrics backend down"):
             broken.result(timeout=5)
         assert broken.reservation.released
         worker.submit(toy_policy(), [clip()]).result(timeout=5)  # the thread lives on
+        assert rejections(worker, "feature_panic") == 1
+
+
+def test_a_negative_prefill_length_from_finish_is_ignored() -> None:
+    worker, _ = make_worker()
+    with worker:
+        value = SimpleNamespace(prefill_positions=-1)
+        assert worker.submit(toy_policy(), [clip()], finish=lambda b: value).result(5) is value
 
 
 def test_a_task_cancelled_after_its_job_ended_releases_the_job() -> None:
