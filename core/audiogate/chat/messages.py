@@ -47,10 +47,10 @@ class ChatRequestError(PlaceholderError):
 class FlattenedChat:
     """Messages ready for the chat template, and the media parts they declared.
 
-    :param messages: what the template renders (flattened only when audio is declared).
+    :param messages: what the template renders (flattened only when media are declared).
     :param audio_parts: the audio content parts in prompt order (for acquisition).
     :param image_parts: the image content parts in prompt order.
-    :param codec: the request's sentinel codec, or ``None`` without audio.
+    :param codec: the request's sentinel codec, or ``None`` without media.
     """
 
     messages: tuple[Mapping[str, Any], ...]
