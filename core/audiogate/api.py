@@ -34,6 +34,7 @@ from audiogate.chat import (
     flatten_messages,
     parse_rendered,
     renders_parts,
+    require_unicode,
 )
 from audiogate.errors import ContextLimitError, PlaceholderError, PluginError, PolicyError
 from audiogate.host import FamilyHost, create_host
@@ -332,6 +333,8 @@ class AudioGate:
             )
         else:
             encoded = list(clips or ())
+            if prompt is not None:
+                require_unicode(prompt, "the prompt")
             segments = [TextSegment(prompt)] if prompt is not None else []
 
         chat = messages is not None

@@ -21,7 +21,7 @@ import pluggy
 
 from audiogate import hookspecs
 from audiogate.cancel import CancelToken
-from audiogate.errors import PluginError, PolicyError
+from audiogate.errors import AudioGateError, PluginError, PolicyError
 from audiogate.family import FAMILY_NAME_RE, FamilySpec, RegisteredFamily
 from audiogate.policy import AudioPolicy, CheckpointConfigs, read_checkpoint_configs
 from audiogate.policy.model import ValueSource
@@ -319,13 +319,22 @@ class FamilyHost:
     ) -> ExpandedPrompt:
         """See :func:`audiogate.hookspecs.audiogate_expand_prompt` (``chat``: the segments
         come from chat messages; by default a plain prompt)."""
-        result = self._pm.hook.audiogate_expand_prompt(
-            policy=policy,
-            segments=list(segments),
-            clips=list(clips),
-            tokenizer=tokenizer,
-            chat=chat,
-        )
+        try:
+            result = self._pm.hook.audiogate_expand_prompt(
+                policy=policy,
+                segments=list(segments),
+                clips=list(clips),
+                tokenizer=tokenizer,
+                chat=chat,
+            )
+        except AudioGateError:
+            raise
+        except Exception as exc:
+            # Also on paths outside the worker (which wraps its own): never untyped.
+            raise PluginError(
+                f"family {policy.family!r} raised {type(exc).__name__} while expanding the "
+                f"prompt: {exc}"
+            ) from exc
         return self._require(result, ExpandedPrompt, "audiogate_expand_prompt", policy.family)
 
     # ---------------------------------------------------------------------------------

@@ -75,6 +75,8 @@ def test_a_bad_second_clip_rejects_the_whole_request_naming_it():
     [
         ("not a mapping", "content part", "must be an object"),
         ({"type": "image_url", "image_url": {"url": "x"}}, "content part", "not an audio part"),
+        ({"type": ["input_audio"]}, "content part", "not an audio part"),  # unhashable
+        ({"type": {"a": 1}}, "content part", "not an audio part"),
         ({"type": "input_audio"}, "content part", "must be an object"),
         ({"type": "input_audio", "input_audio": {"format": "wav"}}, "content part", "non-empty"),
         (input_audio(""), "content part", "non-empty"),

@@ -26,6 +26,7 @@ from audiogate.errors import (
     PluginError,
 )
 from audiogate.pipeline import EncodedClip
+from audiogate.records import TextSegment
 from audiogate.testing.audio import noise, tone, wav_bytes
 from audiogate.testing.tiny_models import REMOTE_PHI4MM_FORWARD_PARAMETERS
 
@@ -555,3 +556,22 @@ def test_a_plain_prompt_keeps_its_image_placeholders(gates) -> None:
     assert result.text is not None
     assert result.text.count("<|endoftext10|>") == 1
     assert result.model_inputs["input_mode"].tolist() == [3]
+
+
+def test_a_plain_prompt_that_is_not_valid_unicode_is_a_typed_error(gates) -> None:
+    clip = EncodedClip(data=base64.b64decode(wav_b64(0.6)), ordinal=1)
+    with pytest.raises(PlaceholderError, match="not valid Unicode"):
+        gates["qwen2audio"].prepare(prompt="hi \udcff", clips=[clip])
+
+
+def test_an_untyped_error_while_expanding_is_a_plugin_error(gates) -> None:
+    from audiogate import create_host, hookimpl
+
+    class Choking:
+        @hookimpl(tryfirst=True)
+        def audiogate_expand_prompt(self, policy):
+            raise TypeError("tokenizer choked")
+
+    host = create_host(plugins=[Choking()], load_entry_points=True)
+    with pytest.raises(PluginError, match="TypeError while expanding the prompt"):
+        host.expand_prompt(gates["gemma3n"].policy, [TextSegment("hi")], [], None)

@@ -133,6 +133,16 @@ def test_user_text_with_the_sentinel_prefix_is_refused_when_audio_is_declared(co
         ([{"role": "user", "content": [{"type": "video_url"}]}], "unsupported type 'video_url'"),
         ([{"role": "user", "content": [{"text": "x"}]}], "'type'"),
         ([{"role": "user", "content": [{"type": "text", "text": 3}]}], "string 'text'"),
+        # A lone surrogate (undecodable bytes) fails tokenizers with an untyped error.
+        ([{"role": "user", "content": "hi \ud800"}], "content is not valid Unicode"),
+        ([{"role": "user", "content": [{"type": "text", "text": "\udcff"}]}], "part 0 text"),
+        (
+            [
+                {"role": "user", "content": [{"type": "text", "text": "a"}, audio()]},
+                {"role": "\ud800"},
+            ],
+            "message 1 role",
+        ),
     ],
 )
 def test_malformed_messages_fail_closed(messages, match: str) -> None:
@@ -178,3 +188,10 @@ def test_fresh_codecs_have_distinct_unguessable_nonces() -> None:
     nonces = {SentinelCodec.fresh().nonce for _ in range(100)}
     assert len(nonces) == 100
     assert all(len(n) == 16 for n in nonces)
+
+
+@pytest.mark.parametrize("ordinal", ["1" * 5000, "0", "01", "1234567890"])
+def test_a_sentinel_ordinal_that_no_request_has_is_malformed(ordinal: str) -> None:
+    text = f"{SENTINEL_PREFIX}{CODEC.nonce}_audio_{ordinal}|>"
+    with pytest.raises(PlaceholderError):
+        parse_rendered(text, CODEC, expected={"audio": 1})

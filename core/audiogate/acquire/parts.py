@@ -157,7 +157,7 @@ def declare_part(part: object, index: int) -> DeclaredSource:
         if not isinstance(part, Mapping):
             raise SourceRefused(f"a content part must be an object, not {type(part).__name__}")
         kind = part.get("type")
-        if kind not in _PAYLOAD_KEYS:
+        if not isinstance(kind, str) or kind not in _PAYLOAD_KEYS:
             raise SourceRefused(
                 f"content part type {kind!r} is not an audio part "
                 f"(expected 'input_audio' or 'audio_url')"

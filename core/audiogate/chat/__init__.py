@@ -8,6 +8,7 @@ from audiogate.chat.messages import (
     FlattenedChat,
     flatten_messages,
     renders_parts,
+    require_unicode,
 )
 from audiogate.chat.sentinels import SENTINEL_PREFIX, SentinelCodec, parse_rendered
 
@@ -20,4 +21,5 @@ __all__ = [
     "flatten_messages",
     "parse_rendered",
     "renders_parts",
+    "require_unicode",
 ]

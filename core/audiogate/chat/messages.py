@@ -32,6 +32,7 @@ __all__ = [
     "FlattenedChat",
     "flatten_messages",
     "renders_parts",
+    "require_unicode",
 ]
 
 AUDIO_PART_TYPES: Final = ("input_audio", "audio_url")
@@ -70,8 +71,11 @@ def _parts(message: Mapping[str, Any], index: int) -> list[Mapping[str, Any]] | 
     role = message.get("role")
     if not isinstance(role, str) or not role:
         raise ChatRequestError(f"message {index} needs a string 'role'")
+    require_unicode(role, f"message {index} role")
     content = message.get("content")
     if content is None or isinstance(content, str):
+        if content:
+            require_unicode(content, f"message {index} content")
         return None
     if not isinstance(content, list):
         raise ChatRequestError(
@@ -89,9 +93,22 @@ def _parts(message: Mapping[str, Any], index: int) -> list[Mapping[str, Any]] | 
                 f"message {index} part {position} has unsupported type {kind!r}; "
                 f"supported: {', '.join(_PART_TYPES)}"
             )
-        if kind == "text" and not isinstance(part.get("text"), str):
-            raise ChatRequestError(f"message {index} part {position} needs a string 'text'")
+        if kind == "text":
+            if not isinstance(part.get("text"), str):
+                raise ChatRequestError(f"message {index} part {position} needs a string 'text'")
+            require_unicode(part["text"], f"message {index} part {position} text")
     return list(content)
+
+
+def require_unicode(text: str, where: str) -> None:
+    """Refuse text that is not valid Unicode (a lone surrogate, as from undecodable bytes):
+    tokenizers and templates fail on it with untyped errors."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ChatRequestError(
+            f"{where} is not valid Unicode: a lone surrogate at offset {exc.start}"
+        ) from None
 
 
 #: Two text parts whose rendering shows whether a template prints list content.

@@ -26,7 +26,8 @@ __all__ = ["SENTINEL_PREFIX", "SentinelCodec", "parse_rendered"]
 SENTINEL_PREFIX: Final = "<|audiogate_media_"
 _CLOSE: Final = "|>"
 _NONCE_HEX: Final = 16
-_BODY: Final = re.compile(r"([0-9a-f]+)_([a-z]+)_([0-9]+)")
+#: Ordinals are 1-based and short (a request has at most a few thousand parts).
+_BODY: Final = re.compile(r"([0-9a-f]+)_([a-z]+)_([1-9][0-9]{0,8})")
 
 MediaKind = Literal["audio", "image"]
 
