@@ -368,7 +368,10 @@ def _add_serve_parser(sub: Any) -> None:
         type=float,
         default=30.0,
         metavar="SECONDS",
-        help="refuse a request whose body stalls this long (408; default 30)",
+        help=(
+            "refuse a request whose body stalls this long (408), abandon an answer left "
+            "unread this long, close connections this long into a shutdown (default 30)"
+        ),
     )
     p.add_argument("--max-prefill-tokens", type=_positive, metavar="N", help="prompt length cap")
     p.add_argument(

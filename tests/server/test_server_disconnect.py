@@ -3,9 +3,11 @@ cancelled, every byte gauge back to zero, the worker still serving."""
 
 from __future__ import annotations
 
+import base64
 import gc
 import json
 import socket
+import time
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +16,7 @@ from serverkit import PREPARE, Blocker, chat, delta, serving, wait_until, wav_b6
 
 from audiogate.acquire import AcquisitionPolicy
 from audiogate.server import ServerLimits
-from audiogate.testing.audio import wav_bytes
+from audiogate.testing.audio import noise, wav_bytes
 
 
 def open_request(port: int, headers: dict[str, str]) -> socket.socket:
@@ -151,3 +153,55 @@ def test_a_long_phi4_clip_is_cancelled_mid_processing(long_clip: Path) -> None:
         sock.close()
         wait_until(lambda: delta(before, running.outcomes()) == {"cancelled": 1})
         running.wait_idle()
+
+
+def _unread_requests(port: int, body: bytes, count: int) -> socket.socket:
+    """A connection that sends ``count`` pipelined requests and never reads an answer."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(("127.0.0.1", port))
+    head = f"POST {PREPARE} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    head += f"Content-Length: {len(body)}\r\n\r\n"
+    sock.sendall((head.encode() + body) * count)
+    return sock
+
+
+def test_a_client_that_never_reads_its_answer_gives_its_budget_back() -> None:
+    # Its answers stall in the socket: after the stall timeout the answer is abandoned and
+    # the connection closed, instead of holding the body budget while it stays connected.
+    with serving(limits=ServerLimits(body_idle_timeout_s=0.5)) as running:
+        body = json.dumps(chat(wav_b64(30.0))).encode()
+        sock = _unread_requests(running.server.port, body, 3)
+        try:
+            wait_until(lambda: running.gauges()[2] > 0)
+            wait_until(lambda: running.gauges()[2] == 0, timeout_s=15)
+            assert running.client.post(PREPARE, json=chat(wav_b64(1.0))).status_code == 200
+        finally:
+            sock.close()
+        running.wait_idle()
+
+
+def test_answers_stay_within_the_body_budget() -> None:
+    # Small bodies with large answers (30 s at 1 kHz: an 80 kB body, a 2 MB answer) from
+    # clients that never read: an answer waits for room in the budget, or is refused,
+    # instead of being forced past it.
+    clip = base64.b64encode(wav_bytes(noise(samples=30_000, amplitude=0.1), rate_hz=1_000))
+    body = json.dumps(chat(clip.decode())).encode()
+    budget = 1 << 20
+    limits = ServerLimits(body_idle_timeout_s=3.0, max_inflight_body_bytes=budget)
+    with serving(limits=limits) as running:
+        answer = len(running.client.post(PREPARE, content=body).content)
+        assert answer > 20 * len(body)
+        socks = [_unread_requests(running.server.port, body, 3) for _ in range(12)]
+        peak = 0.0
+        try:
+            deadline = time.monotonic() + 2.5
+            while time.monotonic() < deadline:
+                peak = max(peak, running.gauges()[2])
+                time.sleep(0.01)
+        finally:
+            for sock in socks:
+                sock.close()
+        running.wait_idle()
+        # Past the maximum only for a request that holds everything held, alone.
+        assert peak <= max(budget, answer + len(body))

@@ -51,6 +51,7 @@ from audiogate.server.encoding import (
     FEATURE_FORMATS,
     FeatureFormat,
     encode_features,
+    encoded_features_bound,
     safetensors_available,
 )
 from audiogate.server.errors import (
@@ -111,8 +112,11 @@ class ServerLimits:
         gate's (policy-narrowed) acquisition ceiling.
     :param max_inflight_body_bytes: the bytes the server holds for requests at once: bodies
         as their bytes arrive, then their answers until sent (``None``: four maximal
-        bodies). New bodies are refused (413) while it is full.
-    :param body_idle_timeout_s: refuse a request (408) whose body stalls this long.
+        bodies). New bodies are refused (413) while it is full; an answer waits for room
+        up to ``body_idle_timeout_s`` (a request holding everything held may exceed it).
+    :param body_idle_timeout_s: refuse a request (408) whose body stalls this long; abandon
+        an answer the client reads none of for this long; close connections this long
+        after a shutdown starts.
     :param max_inflight_acquired_bytes: the bytes all requests' file and URL reads may hold
         at once, from the first byte known until the clips reach the worker's admission
         (``None``: four maximal requests of encoded audio). A read that does not fit is
@@ -194,6 +198,7 @@ class _BodyBudget:
         self.maximum = maximum
         self.held = 0
         self._gauge = gauge
+        self._freed = asyncio.Event()  # set whenever bytes are given back
 
     def hold(self) -> _BodyHold:
         return _BodyHold(self)
@@ -215,6 +220,23 @@ class _BodyBudget:
     def _give(self, nbytes: int) -> None:
         self.held -= nbytes
         self._gauge.set(self.held)
+        self._freed.set()
+
+    async def make_room(self, hold: _BodyHold, nbytes: int, *, timeout_s: float) -> None:
+        """Hold ``nbytes`` more for ``hold`` once they fit, waiting up to ``timeout_s`` for
+        other requests to give bytes back; a request that holds everything held may go
+        past the maximum alone (an answer larger than the budget is still sent).
+
+        :raises MemoryLimitError: no room came within ``timeout_s``.
+        """
+        try:
+            async with asyncio.timeout(timeout_s):
+                while not self.fits(nbytes) and self.held > hold.nbytes:
+                    self._freed.clear()
+                    await self._freed.wait()
+        except TimeoutError:
+            raise self.refusal(nbytes) from None
+        hold.grow(nbytes, force=True)
 
 
 class _BodyHold:
@@ -229,10 +251,15 @@ class _BodyHold:
         self._budget._take(nbytes, force=force)
         self.nbytes += nbytes
 
+    def shrink(self, nbytes: int) -> None:
+        """Give back ``nbytes`` of what this request holds."""
+        nbytes = min(nbytes, self.nbytes)
+        if nbytes > 0:
+            self._budget._give(nbytes)
+            self.nbytes -= nbytes
+
     def release(self) -> None:
-        if self.nbytes:
-            self._budget._give(self.nbytes)
-            self.nbytes = 0
+        self.shrink(self.nbytes)
 
 
 # --- request parsing -----------------------------------------------------------------
@@ -360,8 +387,8 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
-def _render_result(result: PreparedRequest, call: _PrepareCall, served_model: str) -> list[bytes]:
-    """The answer's JSON as fragments (their concatenation is the body)."""
+def _render_head(result: PreparedRequest, call: _PrepareCall, served_model: str) -> bytes:
+    """The answer's JSON without its features (a closed object)."""
     summary = result.summary()
     document = {
         "object": "audiogate.prepared",
@@ -374,11 +401,13 @@ def _render_result(result: PreparedRequest, call: _PrepareCall, served_model: st
         "clips": summary["clips"],
         "totals": summary["totals"],
     }
-    head = json.dumps(document, separators=(",", ":"), default=_json_default).encode()
-    if call.return_features and result.model_inputs:
-        features = encode_features(result.model_inputs, call.feature_format)
-    else:
-        features = [b"null"]
+    return json.dumps(document, separators=(",", ":"), default=_json_default).encode()
+
+
+def _render_answer(head: bytes, inputs: Mapping[str, Any], call: _PrepareCall) -> list[bytes]:
+    """The answer's JSON as fragments (their concatenation is the body): ``head`` with its
+    ``features`` (``null`` without ``inputs``)."""
+    features = encode_features(inputs, call.feature_format) if inputs else [b"null"]
     return [head[:-1], b',"features":', *features, b"}"]
 
 
@@ -390,11 +419,14 @@ class _FragmentsResponse(Response):
     handed over or the client is gone.
     """
 
-    def __init__(self, fragments: list[bytes], *, on_sent: Callable[[], None]) -> None:
+    def __init__(
+        self, fragments: list[bytes], *, on_sent: Callable[[], None], stall_timeout_s: float
+    ) -> None:
         super().__init__(media_type="application/json")
         self.fragments = fragments
         self.nbytes = sum(len(f) for f in fragments)
         self.on_sent = on_sent
+        self.stall_timeout_s = stall_timeout_s
         self.headers["content-length"] = str(self.nbytes)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -412,7 +444,19 @@ class _FragmentsResponse(Response):
             last = len(slices) - 1
             for index, piece in enumerate(slices):
                 more = index < last
-                await send({"type": "http.response.body", "body": piece, "more_body": more})
+                message = {"type": "http.response.body", "body": piece, "more_body": more}
+                try:
+                    async with asyncio.timeout(self.stall_timeout_s):
+                        await send(message)
+                except TimeoutError:
+                    # A client that stops reading would hold its answer (and its share of
+                    # the body budget) for as long as it stays connected: the answer is
+                    # abandoned, and the server closes the connection.
+                    log.warning(
+                        "a client read none of its answer for %g s; closing the connection",
+                        self.stall_timeout_s,
+                    )
+                    return
         finally:
             self.fragments = []
             self.on_sent()
@@ -513,19 +557,24 @@ class _AudioServer:
         call = _parse_call(document)
         del document
         result = await self._run_until_disconnect(request, call.messages)
-        if result.batch is not None and result.batch.totals.frames and call.return_features:
-            nbytes = sum(int(np.asarray(a).nbytes) for a in result.model_inputs.values())
-        else:
-            nbytes = 0
+        head = _render_head(result, call, self.served_model)
+        inputs = result.model_inputs if call.return_features else {}
+        # The answer is held until it is sent: its bound is taken from the body budget
+        # before it is encoded (waiting for room, as answers being sent give theirs
+        # back), so clients that read slowly backpressure the others instead of growing
+        # memory past the budget.
+        bound = len(head) + 16 + (encoded_features_bound(inputs) if inputs else 0)
+        await self.bodies.make_room(hold, bound, timeout_s=self.body_idle_timeout_s)
+        nbytes = sum(int(np.asarray(a).nbytes) for a in inputs.values())
         if nbytes > _OFFLOOP_BYTES:
-            fragments = await self._off_loop(_render_result, result, call, self.served_model)
+            fragments = await self._off_loop(_render_answer, head, inputs, call)
         else:
-            fragments = _render_result(result, call, self.served_model)
-        del result
-        response = _FragmentsResponse(fragments, on_sent=hold.release)
-        # The answer is held until it is sent: it counts in the body budget, so a flood of
-        # clients that read slowly backpressures new uploads instead of growing memory.
-        hold.grow(response.nbytes, force=True)
+            fragments = _render_answer(head, inputs, call)
+        del result, inputs
+        response = _FragmentsResponse(
+            fragments, on_sent=hold.release, stall_timeout_s=self.body_idle_timeout_s
+        )
+        hold.shrink(bound - response.nbytes)  # what the bound overestimated
         return response
 
     async def _off_loop(self, function: Callable[..., _T], *args: Any) -> _T:

@@ -23,6 +23,7 @@ __all__ = [
     "FeatureFormat",
     "decode_features",
     "encode_features",
+    "encoded_features_bound",
     "npy_base64",
     "safetensors_available",
 ]
@@ -47,6 +48,10 @@ def _contiguous(array: Any) -> npt.NDArray[Any]:
     # (``ascontiguousarray`` would turn a 0-d array into shape (1,)).
     data = np.asarray(array)
     return data if data.flags.c_contiguous else data.copy(order="C")
+
+
+#: Bytes allowed per array for its ``.npy`` or safetensors header, shape and dtype JSON.
+_HEADER_ALLOWANCE: Final = 512
 
 
 def npy_base64(array: Any) -> list[bytes]:
@@ -84,6 +89,16 @@ def _describe(inputs: Mapping[str, Any]) -> bytes:
         + b',"dtypes":'
         + json.dumps(dtypes, separators=(",", ":")).encode()
     )
+
+
+def encoded_features_bound(inputs: Mapping[str, Any]) -> int:
+    """An upper bound of the bytes :func:`encode_features` returns for ``inputs`` (either
+    format): each array's base64 with a generous allowance for its header and JSON."""
+    total = 256
+    for name, array in inputs.items():
+        nbytes = int(np.asarray(array).nbytes) + _HEADER_ALLOWANCE + 2 * len(name)
+        total += 4 * -(-nbytes // 3) + 2 * _HEADER_ALLOWANCE + 2 * len(name)
+    return total
 
 
 def encode_features(inputs: Mapping[str, Any], feature_format: FeatureFormat) -> list[bytes]:

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import re
 import threading
 import time
@@ -122,6 +123,9 @@ def _config(app: Starlette, options: ServeOptions) -> uvicorn.Config:
         lifespan="on",
         # One process: the bounded worker is the unit of parallelism (``--workers``).
         workers=None,
+        # A client that keeps its connection open must not hold a shutdown forever: after
+        # this long, open connections are closed (an answer stalls out in as long).
+        timeout_graceful_shutdown=math.ceil(options.limits.body_idle_timeout_s),
     )
 
 
