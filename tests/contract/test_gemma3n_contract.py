@@ -14,3 +14,4 @@ class TestGemma3nContract(FamilyContract):
     # The linear resampler takes any rate; these are the common ones.
     sample_rates_hz = (16_000, 8_000, 44_100, 48_000)
     model_dir = MODELS / "gemma-3n-e4b-it"
+    user_placeholder = "<audio_soft_token>"

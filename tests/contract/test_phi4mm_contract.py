@@ -17,6 +17,7 @@ class TestPhi4mmRemoteCodeContract(FamilyContract):
     # 8 kHz takes SpeechLib's "fillzero" path; 22.05 kHz is relabelled, 48 kHz decimated.
     sample_rates_hz = (16_000, 8_000, 22_050, 44_100, 48_000)
     model_dir = MODELS / "phi-4-multimodal-instruct"
+    user_placeholder = "<|audio_{n}|>"
 
 
 class TestPhi4mmNativeContract(FamilyContract):
@@ -26,5 +27,6 @@ class TestPhi4mmNativeContract(FamilyContract):
     model_type = "phi4_multimodal"
     sample_rates_hz = (16_000, 22_050, 44_100, 48_000)
     model_dir = MODELS / "phi-4-multimodal-instruct-hf"
+    user_placeholder = "<|audio|>"
     # The native frontend refuses a checkpoint that restates the remote-code resampler.
     round_trip_skip_targets = ("resampling",)

@@ -14,3 +14,4 @@ class TestQwen2AudioContract(FamilyContract):
     # Exactly the rates the policy admits (the seed's 16, 44.1 and 48 kHz).
     sample_rates_hz = (16_000, 44_100, 48_000)
     model_dir = MODELS / "qwen2-audio-7b-instruct"
+    user_placeholder = "[audio:{sha256}]"

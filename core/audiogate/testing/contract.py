@@ -232,6 +232,11 @@ class FamilyContract:
         (:func:`audiogate.testing.tokenizers.build_stand_in_tokenizer`) with these tokens.
     ``round_trip_skip_targets``
         key targets a variant refuses to have restated (left out of the round trip).
+    ``user_placeholder``
+        the placeholder a user writes in a plain prompt for one clip, with ``{n}`` for its
+        1-based ordinal and ``{sha256}`` for its digest where the family numbers or names
+        them (e.g. ``"<audio>"``, ``"<|audio_{n}|>"``); ``None`` skips the placeholder
+        count check.
     ``long_clip_seconds``
         the long clip of the arithmetic and cancellation checks (capped by the policy).
     ``reservation_clips`` / ``reservation_clip_seconds``
@@ -247,6 +252,7 @@ class FamilyContract:
     special_tokens: ClassVar[Mapping[str, int] | None] = None
     chat_template: ClassVar[str | None] = None
     round_trip_skip_targets: ClassVar[tuple[str, ...]] = ()
+    user_placeholder: ClassVar[str | None] = None
     long_clip_seconds: ClassVar[float] = 20.0
     reservation_clips: ClassVar[int] = 4
     reservation_clip_seconds: ClassVar[float] = 30.0
@@ -851,6 +857,50 @@ class FamilyContract:
         expanded = host.expand_prompt(policy, [TextSegment(_PROMPT)], slots, tokenizer)
         problems = check_expansion(expanded, slots, tokenizer)
         assert not problems, problems
+
+    @contract
+    def test_plain_prompt_placeholders_must_match_the_clips(
+        self, contract_host: FamilyHost, contract_policy: AudioPolicy, contract_tokenizer: Any
+    ) -> None:
+        """With :attr:`user_placeholder`: one per clip expands to the planned runs (with
+        a tokenizer, and as text without one); one too few or one too many is a
+        PlaceholderError, never fixed up."""
+        if self.user_placeholder is None:
+            pytest.skip(f"{type(self).__name__} sets no user_placeholder")
+        host, policy, tokenizer = contract_host, contract_policy, contract_tokenizer
+        slots = self.slots(host, policy, self.expansion_clips(policy)[:2])
+
+        def written(ordinals: Sequence[int]) -> list[PromptSegment]:
+            marks = [
+                self.user_placeholder.format(  # type: ignore[union-attr]
+                    n=n, sha256=slots[n - 1].sha256 if n <= len(slots) else f"{n:064x}"
+                )
+                for n in ordinals
+            ]
+            return [TextSegment("Compare " + " and ".join(marks) + ".")]
+
+        exact = written([1, 2])
+        problems = check_expansion(
+            host.expand_prompt(policy, exact, slots, tokenizer), slots, tokenizer
+        )
+        assert not problems, problems
+        bare = host.expand_prompt(policy, exact, slots, None)
+        if tokenizer is not None and bare.text is not None:
+            audio = str(tokenizer.convert_ids_to_tokens(bare.audio_token_id))
+            assert bare.text.count(audio) == sum(slot.tokens for slot in slots), (
+                "without a tokenizer, the expanded text holds another number of audio tokens"
+            )
+        accepted = []
+        for ordinals in ([1], [1, 2, 3]):
+            for tok in (tokenizer, None):
+                try:
+                    host.expand_prompt(policy, written(ordinals), slots, tok)
+                except PlaceholderError:
+                    continue
+                accepted.append(
+                    f"{len(ordinals)} placeholders for 2 clips, tokenizer={tok is not None}"
+                )
+        assert not accepted, f"a placeholder count mismatch was accepted: {accepted}"
 
     @contract
     def test_a_prompt_without_clips_expands_to_no_audio(

@@ -30,3 +30,4 @@ class TestToyvoiceContract(FamilyContract):
     model_dir = CHECKPOINT  # configs only: the tokenizer is the stand-in below
     special_tokens = SPECIAL_TOKENS
     chat_template = CHAT_TEMPLATE
+    user_placeholder = "<audio>"
