@@ -27,7 +27,7 @@ from typing import Any, Literal
 import attrs
 
 from audiogate.acquire import AcquisitionPolicy, acquire_parts
-from audiogate.cancel import NEVER, CancelToken
+from audiogate.cancel import CancelToken, cancellable
 from audiogate.chat import (
     ChatRequestError,
     FlattenedChat,
@@ -287,7 +287,7 @@ class AudioGate:
         with outcome_scope() as outcome:
             try:
                 return await self._prepare(
-                    policy, messages, prompt, clips, _own_token(cancel), convert, progress
+                    policy, messages, prompt, clips, cancellable(cancel), convert, progress
                 )
             except (Exception, asyncio.CancelledError) as error:
                 if self.worker is not None and not outcome.recorded:
@@ -511,12 +511,6 @@ def _model_inputs(
         )
     inputs.update(extra)
     return inputs
-
-
-def _own_token(cancel: CancelToken | None) -> CancelToken:
-    """The request's token: the caller's, or a fresh one where the caller gave none or
-    ``NEVER`` (which cannot be cancelled, and a cancelled awaiting task must cancel)."""
-    return CancelToken() if cancel is None or cancel is NEVER else cancel
 
 
 def _converter(kind: TensorKind | None) -> Callable[[Any], Any]:

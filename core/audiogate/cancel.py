@@ -15,7 +15,7 @@ from typing import Final
 
 from audiogate.errors import PreprocessCancelled
 
-__all__ = ["NEVER", "CancelToken", "Checkpoint"]
+__all__ = ["NEVER", "CancelToken", "Checkpoint", "cancellable"]
 
 
 class Checkpoint(enum.StrEnum):
@@ -110,3 +110,10 @@ class _NeverCancel(CancelToken):
 
 #: A shared token that is never cancelled.
 NEVER: Final[CancelToken] = _NeverCancel()
+
+
+def cancellable(cancel: CancelToken | None) -> CancelToken:
+    """The token a request runs on: the caller's, or a fresh one where the caller gave
+    none or :data:`NEVER` (which refuses ``cancel()``; a timeout or a cancelled awaiting
+    task must still cancel the request, and nobody else could)."""
+    return CancelToken() if cancel is None or cancel is NEVER else cancel

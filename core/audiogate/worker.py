@@ -27,7 +27,7 @@ from typing import Any, Final, Generic, TypeVar
 
 import attrs
 
-from audiogate.cancel import NEVER, CancelToken, Checkpoint
+from audiogate.cancel import CancelToken, Checkpoint, cancellable
 from audiogate.errors import (
     AudioGateError,
     MemoryLimitError,
@@ -382,9 +382,7 @@ class AudioWorker:
         :raises MemoryLimitError: the worker's queued-bytes or host-bytes cap is full.
         :raises QueueFullError: the job queue is full.
         """
-        # The worker must be able to cancel the job (timeouts, a cancelled awaiting task),
-        # which NEVER refuses; a fresh token is the same thing to a caller who passed it.
-        token = CancelToken() if cancel is None or cancel is NEVER else cancel
+        token = cancellable(cancel)  # the worker cancels it on timeouts and task cancels
         family = policy.family
         record = _OUTCOME.get()
         if record is not None and record.active:
