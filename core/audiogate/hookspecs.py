@@ -200,7 +200,8 @@ def audiogate_expand_prompt(
     either from a rendered chat template (each media part a
     :class:`~audiogate.records.MediaSegment`, in order) or from a plain prompt (text
     only; the family applies its own placeholder rules, and inserts them where absent).
-    Every clip's run must have exactly ``clip.tokens`` audio token ids. A chat request
+    Every clip's run must have exactly ``clip.tokens`` audio token ids (its span covers
+    those ids only, not the family's start/end delimiters). A chat request
     without audio parts comes here too, as its rendered text with no ``clips``: the
     family keeps the text and refuses any audio placeholder, reference or reserved
     literal in it (image positions still arrive as media segments). Inputs the model
@@ -216,8 +217,9 @@ def audiogate_expand_prompt(
         and ``audio_spans``.
     :param chat: the segments come from chat messages: every media position is a
         :class:`~audiogate.records.MediaSegment`, so a placeholder typed in their text is
-        the user's, to refuse, also in a request with no media at all. ``False`` for a
-        plain prompt, whose text carries the family's own placeholders.
+        the user's, to refuse, also in a request with no media at all. Always true when
+        ``segments`` hold a media segment. ``False`` for a plain prompt, whose text
+        carries the family's own placeholders.
     :returns: the expanded prompt, or ``None`` if not this plugin's family.
     :raises PlaceholderError: missing, duplicated, reordered, reserved or extra placeholders.
     """

@@ -31,6 +31,7 @@ from audiogate.records import (
     ExpandedPrompt,
     FeatureBatch,
     FeaturePlan,
+    MediaSegment,
     PromptSegment,
     ResamplePlan,
 )
@@ -319,6 +320,8 @@ class FamilyHost:
     ) -> ExpandedPrompt:
         """See :func:`audiogate.hookspecs.audiogate_expand_prompt` (``chat``: the segments
         come from chat messages; by default a plain prompt)."""
+        # Media segments only ever come from chat messages: a hook may trust ``chat``.
+        chat = chat or any(isinstance(segment, MediaSegment) for segment in segments)
         try:
             result = self._pm.hook.audiogate_expand_prompt(
                 policy=policy,

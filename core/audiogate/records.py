@@ -165,7 +165,7 @@ class ExpandedPrompt:
     :param text: the expanded text where the family has a text form (tokenizing it gives
         ``input_ids``), else ``None``.
     :param audio_spans: per clip, in clip order, ``(start, stop)`` of its audio token run
-        in ``input_ids``.
+        in ``input_ids`` (the audio ids only, without start/end delimiters).
     :param audio_token_id: the id repeated inside each span.
     :param model_inputs: arrays the model's forward needs that follow from the prompt
         rather than from the audio, by name (empty for most families). Phi-4 MM's

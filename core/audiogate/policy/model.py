@@ -105,7 +105,7 @@ class AudioPolicy:
     :param max_encoded_bytes_per_clip: most encoded bytes of one clip.
     :param max_frames_per_clip: most feature frames of one clip.
     :param overflow: ``"reject"`` over-long audio, or ``"truncate"`` it at the limit (only
-        where the family's ``FamilySpec.overflow_modes`` allows it).
+        where the family's key table allows it: ``standard_keys(overflow_modes=...)``).
     :param max_clips: most clips per request.
     :param max_encoded_bytes_per_request: encoded bytes of all clips.
     :param max_source_samples_per_request: decoded source frames of all clips.
@@ -115,10 +115,13 @@ class AudioPolicy:
     :param max_waveform_result_bytes_per_request: the retained normalized waveforms,
         4 bytes per normalized sample of all clips.
     :param max_waveform_working_bytes_per_request: the peak while one clip is decoded and
-        resampled: its decoded source (4 bytes per frame plus a small decoder block), the
-        largest resample plan's ``working_bytes``, and every retained normalized waveform.
-        Size it as the result bytes plus the longest admitted source at
-        ``max_source_rate_hz`` (4 bytes per frame) plus the resampler's scratch.
+        resampled: its decoded source (4 bytes per frame plus the decoder's block of
+        accumulators, :func:`audiogate.pipeline.preflight.decode_working_bytes`: up to
+        65,536 × (8 · channels + 16) bytes, 2 MiB in stereo), the largest resample plan's
+        ``working_bytes`` (soxr HQ's: :data:`audiogate.resample.soxr_hq.SOXR_WORKING_BYTES`,
+        1 MiB), and every retained normalized waveform. Size it as the result bytes plus
+        the longest admitted source at ``max_source_rate_hz`` (4 bytes per frame) plus the
+        decoder block at ``max_source_channels`` plus the resampler's scratch.
     :param max_prepared_result_bytes_per_request: the feature arrays (each plan's
         ``feature_bytes``) plus the collated batch (every clip padded to the largest).
     :param frame_length_samples: the frontend's frame length, for the preflight's frame

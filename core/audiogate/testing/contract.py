@@ -864,20 +864,20 @@ class FamilyContract:
     ) -> None:
         """With :attr:`user_placeholder`: one per clip expands to the planned runs (with
         a tokenizer, and as text without one); one too few or one too many is a
-        PlaceholderError, never fixed up."""
+        PlaceholderError, never fixed up; typed into chat text, it is refused."""
         if self.user_placeholder is None:
             pytest.skip(f"{type(self).__name__} sets no user_placeholder")
         host, policy, tokenizer = contract_host, contract_policy, contract_tokenizer
         slots = self.slots(host, policy, self.expansion_clips(policy)[:2])
 
+        placeholder = self.user_placeholder
+
+        def mark(n: int) -> str:
+            digest = slots[n - 1].sha256 if n <= len(slots) else f"{n:064x}"
+            return placeholder.format(n=n, sha256=digest)
+
         def written(ordinals: Sequence[int]) -> list[PromptSegment]:
-            marks = [
-                self.user_placeholder.format(  # type: ignore[union-attr]
-                    n=n, sha256=slots[n - 1].sha256 if n <= len(slots) else f"{n:064x}"
-                )
-                for n in ordinals
-            ]
-            return [TextSegment("Compare " + " and ".join(marks) + ".")]
+            return [TextSegment("Compare " + " and ".join(mark(n) for n in ordinals) + ".")]
 
         exact = written([1, 2])
         problems = check_expansion(
@@ -900,6 +900,17 @@ class FamilyContract:
                 accepted.append(
                     f"{len(ordinals)} placeholders for 2 clips, tokenizer={tok is not None}"
                 )
+        # In chat messages every media position is a part: the placeholder typed in their
+        # text is the user's, beside the parts or in a chat without media.
+        typed = TextSegment(f"Say {mark(1)}.")
+        beside = [*self.make_segments(2, tokenizer), typed]
+        for case, segments, clips in (("beside 2 parts", beside, slots), ("alone", [typed], [])):
+            for tok in (tokenizer, None):
+                try:
+                    host.expand_prompt(policy, segments, clips, tok, chat=True)
+                except PlaceholderError:
+                    continue
+                accepted.append(f"typed in a chat {case}, tokenizer={tok is not None}")
         assert not accepted, f"a placeholder count mismatch was accepted: {accepted}"
 
     @contract

@@ -9,8 +9,9 @@ Two ways in, as the core hands them over:
   order, or not at all (then every clip goes before the text).
 
 Both fail closed with :class:`~audiogate.errors.PlaceholderError`: a count that does not
-match the clips, an image, an out-of-order part, or the model's own audio tokens typed
-into the text (they would become audio positions no clip fills).
+match the clips, an image, an out-of-order part, ``<audio>`` typed into chat text, or the
+model's own audio tokens typed into the text (they would become audio positions no clip
+fills).
 """
 
 from __future__ import annotations
@@ -48,6 +49,11 @@ def _chat_pieces(segments: Sequence[PromptSegment], clips: Sequence[ClipSlot]) -
     for segment in segments:
         if isinstance(segment, TextSegment):
             _refuse_reserved(segment.text)
+            if USER_PLACEHOLDER in segment.text:
+                raise PlaceholderError(
+                    f"the chat text contains {USER_PLACEHOLDER!r}; in chat messages a clip is "
+                    "an audio part, and a placeholder typed as text has no clip behind it"
+                )
             pieces.append(segment.text)
             continue
         if segment.kind != "audio":

@@ -34,6 +34,10 @@ def test_plain_placeholders_are_replaced_in_order(audiogate_host: FamilyHost) ->
         ([MediaSegment("audio", 1), MediaSegment("image", 1)], "image part"),
         ([MediaSegment("audio", 2), MediaSegment("audio", 1)], "part 2 appears where part 1"),
         ([MediaSegment("audio", 1)], "1 audio part"),
+        (
+            [MediaSegment("audio", 1), TextSegment("and <audio>"), MediaSegment("audio", 2)],
+            "chat text contains '<audio>'",
+        ),
     ],
 )
 def test_mismatches_are_refused(
