@@ -195,3 +195,14 @@ def test_a_sentinel_ordinal_that_no_request_has_is_malformed(ordinal: str) -> No
     text = f"{SENTINEL_PREFIX}{CODEC.nonce}_audio_{ordinal}|>"
     with pytest.raises(PlaceholderError):
         parse_rendered(text, CODEC, expected={"audio": 1})
+
+
+def test_a_message_without_content_reaches_the_template_unchanged() -> None:
+    # A tool-call turn has content None; templates test for it (``is none``).
+    messages = [
+        {"role": "user", "content": [audio(), {"type": "text", "text": "hi"}]},
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "1"}]},
+    ]
+    flat = flatten_messages(messages, codec=CODEC)
+    assert flat.messages[1] == messages[1]
+    assert flat.messages[1]["content"] is None

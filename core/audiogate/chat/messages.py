@@ -169,9 +169,10 @@ def flatten_messages(
     flattened: list[Mapping[str, Any]] = []
     for index, (message, content_parts) in enumerate(zip(messages, all_parts, strict=True)):
         if content_parts is None:
-            text = message.get("content") or ""
-            _guard(text, index)
-            flattened.append({**message, "content": text})
+            # String content, or none at all (a tool-call turn): the template sees it as
+            # the client sent it.
+            _guard(message.get("content") or "", index)
+            flattened.append(message)
             continue
         pieces: list[dict[str, Any]] = []
         for part in content_parts:
