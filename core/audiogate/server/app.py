@@ -118,8 +118,9 @@ class ServerLimits:
         an answer the client reads none of for this long; close connections this long
         after a shutdown starts.
     :param max_inflight_acquired_bytes: the bytes all requests' file and URL reads may hold
-        at once, from the first byte known until the clips reach the worker's admission
-        (``None``: four maximal requests of encoded audio). A read that does not fit is
+        at once, from the first byte known until the request's acquisition ends, after which
+        the worker's admission reserves the clips (``None``: four maximal requests of
+        encoded audio). A read that does not fit is
         refused (413, ``"in-flight acquired bytes"``).
     """
 
@@ -177,7 +178,7 @@ class _ServerMetrics:
         )
         self.inflight_acquired_bytes = Gauge(
             "audiogate_server_inflight_acquired_bytes",
-            "Encoded bytes that requests' file and URL reads hold until the worker admits them.",
+            "Encoded bytes that requests' file and URL reads hold until their acquisition ends.",
             registry=registry,
         )
         self.responses = Counter(

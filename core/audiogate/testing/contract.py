@@ -216,7 +216,7 @@ class FamilyContract:
         the family name (required).
     ``sample_rates_hz``
         source rates to push through the pipeline; default: the target rate and, if the
-        policy admits it, 48 kHz. The first rate other than the target is the one whose
+        policy admits it, 48 kHz. The highest rate other than the target is the one whose
         resampler is cancelled.
     ``plugins``
         plugin objects to register directly (entry points are then not loaded); default:
