@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import importlib.metadata as metadata
 import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final, TypeVar
 
 import attrs
 import numpy as np
 import numpy.typing as npt
 import pluggy
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
 
 from audiogate import hookspecs
 from audiogate.cancel import CancelToken
@@ -117,6 +119,9 @@ class FamilyHost:
             problems.append(f"name {spec.name!r} must match {FAMILY_NAME_RE.pattern}")
         if not spec.model_types or not all(isinstance(t, str) and t for t in spec.model_types):
             problems.append(f"model_types {spec.model_types!r} must be non-empty strings")
+        elif len(set(spec.model_types)) != len(spec.model_types):
+            problems.append(f"model_types {spec.model_types!r} repeat a value")
+        problems.extend(_spec_problems(spec))
         if not isinstance(spec.defaults, AudioPolicy) or spec.defaults.family != spec.name:
             problems.append("defaults must be an AudioPolicy whose family is the spec's name")
         if not spec.schema or spec.schema.get("type") != "object":
@@ -203,8 +208,14 @@ class FamilyHost:
     def parse_policy(self, family: str, configs: CheckpointConfigs) -> AudioPolicy:
         """The effective policy of ``configs`` under ``family``."""
         spec = self.family(family).spec
-        result = self._pm.hook.audiogate_parse_policy(family=spec, configs=configs)
-        return self._require(result, AudioPolicy, "audiogate_parse_policy", family)
+        result = self._call("audiogate_parse_policy", family, family=spec, configs=configs)
+        policy = self._require(result, AudioPolicy, "audiogate_parse_policy", family)
+        if policy.family != family:
+            raise PluginError(
+                f"audiogate_parse_policy for family {family!r} returned a policy of family "
+                f"{policy.family!r}"
+            )
+        return policy
 
     def default_policy(self, family: str) -> AudioPolicy:
         """The family's pinned defaults, with every source marked pinned."""
@@ -231,13 +242,23 @@ class FamilyHost:
         self, policy: AudioPolicy, *, source_rate_hz: int, source_samples: int, clip_index: int
     ) -> ResamplePlan:
         """See :func:`audiogate.hookspecs.audiogate_plan_resample`."""
-        result = self._pm.hook.audiogate_plan_resample(
+        result = self._call(
+            "audiogate_plan_resample",
+            policy.family,
             policy=policy,
             source_rate_hz=source_rate_hz,
             source_samples=source_samples,
             clip_index=clip_index,
         )
-        return self._require(result, ResamplePlan, "audiogate_plan_resample", policy.family)
+        plan = self._require(result, ResamplePlan, "audiogate_plan_resample", policy.family)
+        _check_counts(
+            "audiogate_plan_resample",
+            policy.family,
+            output_rate_hz=plan.output_rate_hz,
+            output_samples=plan.output_samples,
+            working_bytes=plan.working_bytes,
+        )
+        return plan
 
     def resample(
         self,
@@ -249,8 +270,14 @@ class FamilyHost:
         cancel: CancelToken,
     ) -> npt.NDArray[np.float32]:
         """See :func:`audiogate.hookspecs.audiogate_resample`."""
-        result = self._pm.hook.audiogate_resample(
-            policy=policy, plan=plan, samples=samples, clip_index=clip_index, cancel=cancel
+        result = self._call(
+            "audiogate_resample",
+            policy.family,
+            policy=policy,
+            plan=plan,
+            samples=samples,
+            clip_index=clip_index,
+            cancel=cancel,
         )
         out: npt.NDArray[np.float32] = self._require(
             result, np.ndarray, "audiogate_resample", policy.family
@@ -260,16 +287,35 @@ class FamilyHost:
                 f"family {policy.family!r} resampler returned {out.dtype}{list(out.shape)}, "
                 f"planned float32[{plan.output_samples}]"
             )
+        if out.flags.writeable:
+            raise PluginError(
+                f"family {policy.family!r} resampler returned a writable array; return "
+                "audiogate.records.readonly(...)"
+            )
         return out
 
     def plan_features(
         self, policy: AudioPolicy, *, rate_hz: int, samples: int, clip_index: int
     ) -> FeaturePlan:
         """See :func:`audiogate.hookspecs.audiogate_plan_features`."""
-        result = self._pm.hook.audiogate_plan_features(
-            policy=policy, rate_hz=rate_hz, samples=samples, clip_index=clip_index
+        result = self._call(
+            "audiogate_plan_features",
+            policy.family,
+            policy=policy,
+            rate_hz=rate_hz,
+            samples=samples,
+            clip_index=clip_index,
         )
-        return self._require(result, FeaturePlan, "audiogate_plan_features", policy.family)
+        plan = self._require(result, FeaturePlan, "audiogate_plan_features", policy.family)
+        _check_counts(
+            "audiogate_plan_features",
+            policy.family,
+            frames=plan.frames,
+            tokens=plan.tokens,
+            feature_bytes=plan.feature_bytes,
+            working_bytes=plan.working_bytes,
+        )
+        return plan
 
     def extract_features(
         self,
@@ -282,7 +328,9 @@ class FamilyHost:
         cancel: CancelToken,
     ) -> ClipFeatures:
         """See :func:`audiogate.hookspecs.audiogate_extract_features`."""
-        result = self._pm.hook.audiogate_extract_features(
+        result = self._call(
+            "audiogate_extract_features",
+            policy.family,
             policy=policy,
             plan=plan,
             waveform=waveform,
@@ -291,8 +339,9 @@ class FamilyHost:
             cancel=cancel,
         )
         features = self._require(result, ClipFeatures, "audiogate_extract_features", policy.family)
+        _check_feature_arrays(features, policy.family, clip_index)
         if (
-            tuple(features.features.shape) != plan.feature_shape
+            tuple(features.features.shape) != tuple(plan.feature_shape)
             or features.tokens != plan.tokens
             or features.frames != plan.frames
         ):
@@ -306,8 +355,21 @@ class FamilyHost:
 
     def collate_features(self, policy: AudioPolicy, clips: Sequence[ClipFeatures]) -> FeatureBatch:
         """See :func:`audiogate.hookspecs.audiogate_collate_features`."""
-        result = self._pm.hook.audiogate_collate_features(policy=policy, clips=list(clips))
-        return self._require(result, FeatureBatch, "audiogate_collate_features", policy.family)
+        result = self._call(
+            "audiogate_collate_features", policy.family, policy=policy, clips=list(clips)
+        )
+        batch = self._require(result, FeatureBatch, "audiogate_collate_features", policy.family)
+        writable = [
+            name
+            for name, array in batch.inputs.items()
+            if isinstance(array, np.ndarray) and array.flags.writeable
+        ]
+        if writable:
+            raise PluginError(
+                f"family {policy.family!r} collated writable arrays ({', '.join(writable)}); "
+                "return audiogate.records.readonly(...)"
+            )
+        return batch
 
     def expand_prompt(
         self,
@@ -322,25 +384,31 @@ class FamilyHost:
         come from chat messages; by default a plain prompt)."""
         # Media segments only ever come from chat messages: a hook may trust ``chat``.
         chat = chat or any(isinstance(segment, MediaSegment) for segment in segments)
-        try:
-            result = self._pm.hook.audiogate_expand_prompt(
-                policy=policy,
-                segments=list(segments),
-                clips=list(clips),
-                tokenizer=tokenizer,
-                chat=chat,
-            )
-        except AudioGateError:
-            raise
-        except Exception as exc:
-            # Also on paths outside the worker (which wraps its own): never untyped.
-            raise PluginError(
-                f"family {policy.family!r} raised {type(exc).__name__} while expanding the "
-                f"prompt: {exc}"
-            ) from exc
+        result = self._call(
+            "audiogate_expand_prompt",
+            policy.family,
+            policy=policy,
+            segments=list(segments),
+            clips=list(clips),
+            tokenizer=tokenizer,
+            chat=chat,
+        )
         return self._require(result, ExpandedPrompt, "audiogate_expand_prompt", policy.family)
 
     # ---------------------------------------------------------------------------------
+
+    def _call(self, hook: str, family: str, /, **kwargs: Any) -> Any:
+        """Call ``hook``: an audiogate error passes through, anything else a plugin raises
+        becomes a :class:`PluginError` naming the hook and the family (on every path, with
+        or without a worker around it)."""
+        try:
+            return getattr(self._pm.hook, hook)(**kwargs)
+        except AudioGateError:
+            raise
+        except Exception as exc:
+            raise PluginError(
+                f"family {family!r} raised {type(exc).__name__} in {hook}: {exc}"
+            ) from exc
 
     @staticmethod
     def _require(result: Any, kind: type[_T], hook: str, family: str) -> _T:
@@ -380,6 +448,47 @@ class FamilyHost:
         return out
 
 
+def _spec_problems(spec: FamilySpec) -> Iterator[str]:
+    """Mistakes in a family's key table and schema that would otherwise surface as untyped
+    errors when the first checkpoint is parsed."""
+    try:
+        Draft202012Validator.check_schema(dict(spec.schema))
+    except SchemaError as exc:
+        yield f"schema is not a valid JSON schema: {exc.message}"
+    fields = {f.name for f in attrs.fields(AudioPolicy)}
+    for key in spec.keys:
+        if not key.target.startswith("options.") and key.target not in fields:
+            yield f"key {key.paths[0]!r} targets {key.target!r}, not an AudioPolicy field"
+
+
+def _check_counts(hook: str, family: str, **counts: Any) -> None:
+    """Plans are reserved and budgeted from these numbers: non-negative integers only."""
+    bad = {
+        name: value
+        for name, value in counts.items()
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0
+    }
+    if bad:
+        raise PluginError(f"{hook} for family {family!r} planned invalid counts: {bad}")
+
+
+def _check_feature_arrays(features: ClipFeatures, family: str, clip_index: int) -> None:
+    """numpy features must be read-only float32, a mask read-only bool per frame (the mlx
+    backend's ``mx.array`` has no such flags and passes)."""
+    where = f"family {family!r} clip {clip_index}"
+    array, mask = features.features, features.mask
+    if isinstance(array, np.ndarray) and (array.dtype != np.float32 or array.flags.writeable):
+        raise PluginError(
+            f"{where}: features must be read-only float32, got "
+            f"{'writable ' if array.flags.writeable else ''}{array.dtype}"
+        )
+    if isinstance(mask, np.ndarray) and (mask.dtype != np.bool_ or mask.flags.writeable):
+        raise PluginError(
+            f"{where}: the frame mask must be read-only bool, got "
+            f"{'writable ' if mask.flags.writeable else ''}{mask.dtype}"
+        )
+
+
 def _load_entry_points(pm: pluggy.PluginManager) -> dict[str, _Origin]:
     origins: dict[str, _Origin] = {}
     for ep in sorted(metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
@@ -387,7 +496,7 @@ def _load_entry_points(pm: pluggy.PluginManager) -> dict[str, _Origin]:
         version = ep.dist.version if ep.dist is not None else None
         try:
             plugin = ep.load()
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:  # a plugin that exits at import, too
             raise PluginError(
                 f"failed to load audiogate family plugin: entry point {ep.name!r} = "
                 f"{ep.value!r} of distribution {dist!r} (group {ENTRY_POINT_GROUP}): "
@@ -399,6 +508,11 @@ def _load_entry_points(pm: pluggy.PluginManager) -> dict[str, _Origin]:
                 f"entry point {ep.name!r} of distribution {dist!r} uses a plugin name that "
                 f"distribution {origins[ep.name].distribution!r} already uses"
             )
+        if plugin is None:  # pluggy would take None as "block this name", silently
+            raise PluginError(
+                f"entry point {ep.name!r} = {ep.value!r} of distribution {dist!r} loads None, "
+                "not an audiogate plugin"
+            )
         try:
             pm.register(plugin, name=ep.name)
         except (ValueError, pluggy.PluginValidationError) as exc:
@@ -406,6 +520,11 @@ def _load_entry_points(pm: pluggy.PluginManager) -> dict[str, _Origin]:
                 f"entry point {ep.name!r} of distribution {dist!r} is not a valid audiogate "
                 f"plugin: {exc}"
             ) from exc
+        if not pm.get_hookcallers(plugin):
+            raise PluginError(
+                f"entry point {ep.name!r} = {ep.value!r} of distribution {dist!r} implements "
+                "no audiogate hook (does it name the package instead of its plugin module?)"
+            )
         origins[ep.name] = _Origin(dist, version, ep.name)
     return origins
 

@@ -573,5 +573,5 @@ def test_an_untyped_error_while_expanding_is_a_plugin_error(gates) -> None:
             raise TypeError("tokenizer choked")
 
     host = create_host(plugins=[Choking()], load_entry_points=True)
-    with pytest.raises(PluginError, match="TypeError while expanding the prompt"):
+    with pytest.raises(PluginError, match="raised TypeError in audiogate_expand_prompt"):
         host.expand_prompt(gates["gemma3n"].policy, [TextSegment("hi")], [], None)

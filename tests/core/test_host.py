@@ -283,3 +283,180 @@ def test_implementations_lists_one_family_plugins_own_hooks(host) -> None:
         hooks["audiogate_plan_features"](policy=other, rate_hz=16_000, samples=16_000, clip_index=0)
         is None
     )
+
+
+# --- the host checks every hook's result, and never lets an untyped error through ------
+
+
+class Misbehaving:
+    """Runs before the toy family's hooks (tryfirst) and, for the hook named in ``hook``,
+    raises ``error`` or returns ``value`` instead."""
+
+    __name__ = "misbehaving"
+
+    def __init__(self, hook: str, *, error: BaseException | None = None, value: object = None):
+        self.hook, self.error, self.value = hook, error, value
+
+    def _act(self, hook: str) -> object:
+        if hook != self.hook:
+            return None
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+    @hookimpl(tryfirst=True)
+    def audiogate_plan_resample(self, policy):
+        return self._act("plan_resample")
+
+    @hookimpl(tryfirst=True)
+    def audiogate_resample(self, policy):
+        return self._act("resample")
+
+    @hookimpl(tryfirst=True)
+    def audiogate_plan_features(self, policy):
+        return self._act("plan_features")
+
+    @hookimpl(tryfirst=True)
+    def audiogate_extract_features(self, policy):
+        return self._act("extract_features")
+
+    @hookimpl(tryfirst=True)
+    def audiogate_collate_features(self, policy):
+        return self._act("collate_features")
+
+    @hookimpl(tryfirst=True)
+    def audiogate_parse_policy(self, family):
+        return self._act("parse_policy")
+
+
+def _toy_run(plugin: Misbehaving) -> None:
+    """One clip of the toy family through every stage the host fronts."""
+    import numpy as np
+    from toyfamily import ToyFamily, toy_policy
+
+    from audiogate.cancel import NEVER
+    from audiogate.policy import CheckpointConfigs
+
+    host = create_host(load_entry_points=False, plugins=[ToyFamily(), plugin])
+    policy = host.parse_policy("toyfam", CheckpointConfigs(model={"model_type": "toyfam"}))
+    policy = toy_policy()
+    source = np.zeros(16_000, np.float32)
+    source.setflags(write=False)
+    plan = host.plan_resample(policy, source_rate_hz=16_000, source_samples=16_000, clip_index=0)
+    wave = host.resample(policy, plan, source, clip_index=0, cancel=NEVER)
+    fplan = host.plan_features(policy, rate_hz=16_000, samples=wave.size, clip_index=0)
+    clip = host.extract_features(policy, fplan, wave, rate_hz=16_000, clip_index=0, cancel=NEVER)
+    host.collate_features(policy, [clip])
+
+
+@pytest.mark.parametrize(
+    "hook",
+    ["plan_resample", "resample", "plan_features", "extract_features", "collate_features"],
+)
+def test_an_untyped_error_in_any_stage_hook_is_a_plugin_error(hook: str) -> None:
+    with pytest.raises(PluginError, match=f"raised KeyError in audiogate_{hook}"):
+        _toy_run(Misbehaving(hook, error=KeyError("feature_extractor")))
+
+
+def test_an_untyped_error_while_parsing_a_policy_is_a_plugin_error() -> None:
+    with pytest.raises(PluginError, match="raised AttributeError in audiogate_parse_policy"):
+        _toy_run(Misbehaving("parse_policy", error=AttributeError("config")))
+
+
+def test_a_policy_of_another_family_is_refused() -> None:
+    other = attrs.evolve(GEMMA_PINNED)  # family gemma3n
+    with pytest.raises(PluginError, match="returned a policy of family 'gemma3n'"):
+        _toy_run(Misbehaving("parse_policy", value=other))
+
+
+def _results() -> dict[str, object]:
+    import numpy as np
+
+    from audiogate.records import ClipFeatures, FeatureBatch, FeaturePlan, ResamplePlan
+
+    writable = np.zeros(100, np.float32)
+    return {
+        "negative plan bytes": (
+            "plan_features",
+            FeaturePlan(frames=100, tokens=50, feature_shape=(100, 160), feature_bytes=-(10**9)),
+            "invalid counts",
+        ),
+        "negative resample bytes": (
+            "plan_resample",
+            ResamplePlan(
+                source_rate_hz=16_000,
+                source_samples=16_000,
+                output_rate_hz=16_000,
+                output_samples=16_000,
+                working_bytes=-1,
+                algorithm="identity",
+            ),
+            "invalid counts",
+        ),
+        "writable resample output": ("resample", np.zeros(16_000, np.float32), "writable"),
+        "float64 features": (
+            "extract_features",
+            ClipFeatures(features=np.zeros((100, 160)), frames=100, tokens=50),
+            "read-only float32",
+        ),
+        "writable collated inputs": (
+            "collate_features",
+            FeatureBatch(inputs={"x": writable[None]}, tokens=(50,)),
+            "writable",
+        ),
+    }
+
+
+@pytest.mark.parametrize("case", list(_results()))
+def test_the_host_checks_what_a_hook_returns(case: str) -> None:
+    hook, value, message = _results()[case]  # type: ignore[misc]
+    with pytest.raises(PluginError, match=message):
+        _toy_run(Misbehaving(hook, value=value))
+
+
+def test_a_string_of_model_types_is_one_model_type_and_repeats_are_refused() -> None:
+    host = create_host(
+        load_entry_points=False, plugins=[SpecPlugin(make_spec(model_types="voicebox"))]
+    )  # type: ignore[arg-type]
+    assert host.family("toyfam").spec.model_types == ("voicebox",)
+    with pytest.raises(PluginError, match="repeat a value"):
+        create_host(
+            load_entry_points=False, plugins=[SpecPlugin(make_spec(model_types=("x", "x")))]
+        )
+
+
+def test_a_spec_whose_schema_or_keys_cannot_work_is_refused_at_registration() -> None:
+    from audiogate.policy import PolicyKey
+
+    bad_schema = attrs.evolve(
+        make_spec(), schema={"type": "object", "properties": {"a": {"type": "nonsense"}}}
+    )
+    with pytest.raises(PluginError, match="not a valid JSON schema"):
+        create_host(load_entry_points=False, plugins=[SpecPlugin(bad_schema)])
+    bad_key = attrs.evolve(
+        make_spec(), keys=(*make_spec().keys, PolicyKey(target="not_a_field", paths=("/x",)))
+    )
+    with pytest.raises(PluginError, match="'not_a_field', not an AudioPolicy field"):
+        create_host(load_entry_points=False, plugins=[SpecPlugin(bad_key)])
+
+
+@pytest.mark.parametrize(
+    ("loaded", "message"),
+    [
+        (lambda: None, "loads None"),
+        (lambda: types.ModuleType("a_package"), "implements no audiogate hook"),
+    ],
+)
+def test_an_entry_point_that_is_no_plugin_is_refused(monkeypatch, loaded, message) -> None:
+    _fake_entry_points(monkeypatch, FakeEntryPoint("oops", "pkg", "audiogate-oops", loaded))
+    with pytest.raises(PluginError, match=message):
+        create_host()
+
+
+def test_a_plugin_that_exits_at_import_is_a_plugin_error(monkeypatch) -> None:
+    def exits() -> object:
+        raise SystemExit(0)
+
+    _fake_entry_points(monkeypatch, FakeEntryPoint("quitter", "q:plugin", "audiogate-q", exits))
+    with pytest.raises(PluginError, match=r"'audiogate-q'.*SystemExit"):
+        create_host()

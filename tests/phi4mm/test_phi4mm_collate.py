@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from audiogate.cancel import NEVER
+from audiogate.errors import PluginError
 from audiogate.host import FamilyHost
 from audiogate.records import ClipFeatures, FeaturePlan, readonly
 from audiogate.testing.tiny_models import REMOTE_PHI4MM_FORWARD_PARAMETERS
@@ -82,7 +83,8 @@ def test_stage_hooks_ignore_other_families(host: FamilyHost) -> None:
 def test_extraction_refuses_a_plan_for_another_length(host: FamilyHost, remote) -> None:
     wave = readonly(np.zeros(1_000, np.float32))
     wrong = FeaturePlan(frames=5, tokens=1, feature_shape=(5, 80), feature_bytes=1_600)
-    with pytest.raises(ValueError, match="the plan says 5"):
+    # The plugin's ValueError reaches the caller typed, through the host.
+    with pytest.raises(PluginError, match="the plan says 5"):
         host.extract_features(remote, wrong, wave, rate_hz=16_000, clip_index=0, cancel=NEVER)
 
 

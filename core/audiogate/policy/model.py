@@ -63,8 +63,11 @@ class ValueSource:
         return f"{self.origin}:{self.key}"
 
 
-def str_tuple(value: Iterable[str]) -> tuple[str, ...]:
-    """Converter: any iterable of strings to a tuple (typed, unlike a bare ``tuple``)."""
+def str_tuple(value: Iterable[str] | str) -> tuple[str, ...]:
+    """Converter: any iterable of strings to a tuple (typed, unlike a bare ``tuple``); a
+    single string is one item, not its characters."""
+    if isinstance(value, str):
+        return (value,)
     return tuple(value)
 
 
