@@ -6,7 +6,7 @@ takes these frozen values (and read-only arrays) and returns new ones.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal, Protocol, runtime_checkable
 
 import attrs
@@ -30,6 +30,11 @@ __all__ = [
 ]
 
 FloatArray = npt.NDArray[np.float32]
+
+
+def _int_tuple(value: Iterable[int]) -> tuple[int, ...]:
+    """Converter: a list where a tuple is meant compares equal to the tuple afterwards."""
+    return tuple(value)
 
 
 def readonly(array: npt.NDArray[Any]) -> npt.NDArray[Any]:
@@ -85,7 +90,7 @@ class FeaturePlan:
 
     frames: int
     tokens: int
-    feature_shape: tuple[int, ...]
+    feature_shape: tuple[int, ...] = attrs.field(converter=_int_tuple)
     feature_bytes: int
     working_bytes: int = 0
     detail: Mapping[str, Any] = attrs.field(factory=frozen_mapping, converter=frozen_mapping)
@@ -117,7 +122,7 @@ class FeatureBatch:
     """
 
     inputs: Mapping[str, npt.NDArray[Any]] = attrs.field(converter=frozen_mapping)
-    tokens: tuple[int, ...]
+    tokens: tuple[int, ...] = attrs.field(converter=_int_tuple)
 
 
 # --- prompts -------------------------------------------------------------------------

@@ -460,3 +460,14 @@ def test_a_plugin_that_exits_at_import_is_a_plugin_error(monkeypatch) -> None:
     _fake_entry_points(monkeypatch, FakeEntryPoint("quitter", "q:plugin", "audiogate-q", exits))
     with pytest.raises(PluginError, match=r"'audiogate-q'.*SystemExit"):
         create_host()
+
+
+def test_lists_where_tuples_are_meant_compare_as_tuples() -> None:
+    import numpy as np
+
+    from audiogate.records import FeatureBatch, FeaturePlan
+
+    plan = FeaturePlan(frames=97, tokens=188, feature_shape=[97, 128], feature_bytes=1)  # type: ignore[arg-type]
+    assert plan.feature_shape == (97, 128)
+    batch = FeatureBatch(inputs={"x": np.zeros((1, 2))}, tokens=[188])  # type: ignore[arg-type]
+    assert batch.tokens == (188,)
