@@ -9,7 +9,9 @@ or registers something malformed fails loudly, naming the entry point and distri
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata as metadata
+import json
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final, TypeVar
@@ -448,13 +450,31 @@ class FamilyHost:
         return out
 
 
+@functools.lru_cache(maxsize=64)
+def _schema_text_problem(text: str) -> str | None:
+    try:
+        Draft202012Validator.check_schema(json.loads(text))
+    except SchemaError as exc:
+        return exc.message
+    return None
+
+
+def _schema_problem(schema: Mapping[str, Any]) -> str | None:
+    """Whether ``schema`` is a valid JSON schema, cached by its text: hosts are created
+    often, and a metaschema check takes tens of milliseconds."""
+    try:
+        text = json.dumps(schema, sort_keys=True, default=dict)
+    except (TypeError, ValueError) as exc:
+        return f"not JSON: {exc}"
+    return _schema_text_problem(text)
+
+
 def _spec_problems(spec: FamilySpec) -> Iterator[str]:
     """Mistakes in a family's key table and schema that would otherwise surface as untyped
     errors when the first checkpoint is parsed."""
-    try:
-        Draft202012Validator.check_schema(dict(spec.schema))
-    except SchemaError as exc:
-        yield f"schema is not a valid JSON schema: {exc.message}"
+    problem = _schema_problem(spec.schema)
+    if problem is not None:
+        yield f"schema is not a valid JSON schema: {problem}"
     fields = {f.name for f in attrs.fields(AudioPolicy)}
     for key in spec.keys:
         if not key.target.startswith("options.") and key.target not in fields:
