@@ -415,7 +415,10 @@ class FamilyHost:
     @staticmethod
     def _require(result: Any, kind: type[_T], hook: str, family: str) -> _T:
         if result is None:
-            raise PluginError(f"no installed plugin implements {hook} for family {family!r}")
+            raise PluginError(
+                f"no plugin answered {hook} for family {family!r}: none implements it, or the "
+                "family's own implementation returned None for this input"
+            )
         if not isinstance(result, kind):
             raise PluginError(
                 f"{hook} for family {family!r} returned {type(result).__name__}, "
@@ -532,6 +535,12 @@ def _load_entry_points(pm: pluggy.PluginManager) -> dict[str, _Origin]:
             raise PluginError(
                 f"entry point {ep.name!r} = {ep.value!r} of distribution {dist!r} loads None, "
                 "not an audiogate plugin"
+            )
+        if pm.is_registered(plugin):
+            twin = pm.get_name(plugin)
+            raise PluginError(
+                f"entry points {twin!r} and {ep.name!r} (distribution {dist!r}) load the same "
+                f"object {ep.value!r}; keep one"
             )
         try:
             pm.register(plugin, name=ep.name)

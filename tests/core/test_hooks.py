@@ -145,7 +145,7 @@ def test_hook_audiogate_plan_resample() -> None:
         host.plan_resample(other, source_rate_hz=16_000, source_samples=9, clip_index=0).algorithm
         == "identity"
     )
-    with pytest.raises(PluginError, match="no installed plugin implements audiogate_plan_resample"):
+    with pytest.raises(PluginError, match="no plugin answered audiogate_plan_resample"):
         host.plan_resample(other, source_rate_hz=8_000, source_samples=9, clip_index=0)
 
 

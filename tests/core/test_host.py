@@ -471,3 +471,14 @@ def test_lists_where_tuples_are_meant_compare_as_tuples() -> None:
     assert plan.feature_shape == (97, 128)
     batch = FeatureBatch(inputs={"x": np.zeros((1, 2))}, tokens=[188])  # type: ignore[arg-type]
     assert batch.tokens == (188,)
+
+
+def test_two_entry_points_loading_one_object_are_named(monkeypatch) -> None:
+    plugin = SpecPlugin(make_spec(), name="shared-object")
+    _fake_entry_points(
+        monkeypatch,
+        FakeEntryPoint("first", "pkg:plugin", "audiogate-pkg", lambda: plugin),
+        FakeEntryPoint("second", "pkg:plugin", "audiogate-pkg", lambda: plugin),
+    )
+    with pytest.raises(PluginError, match=r"entry points .first. and .second..*load the same"):
+        create_host()
