@@ -205,3 +205,32 @@ def test_answers_stay_within_the_body_budget() -> None:
         running.wait_idle()
         # Past the maximum only for a request that holds everything held, alone.
         assert peak <= max(budget, answer + len(body))
+
+
+def test_a_client_gone_while_its_answer_waits_for_room_is_let_go_at_once() -> None:
+    # One connection's unread answers fill the budget; a second client's answer waits for
+    # room, and that client leaves: its request ends (499) at once, not after the wait.
+    clip = base64.b64encode(wav_bytes(noise(samples=30_000, amplitude=0.1), rate_hz=1_000))
+    body = json.dumps(chat(clip.decode())).encode()
+    # Room for a stuck answer (2 MB) and a body, not for a second answer.
+    limits = ServerLimits(body_idle_timeout_s=20.0, max_inflight_body_bytes=3 << 20)
+    with serving(limits=limits) as running:
+        stuck = _unread_requests(running.server.port, body, 3)
+        try:
+            wait_until(lambda: running.gauges()[2] > 2_000_000)  # one answer is stuck
+            gone_before = running.value("audiogate_server_prepare_responses_total", status="499")
+            leaving = _unread_requests(running.server.port, body, 1)
+            time.sleep(1.0)  # its job runs; its answer waits for room
+            leaving.close()
+            started = time.monotonic()
+            wait_until(
+                lambda: (
+                    running.value("audiogate_server_prepare_responses_total", status="499")
+                    > gone_before
+                ),
+                timeout_s=10,
+            )
+            assert time.monotonic() - started < 5  # not the 20 s wait
+        finally:
+            stuck.close()
+        running.wait_idle(timeout_s=30)

@@ -20,7 +20,7 @@ import logging
 import math
 import os
 import re
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
@@ -565,7 +565,9 @@ class _AudioServer:
         # back), so clients that read slowly backpressure the others instead of growing
         # memory past the budget.
         bound = len(head) + 16 + (encoded_features_bound(inputs) if inputs else 0)
-        await self.bodies.make_room(hold, bound, timeout_s=self.body_idle_timeout_s)
+        await self._until_disconnect(
+            request, self.bodies.make_room(hold, bound, timeout_s=self.body_idle_timeout_s)
+        )
         nbytes = sum(int(np.asarray(a).nbytes) for a in inputs.values())
         if nbytes > _OFFLOOP_BYTES:
             fragments = await self._off_loop(_render_answer, head, inputs, call)
@@ -630,7 +632,16 @@ class _AudioServer:
 
     async def _run_until_disconnect(self, request: Request, messages: list[Any]) -> PreparedRequest:
         token = CancelToken()
-        task = asyncio.create_task(self.gate.prepare_async(messages, cancel=token))
+        return await self._until_disconnect(
+            request, self.gate.prepare_async(messages, cancel=token), token
+        )
+
+    async def _until_disconnect(
+        self, request: Request, work: Coroutine[Any, Any, _T], token: CancelToken | None = None
+    ) -> _T:
+        """``work``, or :class:`_ClientGone` as soon as the client disconnects (then
+        ``token`` is cancelled and ``work`` awaited until it has let go)."""
+        task = asyncio.create_task(work)
         watcher = asyncio.create_task(_wait_for_disconnect(request.receive))
         try:
             done, _ = await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
@@ -639,7 +650,8 @@ class _AudioServer:
             if not task.done():
                 # The client went away, or this handler is being cancelled (shutdown):
                 # cancel acquisition and processing, and wait until they have let go.
-                token.cancel()
+                if token is not None:
+                    token.cancel()
                 task.cancel()
                 with contextlib.suppress(BaseException):
                     await task
