@@ -210,8 +210,9 @@ class FamilyHost:
     def parse_policy(self, family: str, configs: CheckpointConfigs) -> AudioPolicy:
         """The effective policy of ``configs`` under ``family``."""
         spec = self.family(family).spec
-        result = self._call("audiogate_parse_policy", family, family=spec, configs=configs)
-        policy = self._require(result, AudioPolicy, "audiogate_parse_policy", family)
+        policy = self._answer(
+            "audiogate_parse_policy", AudioPolicy, family, family=spec, configs=configs
+        )
         if policy.family != family:
             raise PluginError(
                 f"audiogate_parse_policy for family {family!r} returned a policy of family "
@@ -244,15 +245,15 @@ class FamilyHost:
         self, policy: AudioPolicy, *, source_rate_hz: int, source_samples: int, clip_index: int
     ) -> ResamplePlan:
         """See :func:`audiogate.hookspecs.audiogate_plan_resample`."""
-        result = self._call(
+        plan = self._answer(
             "audiogate_plan_resample",
+            ResamplePlan,
             policy.family,
             policy=policy,
             source_rate_hz=source_rate_hz,
             source_samples=source_samples,
             clip_index=clip_index,
         )
-        plan = self._require(result, ResamplePlan, "audiogate_plan_resample", policy.family)
         _check_counts(
             "audiogate_plan_resample",
             policy.family,
@@ -272,17 +273,15 @@ class FamilyHost:
         cancel: CancelToken,
     ) -> npt.NDArray[np.float32]:
         """See :func:`audiogate.hookspecs.audiogate_resample`."""
-        result = self._call(
+        out: npt.NDArray[np.float32] = self._answer(
             "audiogate_resample",
+            np.ndarray,
             policy.family,
             policy=policy,
             plan=plan,
             samples=samples,
             clip_index=clip_index,
             cancel=cancel,
-        )
-        out: npt.NDArray[np.float32] = self._require(
-            result, np.ndarray, "audiogate_resample", policy.family
         )
         if out.shape != (plan.output_samples,) or out.dtype != np.float32:
             raise PluginError(
@@ -300,15 +299,15 @@ class FamilyHost:
         self, policy: AudioPolicy, *, rate_hz: int, samples: int, clip_index: int
     ) -> FeaturePlan:
         """See :func:`audiogate.hookspecs.audiogate_plan_features`."""
-        result = self._call(
+        plan = self._answer(
             "audiogate_plan_features",
+            FeaturePlan,
             policy.family,
             policy=policy,
             rate_hz=rate_hz,
             samples=samples,
             clip_index=clip_index,
         )
-        plan = self._require(result, FeaturePlan, "audiogate_plan_features", policy.family)
         _check_counts(
             "audiogate_plan_features",
             policy.family,
@@ -330,8 +329,9 @@ class FamilyHost:
         cancel: CancelToken,
     ) -> ClipFeatures:
         """See :func:`audiogate.hookspecs.audiogate_extract_features`."""
-        result = self._call(
+        features = self._answer(
             "audiogate_extract_features",
+            ClipFeatures,
             policy.family,
             policy=policy,
             plan=plan,
@@ -340,7 +340,6 @@ class FamilyHost:
             clip_index=clip_index,
             cancel=cancel,
         )
-        features = self._require(result, ClipFeatures, "audiogate_extract_features", policy.family)
         _check_feature_arrays(features, policy.family, clip_index)
         if (
             tuple(features.features.shape) != tuple(plan.feature_shape)
@@ -357,10 +356,13 @@ class FamilyHost:
 
     def collate_features(self, policy: AudioPolicy, clips: Sequence[ClipFeatures]) -> FeatureBatch:
         """See :func:`audiogate.hookspecs.audiogate_collate_features`."""
-        result = self._call(
-            "audiogate_collate_features", policy.family, policy=policy, clips=list(clips)
+        batch = self._answer(
+            "audiogate_collate_features",
+            FeatureBatch,
+            policy.family,
+            policy=policy,
+            clips=list(clips),
         )
-        batch = self._require(result, FeatureBatch, "audiogate_collate_features", policy.family)
         writable = [
             name
             for name, array in batch.inputs.items()
@@ -386,8 +388,9 @@ class FamilyHost:
         come from chat messages; by default a plain prompt)."""
         # Media segments only ever come from chat messages: a hook may trust ``chat``.
         chat = chat or any(isinstance(segment, MediaSegment) for segment in segments)
-        result = self._call(
+        return self._answer(
             "audiogate_expand_prompt",
+            ExpandedPrompt,
             policy.family,
             policy=policy,
             segments=list(segments),
@@ -395,7 +398,6 @@ class FamilyHost:
             tokenizer=tokenizer,
             chat=chat,
         )
-        return self._require(result, ExpandedPrompt, "audiogate_expand_prompt", policy.family)
 
     # ---------------------------------------------------------------------------------
 
@@ -411,6 +413,10 @@ class FamilyHost:
             raise PluginError(
                 f"family {family!r} raised {type(exc).__name__} in {hook}: {exc}"
             ) from exc
+
+    def _answer(self, hook: str, kind: type[_T], family: str, /, **kwargs: Any) -> _T:
+        """:meth:`_call` ``hook`` and require a ``kind`` back."""
+        return self._require(self._call(hook, family, **kwargs), kind, hook, family)
 
     @staticmethod
     def _require(result: Any, kind: type[_T], hook: str, family: str) -> _T:
