@@ -893,24 +893,18 @@ class FamilyContract:
         accepted = []
         for ordinals in ([1], [1, 2, 3]):
             for tok in (tokenizer, None):
-                try:
-                    host.expand_prompt(policy, written(ordinals), slots, tok)
-                except PlaceholderError:
-                    continue
-                accepted.append(
-                    f"{len(ordinals)} placeholders for 2 clips, tokenizer={tok is not None}"
-                )
+                if _accepted(host, policy, written(ordinals), slots, tok):
+                    accepted.append(
+                        f"{len(ordinals)} placeholders for 2 clips, tokenizer={tok is not None}"
+                    )
         # In chat messages every media position is a part: the placeholder typed in their
         # text is the user's, beside the parts or in a chat without media.
         typed = TextSegment(f"Say {mark(1)}.")
         beside = [*self.make_segments(2, tokenizer), typed]
         for case, segments, clips in (("beside 2 parts", beside, slots), ("alone", [typed], [])):
             for tok in (tokenizer, None):
-                try:
-                    host.expand_prompt(policy, segments, clips, tok, chat=True)
-                except PlaceholderError:
-                    continue
-                accepted.append(f"typed in a chat {case}, tokenizer={tok is not None}")
+                if _accepted(host, policy, segments, clips, tok, chat=True):
+                    accepted.append(f"typed in a chat {case}, tokenizer={tok is not None}")
         assert not accepted, f"a placeholder count mismatch was accepted: {accepted}"
 
     @contract
@@ -967,11 +961,8 @@ class FamilyContract:
             }
             for case, (segments, clips) in cases.items():
                 for name, tok in (("tokenizer", tokenizer), ("no tokenizer", None)):
-                    try:
-                        host.expand_prompt(policy, segments, clips, tok)
-                    except PlaceholderError:
-                        continue
-                    accepted.append(f"{literal!r} {case}, {name}")
+                    if _accepted(host, policy, segments, clips, tok):
+                        accepted.append(f"{literal!r} {case}, {name}")
         assert not accepted, f"reserved literals typed as user text were accepted: {accepted}"
 
     @contract
@@ -1330,6 +1321,23 @@ class FamilyContract:
 
 
 # --- internals -----------------------------------------------------------------------
+
+
+def _accepted(
+    host: FamilyHost,
+    policy: AudioPolicy,
+    segments: Sequence[PromptSegment],
+    clips: Sequence[ClipSlot],
+    tokenizer: Any,
+    *,
+    chat: bool = False,
+) -> bool:
+    """Whether the family expands ``segments`` rather than refusing them (PlaceholderError)."""
+    try:
+        host.expand_prompt(policy, segments, clips, tokenizer, chat=chat)
+    except PlaceholderError:
+        return False
+    return True
 
 
 def _feature_problems(features: ClipFeatures) -> Iterator[str]:
