@@ -338,7 +338,8 @@ def _toy_run(plugin: Misbehaving) -> None:
     from audiogate.policy import CheckpointConfigs
 
     host = create_host(load_entry_points=False, plugins=[ToyFamily(), plugin])
-    policy = host.parse_policy("toyfam", CheckpointConfigs(model={"model_type": "toyfam"}))
+    # Parsed for its hook only: the stages below run on the toy family's test policy.
+    host.parse_policy("toyfam", CheckpointConfigs(model={"model_type": "toyfam"}))
     policy = toy_policy()
     source = np.zeros(16_000, np.float32)
     source.setflags(write=False)
