@@ -82,6 +82,29 @@ BAD_INPUT = [
         None,
     ),
     ("not an object", b"[1, 2]", "BadRequestError", None),
+    (
+        "key twice at the top",
+        b'{"messages": [{"role": "user", "content": "a"}], "messages": []}',
+        "BadRequestError",
+        None,
+    ),
+    (
+        "key twice in a part",
+        (
+            b'{"messages": [{"role": "user", "content": [{"type": "text", "text": "hi", '
+            b'"type": "input_audio"}]}]}'
+        ),
+        "BadRequestError",
+        None,
+    ),
+    (
+        "key twice in options",
+        json.dumps(chat(wav_b64(), audiogate={"feature_format": "npy"}))
+        .replace('"feature_format": "npy"', '"feature_format": "npy", "feature_format": "npy"')
+        .encode(),
+        "BadRequestError",
+        None,
+    ),
     ("no messages", {"model": "m"}, "BadRequestError", None),
     ("empty messages", {"model": "m", "messages": []}, "BadRequestError", None),
     ("model not a string", {"model": 3, "messages": [{"role": "user"}]}, "BadRequestError", None),
@@ -523,6 +546,30 @@ def test_a_malformed_http_request_does_not_reach_the_app(gemma) -> None:
         reply = sock.recv(4096)
     assert reply.startswith(b"HTTP/1.1 400")
     assert delta(before, gemma.outcomes()) == {}
+
+
+def test_content_length_with_transfer_encoding_is_refused_and_closed(gemma) -> None:
+    # RFC 9112 §6.1: a message with both may be request smuggling; answered, then closed.
+    body = json.dumps({"messages": [{"role": "user", "content": "hi"}]}).encode()
+    before = gemma.outcomes()
+    with socket.create_connection(("127.0.0.1", gemma.server.port), timeout=10) as sock:
+        sock.sendall(
+            b"POST /v1/audio/prepare HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            + f"Content-Length: {len(body)}\r\nTransfer-Encoding: chunked\r\n\r\n".encode()
+            + f"{len(body):x}\r\n".encode()
+            + body
+            + b"\r\n0\r\n\r\n"
+        )
+        reply = b""
+        while chunk := sock.recv(65536):  # the server closes: recv returns b"" at the end
+            reply += chunk
+    head, _, payload = reply.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400"), reply
+    assert b"connection: close" in head.lower()
+    error = json.loads(payload)["error"]
+    assert error["type"] == "BadRequestError"
+    assert "Content-Length and Transfer-Encoding" in error["message"]
+    assert sum(delta(before, gemma.outcomes()).values()) == 1
 
 
 # --- nothing waits for the cyclic GC ---------------------------------------------------

@@ -295,11 +295,30 @@ def _lone_surrogate(value: Any) -> bool:
     return False
 
 
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``object_pairs_hook`` that refuses a key given twice in one object."""
+    document = dict(pairs)
+    if len(document) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKey(key)
+            seen.add(key)
+    return document
+
+
 def _parse_body(body: bytes | bytearray) -> Any:
     """The JSON document of a request body, which must be UTF-8 (a leading BOM is dropped).
 
     Decoded strictly first: ``json.loads`` on bytes would also take UTF-16 and UTF-32 and
-    let encoded surrogates through ("surrogatepass").
+    let encoded surrogates through ("surrogatepass"). A key given twice in one object is
+    refused: parsers disagree on which one counts (Python's takes the last, some proxies
+    and validators the first), so a request that a filter in front of the server read
+    one way must not be served another way.
     """
     try:
         text = body.decode("utf-8-sig")
@@ -308,9 +327,13 @@ def _parse_body(body: bytes | bytearray) -> Any:
             f"the request body is not UTF-8: {exc.reason} at byte {exc.start}"
         ) from None
     try:
-        document = json.loads(text)
+        document = json.loads(text, object_pairs_hook=_unique_keys)
     except RecursionError:
         raise BadRequestError("the request body is nested too deeply") from None
+    except _DuplicateKey as exc:
+        raise BadRequestError(
+            f"the request body gives the key {str(exc)!r} twice in one JSON object"
+        ) from None
     except ValueError as exc:
         raise BadRequestError(f"the request body is not valid JSON: {exc}") from None
     del text
@@ -586,6 +609,12 @@ class _AudioServer:
     async def _read_body(self, request: Request, hold: _BodyHold) -> bytearray:
         cap = self.max_body_bytes
         declared = request.headers.get("content-length")
+        if declared is not None and "transfer-encoding" in request.headers:
+            # RFC 9112 §6.1: such a message may be an attempt at request smuggling, and a
+            # server that answers it must close the connection (it does: body unread).
+            raise BadRequestError(
+                "the request has both Content-Length and Transfer-Encoding headers"
+            )
         async with contextlib.aclosing(request.stream()) as stream:
             chunks = aiter(stream)
             if declared is not None:
