@@ -36,11 +36,28 @@ from audiogate.chat import (
     renders_parts,
     require_unicode,
 )
-from audiogate.errors import ContextLimitError, PlaceholderError, PluginError, PolicyError
+from audiogate.errors import (
+    AudioGateError,
+    ContextLimitError,
+    PlaceholderError,
+    PluginError,
+    PolicyError,
+)
 from audiogate.host import FamilyHost, create_host
 from audiogate.pipeline import EncodedClip, PreparedBatch, Progress, prepare_clips
-from audiogate.policy import AudioPolicy, FeatureBackend, read_checkpoint_configs
-from audiogate.records import ClipSlot, ExpandedPrompt, PromptSegment, TextSegment
+from audiogate.policy import (
+    AudioPolicy,
+    FeatureBackend,
+    check_tokenizer_files,
+    read_checkpoint_configs,
+)
+from audiogate.records import (
+    ClipSlot,
+    ExpandedPrompt,
+    MediaSegment,
+    PromptSegment,
+    TextSegment,
+)
 from audiogate.worker import AudioWorker, outcome_scope
 
 __all__ = ["AudioGate", "PreparedRequest", "Renderer", "load_tokenizer"]
@@ -48,8 +65,6 @@ __all__ = ["AudioGate", "PreparedRequest", "Renderer", "load_tokenizer"]
 #: ``renderer(messages) -> prompt text``; by default the tokenizer's chat template.
 Renderer = Callable[[Sequence[Mapping[str, Any]]], str]
 TensorKind = Literal["np", "mlx"]
-
-_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
 
 
 def load_tokenizer(model_dir: str | os.PathLike[str]) -> Any | None:
@@ -63,7 +78,7 @@ def load_tokenizer(model_dir: str | os.PathLike[str]) -> Any | None:
     run custom code), which a server must never do.
     """
     root = Path(model_dir)
-    if not any((root / name).exists() for name in _TOKENIZER_FILES):
+    if not check_tokenizer_files(root):
         return None
     try:
         from transformers import AutoTokenizer, PreTrainedTokenizerFast
@@ -71,15 +86,53 @@ def load_tokenizer(model_dir: str | os.PathLike[str]) -> Any | None:
         return None
     try:
         if (root / "tokenizer.json").exists():
-            return PreTrainedTokenizerFast.from_pretrained(str(root), local_files_only=True)
-        return AutoTokenizer.from_pretrained(
-            str(root), local_files_only=True, trust_remote_code=False
-        )
+            tokenizer = PreTrainedTokenizerFast.from_pretrained(str(root), local_files_only=True)
+        else:
+            tokenizer = AutoTokenizer.from_pretrained(
+                str(root), local_files_only=True, trust_remote_code=False
+            )
     except Exception as exc:
         # A broken tokenizer file is a bad checkpoint, like a broken config file.
         raise PolicyError(
             f"its tokenizer cannot be loaded: {type(exc).__name__}: {exc}", file=str(root)
         ) from exc
+    _check_chat_template(tokenizer, root)
+    return tokenizer
+
+
+def _check_chat_template(tokenizer: Any, root: Path) -> None:
+    """Compile the tokenizer's chat template(s) now: one that cannot compile would
+    otherwise pass start-up and fail every chat request as if the client were wrong.
+
+    :raises PolicyError: a template that is not text or does not compile.
+    """
+    template = getattr(tokenizer, "chat_template", None)
+    if template is None:
+        return
+    named = template if isinstance(template, Mapping) else {"": template}
+    compile_template: Callable[[str], Any] | None
+    try:
+        from transformers.utils.chat_template_utils import (
+            _compile_jinja_template as compile_template,
+        )
+    except ImportError:  # moved in another transformers version: checked when first used
+        compile_template = None
+    for name, text in named.items():
+        which = f"its chat template {name!r}" if name else "its chat template"
+        if not isinstance(text, str):
+            raise PolicyError(
+                f"{which} must be text, got {type(text).__name__}",
+                file=str(root),
+            )
+        if compile_template is None:
+            continue
+        try:
+            compile_template(text)  # what apply_chat_template runs (and caches)
+        except Exception as exc:
+            raise PolicyError(
+                f"{which} does not compile: {type(exc).__name__}: {exc}",
+                file=str(root),
+            ) from exc
 
 
 @attrs.frozen(kw_only=True)
@@ -191,13 +244,16 @@ class AudioGate:
         tokenizer (``AutoTokenizer``, offline) unless one is given."""
         host = host or create_host()
         configs = read_checkpoint_configs(model_dir)
-        family = host.family_for_model_type(configs.model_type)
+        family = host.family_for_model_type(configs.model.get("model_type"))
         policy = host.parse_policy(family.spec.name, configs)
         if tokenizer is None:
             tokenizer = load_tokenizer(model_dir)
-        return cls(
+        gate = cls(
             host=host, policy=policy, tokenizer=tokenizer, policy_source=str(model_dir), **options
         )
+        if tokenizer is not None:
+            gate._probe_expansion()
+        return gate
 
     @classmethod
     def from_family(
@@ -306,13 +362,17 @@ class AudioGate:
         progress: Progress | None,
     ) -> PreparedRequest:
         if messages is not None:
-            flat = flatten_messages(messages, parts=self._renders_parts)
+            # Templates come with the checkpoint and may be slow: they run off the event
+            # loop (the first call also probes how the template prints parts).
+            flat = await asyncio.to_thread(
+                lambda: flatten_messages(messages, parts=self._renders_parts)
+            )
             if not flat.has_audio:
                 if clips:
                     raise PlaceholderError(
                         f"{len(clips)} clip(s) were given but the messages have no audio part"
                     )
-                return self._text_only(flat, convert)
+                return await asyncio.to_thread(self._text_only, flat, convert)
             if clips is not None:
                 if len(clips) != len(flat.audio_parts):
                     raise PlaceholderError(
@@ -324,7 +384,7 @@ class AudioGate:
                 encoded = await acquire_parts(
                     flat.audio_parts, policy=self.acquisition, cancel=token
                 )
-            rendered = self._render(flat.messages)
+            rendered = await asyncio.to_thread(self._render, flat.messages)
             assert flat.codec is not None
             segments: list[PromptSegment] = parse_rendered(
                 rendered,
@@ -423,6 +483,37 @@ class AudioGate:
                     maximum=self.max_prefill_tokens,
                 )
         return expanded
+
+    def _probe_expansion(self) -> None:
+        """Expand one clip (a second, or the longest allowed) once, at load: a tokenizer
+        whose special tokens contradict the policy's token ids would otherwise fail every
+        request with audio.
+
+        :raises PolicyError: the family's expansion refuses the probe.
+        """
+        policy = self.policy
+        samples = max(
+            policy.min_samples_per_clip, min(policy.target_rate_hz, policy.max_samples_per_clip)
+        )
+        try:
+            plan = self.host.plan_features(
+                policy, rate_hz=policy.target_rate_hz, samples=samples, clip_index=0
+            )
+            slot = ClipSlot(ordinal=1, tokens=plan.tokens, frames=plan.frames, sha256="0" * 64)
+            segments: list[PromptSegment] = [
+                TextSegment("Listen: "),
+                MediaSegment("audio", 1),
+                TextSegment("\n"),
+            ]
+            expanded = self.host.expand_prompt(policy, segments, [slot], self.tokenizer, chat=True)
+            if expanded.input_ids:
+                self._check_audio_positions(expanded, [slot.tokens])
+        except (PolicyError, PluginError):
+            raise
+        except AudioGateError as exc:
+            raise PolicyError(
+                f"its tokenizer does not fit the audio policy: {exc}", file=self.policy_source
+            ) from exc
 
     @staticmethod
     def _check_audio_positions(expanded: ExpandedPrompt, tokens: Sequence[int]) -> None:

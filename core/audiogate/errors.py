@@ -8,6 +8,7 @@ the ``reason`` class attribute is the metrics label a rejection is counted under
 
 from __future__ import annotations
 
+import reprlib
 import traceback
 from typing import Any, ClassVar
 
@@ -42,6 +43,22 @@ class AudioGateError(Exception):
 
 # --- start-up errors -----------------------------------------------------------------
 
+_SHORT = reprlib.Repr()
+_SHORT.maxstring = _SHORT.maxother = 120
+_SHORT.maxlong = 40
+_SHORT.maxlevel = 4
+_SHORT.maxlist = _SHORT.maxtuple = _SHORT.maxdict = _SHORT.maxset = 8
+
+
+def _shown(value: Any) -> str:
+    """``repr`` of an offending value, shortened: a config value can be megabytes long or
+    nested hundreds deep, and the message must stay one readable line."""
+    try:
+        return _SHORT.repr(value)
+    except (ValueError, RecursionError):  # an int past Python's digit limit, say
+        return f"<{type(value).__name__}>"
+
+
 
 class PolicyError(AudioGateError):
     """A checkpoint's audio policy cannot be loaded; model start-up must fail.
@@ -70,7 +87,7 @@ class PolicyError(AudioGateError):
         where = file or "audio policy"
         if json_path is not None:
             where = f"{where} at {json_path}"
-        shown = f" (got {value!r})" if has_value or value is not None else ""
+        shown = f" (got {_shown(value)})" if has_value or value is not None else ""
         super().__init__(f"invalid audio policy in {where}: {rule}{shown}")
 
 

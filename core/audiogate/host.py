@@ -178,18 +178,21 @@ class FamilyHost:
                 f"unknown audio family {name!r}; installed families: {self._installed()}"
             ) from None
 
-    def family_for_model_type(self, model_type: str | None) -> RegisteredFamily:
-        """The family that handles a ``config.json`` ``model_type``.
+    def family_for_model_type(self, model_type: object) -> RegisteredFamily:
+        """The family that handles a ``config.json`` ``model_type`` (as found there: a
+        missing key is ``None``).
 
-        :raises PolicyError: no installed family declares it (the message lists them).
+        :raises PolicyError: no installed family declares it, or it is not a string (the
+            message lists the installed families).
         """
-        name = self._by_model_type.get(model_type or "")
+        name = self._by_model_type.get(model_type) if isinstance(model_type, str) else None
         if name is None:
-            what = (
-                "has no model_type (a string naming the architecture)"
-                if model_type is None
-                else f"model type {model_type!r} has no audio family"
-            )
+            if model_type is None:
+                what = "has no model_type (a string naming the architecture)"
+            elif not isinstance(model_type, str):
+                what = "model_type must be a string naming the architecture"
+            else:
+                what = f"model type {model_type!r} has no audio family"
             raise PolicyError(
                 f"{what}; installed families: {self._installed()}",
                 file="config.json",
@@ -236,7 +239,7 @@ class FamilyHost:
     def load_model_policy(self, model_dir: str | os.PathLike[str]) -> AudioPolicy:
         """Read a model directory's configs, pick its family and build its policy."""
         configs = read_checkpoint_configs(model_dir)
-        family = self.family_for_model_type(configs.model_type)
+        family = self.family_for_model_type(configs.model.get("model_type"))
         return self.parse_policy(family.spec.name, configs)
 
     # --- stages ----------------------------------------------------------------------

@@ -347,10 +347,14 @@ def test_both_processor_files_are_read_and_validated(host: FamilyHost, model_dir
 
 
 def test_a_missing_or_non_string_model_type_says_so(host: FamilyHost, model_dir) -> None:
-    for config in ({"model_type": None}, {"model_type": 3}):
-        root = model_dir("gemma3n", config=config)
-        with pytest.raises(PolicyError, match="has no model_type"):
+    root = model_dir("gemma3n", config={"model_type": None})
+    with pytest.raises(PolicyError, match="has no model_type"):
+        host.load_model_policy(root)
+    for value in (3, ["gemma3n"]):
+        root = model_dir("gemma3n", config={"model_type": value})
+        with pytest.raises(PolicyError, match="must be a string") as info:
             host.load_model_policy(root)
+        assert f"(got {value!r})" in str(info.value)
 
 
 def test_a_broken_tokenizer_is_a_policy_error(model_dir) -> None:

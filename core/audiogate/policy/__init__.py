@@ -7,6 +7,7 @@ from audiogate.policy.checkpoint import (
     PROCESSOR_CONFIGS,
     CheckpointConfigs,
     apply_keys,
+    check_tokenizer_files,
     read_checkpoint_configs,
 )
 from audiogate.policy.keys import LIMIT_NAMESPACES, PolicyKey, flat_constants, standard_keys
@@ -35,6 +36,7 @@ __all__ = [
     "ValueSource",
     "apply_keys",
     "build_schema",
+    "check_tokenizer_files",
     "dump_schema",
     "flat_constants",
     "frozen_mapping",

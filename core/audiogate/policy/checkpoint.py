@@ -23,6 +23,7 @@ __all__ = [
     "PROCESSOR_CONFIGS",
     "CheckpointConfigs",
     "apply_keys",
+    "check_tokenizer_files",
     "read_checkpoint_configs",
 ]
 
@@ -33,6 +34,8 @@ MODEL_CONFIG = "config.json"
 PROCESSOR_CONFIGS = ("preprocessor_config.json", "processor_config.json")
 #: Largest config file read (real ones are a few KiB); a bigger one is refused unread.
 MAX_CONFIG_BYTES = 16 * 1024 * 1024
+#: A schema rule longer than this is cut (jsonschema quotes the offending value in it).
+_MAX_RULE_CHARACTERS = 300
 
 
 def _optional_mapping(value: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
@@ -76,6 +79,69 @@ class CheckpointConfigs:
         return out
 
 
+#: The files transformers reads for a tokenizer: a fast tokenizer, a SentencePiece
+#: model, the usual vocabularies, and its configuration and chat templates. The first
+#: group may be large (Gemma 3n's ``tokenizer.json`` is 33 MB); the others are text a
+#: few KiB to a few MiB long.
+TOKENIZER_DATA_FILES = (
+    "tokenizer.json",
+    "tokenizer.model",
+    "spiece.model",
+    "sentencepiece.bpe.model",
+    "vocab.json",
+    "vocab.txt",
+    "merges.txt",
+)
+TOKENIZER_TEXT_FILES = (
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "chat_template.jinja",
+    "chat_template.json",
+)
+#: transformers' folder of named chat templates (``*.jinja``).
+CHAT_TEMPLATE_FOLDER = "additional_chat_templates"
+#: Largest tokenizer data file accepted; the text files share :data:`MAX_CONFIG_BYTES`.
+MAX_TOKENIZER_DATA_BYTES = 256 * 1024 * 1024
+
+
+def check_tokenizer_files(directory: str | os.PathLike[str]) -> bool:
+    """Check the tokenizer files of a model directory before transformers reads them.
+
+    transformers skips a file it cannot open and reads any file whole, so a dangling
+    link would silently drop special tokens or the chat template, and a huge or endless
+    file (a link to ``/dev/zero``) would take the memory of the server.
+
+    :returns: whether the directory has any tokenizer file.
+    :raises PolicyError: a tokenizer file that is a dangling link, not a regular file,
+        unreadable, or larger than :data:`MAX_TOKENIZER_DATA_BYTES` (data files) or
+        :data:`MAX_CONFIG_BYTES` (configuration and templates).
+    """
+    root = Path(directory)
+    named = [(root / name, MAX_TOKENIZER_DATA_BYTES) for name in TOKENIZER_DATA_FILES]
+    named += [(root / name, MAX_CONFIG_BYTES) for name in TOKENIZER_TEXT_FILES]
+    folder = root / CHAT_TEMPLATE_FOLDER
+    if folder.is_dir():
+        named += [(path, MAX_CONFIG_BYTES) for path in sorted(folder.glob("*.jinja"))]
+    found = False
+    for path, limit in named:
+        if not os.path.lexists(path):
+            continue
+        found = True
+        try:
+            info = path.stat()  # links followed, as in Hugging Face caches
+        except OSError as exc:
+            raise PolicyError(f"cannot be read: {exc.strerror or exc}", file=str(path)) from exc
+        if not stat.S_ISREG(info.st_mode):
+            raise PolicyError("is not a regular file", file=str(path))
+        if info.st_size > limit:
+            raise PolicyError(
+                f"is {info.st_size} bytes, more than the {limit} a tokenizer file may have",
+                file=str(path),
+            )
+    return found
+
+
 def _read_bounded(path: Path) -> bytes:
     """A regular file's bytes (symlinks followed, as Hugging Face caches use them), at
     most :data:`MAX_CONFIG_BYTES`; FIFOs and devices are refused without blocking."""
@@ -103,13 +169,37 @@ def _read_bounded(path: Path) -> bytes:
     return data
 
 
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``object_pairs_hook`` that refuses a key given twice in one object."""
+    document = dict(pairs)
+    if len(document) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKey(key)
+            seen.add(key)
+    return document
+
+
 def _read_json(path: Path) -> dict[str, Any]:
     try:
         text = _read_bounded(path).decode("utf-8")
     except UnicodeDecodeError as exc:
         raise PolicyError(f"is not UTF-8 text: {exc.reason}", file=str(path)) from exc
     try:
-        document = json.loads(text)
+        # A key given twice is refused, not resolved: Python keeps the last, other
+        # readers the first, and the first may be the stricter limit the author meant.
+        document = json.loads(text, object_pairs_hook=_unique_keys)
+    except _DuplicateKey as exc:
+        raise PolicyError(
+            "gives a key twice in one JSON object; keep one",
+            file=str(path),
+            value=str(exc),
+        ) from None
     except json.JSONDecodeError as exc:
         raise PolicyError(
             f"is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}",
@@ -177,6 +267,8 @@ def _validate(
             rule = f"must be a JSON {error.validator_value}"
         else:
             rule = error.message
+        if len(rule) > _MAX_RULE_CHARACTERS:  # jsonschema's messages quote the value whole
+            rule = rule[:_MAX_RULE_CHARACTERS] + "…"
         raise PolicyError(rule, file=file, json_path=pointer, value=value, has_value=True)
 
 
@@ -261,6 +353,20 @@ def apply_keys(
     policy = attrs.evolve(pinned, **changes, options=options, sources=sources)
     if "max_samples_per_clip" in changes:
         frames = policy.estimate_frames(samples)
+        if frames < 1 or samples < policy.min_samples_per_clip:
+            # Every request would be refused: a broken checkpoint, not a strict one.
+            src = sources["max_samples_per_clip"]
+            shortest = (
+                f"the family's minimum of {policy.min_samples_per_clip} samples"
+                if samples < policy.min_samples_per_clip
+                else f"one feature frame ({policy.frame_length_samples} samples)"
+            )
+            raise PolicyError(
+                f"admits no clip: a clip of at most {samples} samples is shorter than {shortest}",
+                file=src.origin,
+                json_path=src.key,
+                value=samples,
+            )
         policy = attrs.evolve(
             policy,
             max_frames_per_clip=min(frames, pinned.max_frames_per_clip),
