@@ -241,7 +241,13 @@ class AudioGate:
         **options: Any,
     ) -> AudioGate:
         """Load a checkpoint directory: its policy (from its own config files) and its
-        tokenizer (``AutoTokenizer``, offline) unless one is given."""
+        tokenizer (``AutoTokenizer``, offline) unless one is given.
+
+        :raises PolicyError: the checkpoint cannot serve: an invalid or unreadable config
+            or tokenizer file, a chat template that does not compile, or a tokenizer
+            that the family's expansion of one probe clip refuses (token ids that
+            contradict it).
+        """
         host = host or create_host()
         configs = read_checkpoint_configs(model_dir)
         family = host.family_for_model_type(configs.model.get("model_type"))
