@@ -59,7 +59,6 @@ def _shown(value: Any) -> str:
         return f"<{type(value).__name__}>"
 
 
-
 class PolicyError(AudioGateError):
     """A checkpoint's audio policy cannot be loaded; model start-up must fail.
 
