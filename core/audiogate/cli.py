@@ -1,17 +1,20 @@
 """The ``audiogate`` command line.
 
-Exit codes: 0 success; 2 usage or bad input (bad audio, bad config, an output file that
-cannot be written, a server address that cannot be bound); 3 a limit was exceeded; 4 a
-plugin or internal error; 130 cancelled.
+Exit codes: 0 success (``serve``: a graceful shutdown on SIGINT or SIGTERM); 2 usage or
+bad input (bad audio, bad config, an output file that cannot be written, a server address
+that cannot be bound); 3 a limit was exceeded; 4 a plugin or internal error; 130 cancelled
+(Ctrl-C).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, Final, TextIO
 
 import attrs
@@ -230,18 +233,70 @@ class _ProgressBar:
     def __init__(self, stream: TextIO, *, enabled: bool) -> None:
         self.stream = stream
         self.enabled = enabled
+        self.drawn = False
+
+    def clear(self) -> None:
+        """Erase a bar left on the line (the work failed or was interrupted)."""
+        if self.drawn:
+            self("done", 0, 0)
 
     def __call__(self, stage: str, index: int, count: int) -> None:
         if not self.enabled:
             return
         if stage == "done":
             self.stream.write("\r" + " " * 60 + "\r")
+            self.drawn = False
         else:
+            self.drawn = True
             width = 24
             filled = int(width * index / max(count, 1))
             bar = "#" * filled + "." * (width - filled)
             self.stream.write(f"\r[{bar}] clip {index + 1}/{count}: {stage:<10}")
         self.stream.flush()
+
+
+def _output_path(text: str) -> Path:
+    """The file ``--out`` names: ``text``, with ``.npz`` appended when it lacks the suffix
+    (as ``np.savez`` does), checked before any work.
+
+    :raises _UsageError: ``text`` names a directory, or the file's directory is missing or
+        cannot be written to.
+    """
+    if text.endswith(("/", os.sep)) or Path(text).is_dir():
+        raise _UsageError(f"audiogate prepare: cannot write {text}: it is a directory")
+    path = Path(text if text.endswith(".npz") else f"{text}.npz")
+    if path.is_dir():
+        raise _UsageError(f"audiogate prepare: cannot write {path}: it is a directory")
+    parent = path.parent
+    if not parent.is_dir():
+        problem = "is not a directory" if parent.exists() else "does not exist"
+        raise _UsageError(f"audiogate prepare: cannot write {path}: {parent} {problem}")
+    if not os.access(parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise _UsageError(f"audiogate prepare: cannot write {path}: permission denied")
+    return path
+
+
+def _write_npz(path: Path, arrays: dict[str, Any]) -> None:
+    """Write ``arrays`` as an .npz archive to exactly ``path``; a partial file is removed
+    when writing fails or is interrupted."""
+    import numpy as np
+
+    try:
+        file = path.open("wb")
+    except OSError as exc:
+        raise _UsageError(
+            f"audiogate prepare: cannot write {path}: {exc.strerror or exc}"
+        ) from None
+    try:
+        with file:
+            np.savez(file, **arrays)
+    except BaseException as exc:
+        path.unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise _UsageError(
+                f"audiogate prepare: cannot write {path}: {exc.strerror or exc}"
+            ) from None
+        raise
 
 
 def _cmd_prepare(args: argparse.Namespace, host: FamilyHost, out: TextIO) -> int:
@@ -252,6 +307,7 @@ def _cmd_prepare(args: argparse.Namespace, host: FamilyHost, out: TextIO) -> int
 
     if bool(args.family) == bool(args.model):
         raise _UsageError("audiogate prepare: give exactly one of --model DIR or --family NAME")
+    out_path = _output_path(args.out) if args.out else None
     if args.model:
         gate = AudioGate.from_model_dir(args.model, host=host)
     else:
@@ -265,15 +321,13 @@ def _cmd_prepare(args: argparse.Namespace, host: FamilyHost, out: TextIO) -> int
         # The checkpoint's chat turn around the prompt; the family's placeholders in it
         # place the clips, or the family inserts them where its processor would.
         prompt = gate.chat_prompt(prompt)
-    result = gate.prepare(prompt=prompt, clips=clips, progress=bar)
+    try:
+        result = gate.prepare(prompt=prompt, clips=clips, progress=bar)
+    finally:
+        bar.clear()
     summary = result.summary(policy_source=gate.policy_source)
-    if args.json:
-        out.write(json.dumps(summary, indent=2) + "\n")
-    else:
-        print_summary(summary, out)
-        if result.text is not None and args.show_prompt:
-            out.write(f"\nexpanded prompt:\n{result.text}\n")
-    if args.out:
+    # The file first: a command that fails prints no result.
+    if out_path is not None:
         arrays: dict[str, Any] = {}
         for clip, features, mask in zip(
             result.batch.clips if result.batch else (), result.features, result.masks, strict=True
@@ -283,16 +337,15 @@ def _cmd_prepare(args: argparse.Namespace, host: FamilyHost, out: TextIO) -> int
                 arrays[f"mask_{clip.ordinal}"] = np.asarray(mask)
         if result.input_ids:
             arrays["input_ids"] = np.asarray(result.input_ids, dtype=np.int64)
-        # np.savez appends .npz to a name without it: report the file actually written.
-        path = args.out if str(args.out).endswith(".npz") else f"{args.out}.npz"
-        try:
-            np.savez(path, **arrays)
-        except OSError as exc:
-            raise _UsageError(
-                f"audiogate prepare: cannot write {path}: {exc.strerror or exc}"
-            ) from None
-        if not args.json:
-            out.write(f"wrote {path}\n")
+        _write_npz(out_path, arrays)
+    if args.json:
+        out.write(json.dumps(summary, indent=2) + "\n")
+    else:
+        print_summary(summary, out)
+        if result.text is not None and args.show_prompt:
+            out.write(f"\nexpanded prompt:\n{result.text}\n")
+        if out_path is not None:
+            out.write(f"wrote {out_path}\n")
     return EXIT_OK
 
 
@@ -303,9 +356,23 @@ def _size(text: str) -> int:
     from audiogate.server.run import parse_size
 
     try:
-        return parse_size(text)
+        value = parse_size(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive size (at least 1 byte)")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    # nan and inf are floats too: neither is a timeout (uvicorn rounds it to an integer).
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive, finite number of seconds")
+    return value
 
 
 def _port(text: str) -> int:
@@ -328,6 +395,20 @@ def _positive(text: str) -> int:
     return value
 
 
+#: ``--workers``: each is a thread started at once; far more than any machine has cores
+#: would only fail to start ("can't start new thread") or exhaust memory.
+MAX_WORKERS: Final = 1024
+
+
+def _workers(text: str) -> int:
+    value = _positive(text)
+    if value > MAX_WORKERS:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is too many worker threads (1 to {MAX_WORKERS})"
+        )
+    return value
+
+
 def _add_serve_parser(sub: Any) -> None:
     p = sub.add_parser(
         "serve", help="serve POST /v1/audio/prepare, /metrics and /healthz (Starlette on uvicorn)"
@@ -341,7 +422,13 @@ def _add_serve_parser(sub: Any) -> None:
     p.add_argument(
         "--allow-url-fetch", action="store_true", help="fetch http(s):// audio (public hosts)"
     )
-    p.add_argument("--workers", type=_positive, default=1, metavar="N", help="audio worker threads")
+    p.add_argument(
+        "--workers",
+        type=_workers,
+        default=1,
+        metavar="N",
+        help=f"audio worker threads (1 to {MAX_WORKERS}; default 1)",
+    )
     p.add_argument("--queue-depth", type=_positive, metavar="N", help="jobs waiting (default 8)")
     p.add_argument("--max-queued-encoded-bytes", type=_size, metavar="SIZE", help="default 512MiB")
     p.add_argument("--max-inflight-host-bytes", type=_size, metavar="SIZE", help="default 1280MiB")
@@ -365,7 +452,7 @@ def _add_serve_parser(sub: Any) -> None:
     )
     p.add_argument(
         "--body-timeout",
-        type=float,
+        type=_seconds,
         default=30.0,
         metavar="SECONDS",
         help=(
@@ -453,7 +540,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="user prompt (inside the checkpoint's chat template, when --model has one); the "
         "family's placeholders in it place the clips, and are inserted where absent",
     )
-    p.add_argument("--out", metavar="FILE.npz", help="write features_N, mask_N, input_ids")
+    p.add_argument(
+        "--out",
+        metavar="FILE",
+        help="write features_N, mask_N, input_ids to FILE (an .npz archive; .npz is "
+        "appended to a name without it; an existing file is replaced); checked before any "
+        "work: a directory, or a directory that does not exist, is refused",
+    )
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--show-prompt", action="store_true", help="also print the expanded prompt")
     p.set_defaults(handler=_cmd_prepare)
@@ -483,6 +576,11 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None) -> 
     except _UsageError as exc:
         sys.stderr.write(f"{exc}\n")
         return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        # Ctrl-C. Work in a thread has stopped by now: asyncio.run cancels the task, the
+        # task cancels its token, and asyncio.run waits for the thread to reach a checkpoint.
+        sys.stderr.write("audiogate: cancelled (interrupted)\n")
+        return EXIT_CANCELLED
     except BrokenPipeError:
         # The reader went away (``audiogate policy ... | head``): stop quietly, and point
         # stdout at /dev/null so the interpreter's final flush does not fail again.

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import errno
 import io
 import json
+import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
+from audiogate.api import AudioGate
 from audiogate.cli import main
 from audiogate.policy import build_schema, dump_schema
 
@@ -119,3 +124,122 @@ def test_a_closed_pipe_stops_quietly(capsys) -> None:
     # ``audiogate policy ... | head -1``: the reader went away.
     assert main(["policy", "--family", "gemma3n"], stdout=ClosedPipe()) == 0
     assert capsys.readouterr().err == ""
+
+
+# --- prepare: --out checked first, interruptions -------------------------------------
+
+SPEECH = Path(__file__).resolve().parents[2] / "examples" / "audio" / "speech_16k.wav"
+
+
+@pytest.fixture
+def no_work(monkeypatch) -> None:
+    """Fail the test if the command gets as far as preparing audio."""
+
+    def prepare(*args, **kwargs):
+        pytest.fail("the work was done before the output path was checked")
+
+    monkeypatch.setattr(AudioGate, "prepare", prepare)
+
+
+@pytest.mark.parametrize("json_flag", [[], ["--json"]])
+def test_an_unwritable_out_is_refused_before_any_work(json_flag, tmp_path, no_work, capsys) -> None:
+    (tmp_path / "a-file").write_bytes(b"")
+    targets = {
+        f"{tmp_path}/missing/x.npz": f"{tmp_path}/missing does not exist",
+        f"{tmp_path}/a-file/x.npz": f"{tmp_path}/a-file is not a directory",
+        str(tmp_path): "it is a directory",  # np.savez wrote <dir>.npz, exit 0
+        f"{tmp_path}/sub/": "it is a directory",
+    }
+    for target, reason in targets.items():
+        base = ["prepare", "--family", "gemma3n", "--audio", str(SPEECH), *json_flag]
+        code, out = run(*base, "--out", target)
+        err = capsys.readouterr().err
+        assert (code, out) == (2, ""), err  # no summary printed for a failed command
+        assert err.startswith("audiogate prepare: cannot write ")
+        assert err.endswith(f": {reason}\n")
+        assert err.count("\n") == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
+    assert not tmp_path.with_name(tmp_path.name + ".npz").exists()
+
+
+def test_a_failed_write_prints_no_result_and_leaves_no_partial_file(
+    tmp_path, monkeypatch, capsys
+) -> None:
+    import numpy as np
+
+    def savez(file, **arrays) -> None:
+        file.write(b"PK\x03\x04 half an archive")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(np, "savez", savez)
+    target = tmp_path / "x.npz"
+    code, out = run(
+        "prepare", "--family", "gemma3n", "--audio", str(SPEECH), "--json", "--out", str(target)
+    )
+    assert (code, out) == (2, "")
+    assert (
+        capsys.readouterr().err
+        == f"audiogate prepare: cannot write {target}: No space left on device\n"
+    )
+    assert not target.exists()
+
+
+def test_an_interrupted_prepare_exits_130_in_one_line(tmp_path, monkeypatch, capsys) -> None:
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(AudioGate, "prepare", interrupted)
+    target = tmp_path / "x.npz"
+    code, out = run("prepare", "--family", "gemma3n", "--audio", str(SPEECH), "--out", str(target))
+    assert (code, out) == (130, "")
+    assert capsys.readouterr().err == "audiogate: cancelled (interrupted)\n"
+    assert not target.exists()
+
+
+# The real prepare, over and over until cancelled: it cannot finish before the signal,
+# and the signal lands inside the pipeline's own work (decode, resample, features).
+ENDLESS_PREPARE = """
+import pathlib, signal, sys
+import audiogate.api
+from audiogate.cli import main
+
+# As on a terminal, even where the test runner's parent ignores SIGINT.
+signal.signal(signal.SIGINT, signal.default_int_handler)
+
+real = audiogate.api.prepare_clips
+
+def endless(*args, **kwargs):
+    pathlib.Path(sys.argv[1]).touch()
+    while True:
+        real(*args, **kwargs)
+
+audiogate.api.prepare_clips = endless
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+def test_ctrl_c_during_a_long_prepare_exits_130_without_a_traceback(tmp_path) -> None:
+    from audiogate.testing.audio import tone, wav_bytes
+
+    audio = tmp_path / "long.wav"
+    audio.write_bytes(wav_bytes(tone(seconds=120.0, rate_hz=32_000), rate_hz=32_000))
+    started, target = tmp_path / "started", tmp_path / "out.npz"
+    argv = ["prepare", "--family", "phi4mm", "--audio", str(audio), "--out", str(target)]
+    with subprocess.Popen(
+        [sys.executable, "-c", ENDLESS_PREPARE, str(started), *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as process:
+        deadline = time.monotonic() + 60
+        while not started.exists():
+            assert process.poll() is None, process.communicate()
+            assert time.monotonic() < deadline, "the prepare did not start"
+            time.sleep(0.01)
+        time.sleep(0.3)  # well inside the pipeline
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=60)  # its worker thread has stopped too
+    assert process.returncode == 130, err
+    assert err == "audiogate: cancelled (interrupted)\n"
+    assert out == ""
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["long.wav", "started"]

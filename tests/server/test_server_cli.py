@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import re
 import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -48,20 +51,65 @@ def test_serve_options_parse() -> None:
     assert args.queue_depth is None
 
 
+SIZE_OPTIONS = [
+    "--max-queued-encoded-bytes",
+    "--max-inflight-host-bytes",
+    "--max-body-bytes",
+    "--max-inflight-body-bytes",
+    "--max-inflight-acquired-bytes",
+]
+
+
 @pytest.mark.parametrize(
     "argv",
     [
         ["--workers", "0"],
+        ["--workers", "-1"],
+        ["--workers", "1025"],
+        ["--queue-depth", "0"],
+        ["--max-prefill-tokens", "0"],
         ["--max-body-bytes", "12 parsecs"],
         ["--port", "99999"],
         ["--port", "-1"],
         ["--port", "http"],
+        *([option, size] for option in SIZE_OPTIONS for size in ("0", "0KiB", "-5")),
+        *(
+            ["--body-timeout", seconds]
+            for seconds in ("0", "-0", "-1", "nan", "inf", "-inf", "1e999", "soon")
+        ),
     ],
 )
 def test_bad_serve_options_are_usage_errors(argv, capsys) -> None:
+    # Every value the limits refuse is refused here, in one usage line (exit 2), never
+    # as a traceback from ServerLimits / WorkerLimits or uvicorn.
     with pytest.raises(SystemExit) as exit_info:
-        build_parser().parse_args(["serve", "--model", "m", *argv])
+        main(["serve", "--model", "m", *argv])
     assert exit_info.value.code == 2
+    (line,) = capsys.readouterr().err.splitlines()[-1:]
+    assert line.startswith(f"audiogate serve: error: argument {argv[0]}: ")
+
+
+def test_the_smallest_and_largest_serve_values_make_valid_options(monkeypatch) -> None:
+    from audiogate.server import run as run_module
+
+    seen = []
+    monkeypatch.setattr(run_module, "serve", lambda options, host=None: seen.append(options) or 0)
+    sizes = [part for option in SIZE_OPTIONS for part in (option, "1")]
+    counts = ["--workers", "1", "--queue-depth", "1", "--max-prefill-tokens", "1"]
+    assert main(["serve", "--model", "m", *sizes, *counts, "--body-timeout", "0.001"]) == 0
+    huge = [part for option in SIZE_OPTIONS for part in (option, "99999999999GiB")]
+    counts = ["--workers", "1024", "--queue-depth", str(10**30), "--max-prefill-tokens", "1e3"]
+    with pytest.raises(SystemExit):  # "1e3" is not an integer
+        main(["serve", "--model", "m", *huge, *counts])
+    counts[-1] = str(10**30)
+    assert main(["serve", "--model", "m", *huge, *counts, "--body-timeout", "1e300"]) == 0
+    smallest, largest = seen
+    assert smallest.limits.max_body_bytes == 1
+    assert smallest.limits.body_idle_timeout_s == 0.001
+    assert smallest.worker.max_queued_encoded_bytes == 1
+    assert largest.threads == 1024
+    assert largest.limits.max_inflight_acquired_bytes == 99_999_999_999 << 30
+    assert run_module._config(_tiny_app(), largest).timeout_graceful_shutdown > 0
 
 
 def test_parse_size() -> None:
@@ -95,8 +143,10 @@ def test_a_media_path_that_is_not_a_directory_refuses_to_start(
         assert "is not a directory" in err
 
 
-def test_the_serve_command_serves_until_terminated(tmp_path: Path) -> None:
-    (tmp_path / "clip.wav").write_bytes(wav_bytes(tone(seconds=1.0), rate_hz=16_000))
+@contextlib.contextmanager
+def serve_command(*argv: str) -> Iterator[tuple[subprocess.Popen[str], str, list[str]]]:
+    """``audiogate serve`` on the Gemma 3n example on an ephemeral port, in a subprocess:
+    yields the process, its URL once bound, and the lines of its stderr so far."""
     command = [
         sys.executable,
         "-m",
@@ -106,9 +156,8 @@ def test_the_serve_command_serves_until_terminated(tmp_path: Path) -> None:
         str(MODELS / "gemma-3n-e4b-it"),
         "--port",
         "0",
-        "--media-path",
-        str(tmp_path),
         "--no-access-log",
+        *argv,
     ]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     lines: list[str] = []
@@ -129,28 +178,60 @@ def test_the_serve_command_serves_until_terminated(tmp_path: Path) -> None:
         reader.start()
         try:
             assert bound.wait(120), "".join(lines)
-            with httpx.Client(base_url=url[0], timeout=60) as client:
-                assert client.get("/healthz").json()["family"] == "gemma3n"
-                request = chat(wav_b64(1.0))
-                request["messages"][0]["content"].insert(
-                    0, {"type": "audio_url", "audio_url": {"url": "file://clip.wav"}}
-                )
-                response = client.post(PREPARE, json=request)
-                assert response.status_code == 200, response.text
-                clips = response.json()["clips"]
-                assert [c["encoded_bytes"] for c in clips] == [32_044, 32_044]
-                metrics = client.get("/metrics").text
-                assert 'audiogate_audio_preprocess_completed_total{family="gemma3n"} 1.0' in metrics
+            yield process, url[0], lines
         finally:
-            process.send_signal(signal.SIGTERM)
-            code = process.wait(60)
+            if process.poll() is None:
+                process.kill()
+            process.wait(60)
             reader.join(10)
-    # uvicorn shuts down gracefully, then re-raises the signal it caught.
-    assert code in {0, -signal.SIGTERM}, "".join(lines)
-    assert "Application shutdown complete" in "".join(lines)
 
 
-def test_a_port_in_use_is_a_start_failure_not_a_limit(tmp_path, monkeypatch) -> None:
+def test_the_serve_command_serves_until_terminated(tmp_path: Path) -> None:
+    (tmp_path / "clip.wav").write_bytes(wav_bytes(tone(seconds=1.0), rate_hz=16_000))
+    with serve_command("--media-path", str(tmp_path)) as (process, url, lines):
+        with httpx.Client(base_url=url, timeout=60) as client:
+            assert client.get("/healthz").json()["family"] == "gemma3n"
+            request = chat(wav_b64(1.0))
+            request["messages"][0]["content"].insert(
+                0, {"type": "audio_url", "audio_url": {"url": "file://clip.wav"}}
+            )
+            response = client.post(PREPARE, json=request)
+            assert response.status_code == 200, response.text
+            clips = response.json()["clips"]
+            assert [c["encoded_bytes"] for c in clips] == [32_044, 32_044]
+            metrics = client.get("/metrics").text
+            assert 'audiogate_audio_preprocess_completed_total{family="gemma3n"} 1.0' in metrics
+        process.send_signal(signal.SIGTERM)
+        code = process.wait(60)
+    text = "".join(lines)
+    assert "Application shutdown complete" in text
+    assert code == 0, text
+
+
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_ctrl_c_and_kill_shut_down_gracefully_and_exit_0(stop: signal.Signals) -> None:
+    # uvicorn raises the signal it caught again after its graceful shutdown: with Python's
+    # own handlers back, a KeyboardInterrupt traceback (SIGINT) or death by SIGTERM.
+    with serve_command() as (process, url, lines):
+        assert httpx.get(url + "/healthz", timeout=60).status_code == 200
+        process.send_signal(stop)
+        code = process.wait(60)
+    text = "".join(lines)
+    assert "Application shutdown complete" in text
+    assert "Traceback" not in text
+    assert code == 0, text
+
+
+def _start_failure(options, caplog) -> str:
+    from audiogate.server import run as run_module
+
+    with caplog.at_level(logging.ERROR, logger="audiogate.server"):
+        assert run_module.serve(options) == run_module.START_FAILURE_EXIT == 2
+    (message,) = [r.getMessage() for r in caplog.records if r.name == "audiogate.server"]
+    return message
+
+
+def test_a_port_in_use_is_a_start_failure_not_a_limit(tmp_path, monkeypatch, caplog) -> None:
     import socket
 
     from audiogate.server import run as run_module
@@ -161,7 +242,23 @@ def test_a_port_in_use_is_a_start_failure_not_a_limit(tmp_path, monkeypatch) -> 
         taken.listen()
         port = taken.getsockname()[1]
         options = run_module.ServeOptions(model_dir=tmp_path, host="127.0.0.1", port=port)
-        assert run_module.serve(options) == run_module.START_FAILURE_EXIT == 2
+        message = _start_failure(options, caplog)
+    # The bind error itself, not uvicorn's exit code ("...: 3").
+    assert message.startswith(f"the server could not start on 127.0.0.1:{port}: ")
+    assert "address already in use" in message.lower()
+
+
+def test_an_address_that_does_not_resolve_names_the_reason(tmp_path, monkeypatch, caplog) -> None:
+    from audiogate.server import run as run_module
+
+    monkeypatch.setattr(run_module, "build_app", lambda options, host=None: _tiny_app())
+    options = run_module.ServeOptions(model_dir=tmp_path, host="999.1.1.1", port=0)
+    message = _start_failure(options, caplog)
+    prefix = "the server could not start on 999.1.1.1:0: "
+    assert message.startswith(prefix)
+    reason = message.removeprefix(prefix)
+    assert not reason.isdigit()  # was uvicorn's SystemExit code, "3"
+    assert reason  # the resolver's words ("Name or service not known", ...)
 
 
 def _tiny_app():

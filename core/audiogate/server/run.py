@@ -6,11 +6,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import re
+import signal
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Final
@@ -134,19 +137,73 @@ def _config(app: Starlette, options: ServeOptions) -> uvicorn.Config:
 START_FAILURE_EXIT: Final = 2
 
 
+class _BindErrors(logging.Filter):
+    """Keeps the ``OSError`` uvicorn logs when it cannot bind or resolve the address (it
+    then exits with its own code, 3), so that :func:`serve` names it in its one line."""
+
+    def __init__(self, server: uvicorn.Server) -> None:
+        super().__init__()
+        self.server = server
+        self.errors: list[OSError] = []
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.msg, OSError) and not self.server.started:
+            self.errors.append(record.msg)
+            return False
+        return True
+
+
+#: What ``Ctrl-C`` and ``kill`` send; both shut the server down gracefully.
+_STOP_SIGNALS: Final = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def _graceful_signals(server: uvicorn.Server) -> Iterator[None]:
+    """SIGINT and SIGTERM shut ``server`` down gracefully, and the process goes on.
+
+    uvicorn restores the handlers it found once it has shut down, then raises the signals
+    it caught again (``Server.capture_signals``): with Python's own handlers, a
+    ``KeyboardInterrupt`` traceback or death by SIGTERM. The handlers it finds here are
+    ``server.handle_exit``, for which a signal after the shutdown changes nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signals are only delivered to the main thread
+        return
+    previous = {sig: signal.signal(sig, server.handle_exit) for sig in _STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def serve(options: ServeOptions, *, host: FamilyHost | None = None) -> int:
     """Run the server until interrupted (SIGINT/SIGTERM); returns the exit code.
 
-    :returns: 0 after a clean shutdown; :data:`START_FAILURE_EXIT` when it could not
-        start (uvicorn has logged why: a port in use, an address that does not resolve).
+    :returns: 0 after a clean shutdown (in-flight requests finish first);
+        :data:`START_FAILURE_EXIT` when it could not start (a port in use, an address that
+        does not resolve), after logging why in one line.
     """
     app = build_app(options, host=host)
     server = uvicorn.Server(_config(app, options))
+    # After uvicorn.Config, which configures uvicorn's loggers.
+    bind = _BindErrors(server)
+    uvicorn_log = logging.getLogger("uvicorn.error")
+    uvicorn_log.addFilter(bind)
     try:
-        server.run()
+        with _graceful_signals(server):
+            server.run()
     except (SystemExit, OSError) as exc:
-        log.error("the server could not start on %s:%s: %s", options.host, options.port, exc)
+        # uvicorn exits with 3 after logging a bind error: that error is the reason.
+        errors = [exc] if isinstance(exc, OSError) else bind.errors
+        if errors:
+            reason = errors[-1].strerror or str(errors[-1])
+        else:
+            reason = "the application did not start (see the log above)"
+        log.error("the server could not start on %s:%s: %s", options.host, options.port, reason)
         return START_FAILURE_EXIT
+    finally:
+        uvicorn_log.removeFilter(bind)
     return 0 if server.started else START_FAILURE_EXIT
 
 
