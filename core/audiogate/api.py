@@ -69,9 +69,11 @@ TensorKind = Literal["np", "mlx"]
 
 def load_tokenizer(model_dir: str | os.PathLike[str]) -> Any | None:
     """The model directory's tokenizer and chat template, offline, never running remote
-    code; ``None`` when the directory has no tokenizer files or transformers is missing.
+    code; ``None`` when the directory has no tokenizer files.
 
-    :raises PolicyError: the tokenizer files are there but cannot be loaded.
+    :raises PolicyError: the tokenizer files are there but cannot be loaded, or
+        transformers (the ``chat`` extra) is not installed to read them: a gate without
+        the checkpoint's tokenizer would give no token ids and no chat template.
 
     A ``tokenizer.json`` is loaded directly as a fast tokenizer: ``AutoTokenizer`` would
     follow ``config.json``'s ``auto_map`` (Phi-4 MM's names a hub repository and asks to
@@ -82,8 +84,12 @@ def load_tokenizer(model_dir: str | os.PathLike[str]) -> Any | None:
         return None
     try:
         from transformers import AutoTokenizer, PreTrainedTokenizerFast
-    except ImportError:
-        return None
+    except ImportError as exc:
+        raise PolicyError(
+            f"has tokenizer files, and reading them needs transformers ({exc}); install it "
+            f"with `pip install 'audiogate[chat]'`, or pass tokenizer= to AudioGate",
+            file=str(root),
+        ) from exc
     try:
         if (root / "tokenizer.json").exists():
             tokenizer = PreTrainedTokenizerFast.from_pretrained(str(root), local_files_only=True)

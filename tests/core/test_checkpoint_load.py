@@ -201,3 +201,15 @@ def test_an_offending_value_is_shown_short(tmp_path) -> None:
     assert "/sampling_rate" in message
     assert len(message) < 1_000
     assert info.value.value == "x" * 1_000_000  # the whole value stays on the error
+
+
+def test_tokenizer_files_without_transformers_fail_at_load(monkeypatch) -> None:
+    # Without the chat extra, the gate would have no ids and no template, silently.
+    import sys
+
+    monkeypatch.setitem(sys.modules, "transformers", None)
+    with pytest.raises(PolicyError, match=r"audiogate\[chat\]") as info:
+        AudioGate.from_model_dir(MODELS / QWEN)
+    assert info.value.file == str(MODELS / QWEN)
+    monkeypatch.undo()
+    assert AudioGate.from_model_dir(MODELS / QWEN).tokenizer is not None
