@@ -93,10 +93,56 @@ class OutcomeRecord:
     record says it is done. ``active`` is false once its scope has ended: asyncio
     callbacks can carry a context into later requests (uvicorn resumes reading a
     connection from inside a request), and a stale record must not be reused.
+
+    ``defer_completion`` is for an owner with a step left after the worker's result (the
+    reference server admits the answer into its body budget, which may refuse it, or the
+    client may leave while it waits): the worker then leaves a success to the owner
+    (:meth:`offer_completion`), whose :meth:`settle` counts it as completed or as the
+    failure the request was answered with. Failures the worker still counts itself.
     """
 
     recorded: bool = False
     active: bool = True
+    defer_completion: bool = False
+    # The worker's success, not yet counted; what the owner settled with, if first.
+    _completion: Callable[[], None] | None = attrs.field(default=None, init=False)
+    _settled: bool = attrs.field(default=False, init=False)
+    _failure: Callable[[], None] | None = attrs.field(default=None, init=False)
+    # The worker offers from its thread; the owner settles on the event loop.
+    _lock: threading.Lock = attrs.field(factory=threading.Lock, init=False, repr=False, eq=False)
+
+    def offer_completion(self, completed: Callable[[], None]) -> None:
+        """The worker's success of a deferred request: kept for :meth:`settle`, or, if the
+        owner settled first (its client left while the job ran), counted as it said."""
+        with self._lock:
+            if not self._settled:
+                self._completion = completed
+                return
+            failure = self._failure
+        if failure is not None:
+            failure()
+
+    def settle(self, failure: Callable[[], None] | None) -> None:
+        """End the request (once): ``None`` after a successful answer, else how to count
+        the failure it was answered with. A success the worker left is counted as
+        completed, or replaced by ``failure``; a request the worker counts (its own
+        failure, or ``failure`` once a still running job ends) is not counted here."""
+        with self._lock:
+            if self._settled:
+                return
+            self._settled = True
+            completed, self._completion = self._completion, None
+            count: Callable[[], None] | None
+            if completed is not None:
+                count = completed if failure is None else failure
+            elif self.recorded:
+                self._failure = failure
+                return
+            else:
+                self.recorded = True
+                count = failure
+        if count is not None:
+            count()
 
 
 _OUTCOME: contextvars.ContextVar[OutcomeRecord | None] = contextvars.ContextVar(
@@ -247,6 +293,8 @@ class AudioJob(Generic[T]):
         self.future: concurrent.futures.Future[T] = concurrent.futures.Future()
         self._holdings = holdings
         self._handed_off = False
+        #: The request's record when its owner counts a success (``defer_completion``).
+        self._outcome: OutcomeRecord | None = None
         #: Whether the job waits in its worker's queue (guarded by the worker's lock).
         self._queued = False
         #: Unregisters the worker's cancel callback once the job has left the queue.
@@ -408,6 +456,8 @@ class AudioWorker:
             cancel=token,
             holdings=_Holdings(reservation),
         )
+        if record is not None and record.active and record.defer_completion:
+            job._outcome = record
         # Before it can be dequeued (whoever dequeues it unregisters this), and outside
         # the lock (a token cancelled already runs the callback right here, a no-op then:
         # the job is not queued yet, and stops at the Queue checkpoint). A weak reference:
@@ -639,9 +689,16 @@ class AudioWorker:
             del job
             future.set_exception(error)
             return
-        self.metrics.record_completed(
-            family, latency_seconds=time.perf_counter() - started, prefill_tokens=prefill
+        completed = functools.partial(
+            self.metrics.record_completed,
+            family,
+            latency_seconds=time.perf_counter() - started,
+            prefill_tokens=prefill,
         )
+        if job._outcome is not None:
+            job._outcome.offer_completion(completed)  # before the owner can see the result
+        else:
+            completed()
         job.future.set_result(value)
 
     # --- shutdown --------------------------------------------------------------------

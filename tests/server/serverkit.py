@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import functools
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -156,6 +157,31 @@ def wait_until(predicate: Callable[[], bool], timeout_s: float = 20.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError("condition not reached in time")
         time.sleep(0.01)
+
+
+@contextlib.contextmanager
+def trickled_upload(port: int, held: int, *, every_s: float = 0.05) -> Iterator[None]:
+    """A client that holds ``held`` bytes of the body budget for the block: it sends that
+    much of a body it never finishes, then a byte every ``every_s`` seconds (so its body
+    never stalls), and disconnects at the end (the server counts it as cancelled)."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+    head = f"POST {PREPARE} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    sock.sendall(f"{head}Content-Length: {held + 100_000}\r\n\r\n".encode())
+    sock.sendall(b'{"messages": [' + b" " * (held - 14))
+    stop = threading.Event()
+
+    def trickle() -> None:
+        while not stop.wait(every_s):
+            sock.sendall(b" ")
+
+    thread = threading.Thread(target=trickle, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+        sock.close()
 
 
 @contextlib.contextmanager

@@ -6,13 +6,23 @@ from __future__ import annotations
 import base64
 import gc
 import json
+import re
 import socket
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
-from serverkit import PREPARE, Blocker, chat, delta, serving, wait_until, wav_b64
+from serverkit import (
+    PREPARE,
+    Blocker,
+    chat,
+    delta,
+    serving,
+    trickled_upload,
+    wait_until,
+    wav_b64,
+)
 
 from audiogate.acquire import AcquisitionPolicy
 from audiogate.server import ServerLimits
@@ -234,3 +244,120 @@ def test_a_client_gone_while_its_answer_waits_for_room_is_let_go_at_once() -> No
         finally:
             stuck.close()
         running.wait_idle(timeout_s=30)
+
+
+def test_a_client_gone_while_its_answer_waits_for_room_counts_as_cancelled() -> None:
+    # Its request was prepared (the worker is done with it), but its answer waits for room
+    # in the body budget when the client leaves: 499, counted once as cancelled (not as
+    # completed, and nothing more once the upload holding the budget leaves too).
+    clip = base64.b64encode(wav_bytes(noise(samples=30_000, amplitude=0.1), rate_hz=1_000))
+    body = json.dumps(chat(clip.decode())).encode()
+    limits = ServerLimits(body_idle_timeout_s=30.0, max_inflight_body_bytes=1 << 20)
+    with serving(limits=limits) as running:
+        before = running.outcomes()
+        samples = "audiogate_audio_source_samples_total"
+        samples_before = running.value(samples, family="gemma3n")
+        gone_before = running.value("audiogate_server_prepare_responses_total", status="499")
+        with trickled_upload(running.server.port, 900_000):
+            wait_until(lambda: running.gauges()[2] >= 900_000)
+            leaving = open_request(running.server.port, {"Content-Length": str(len(body))})
+            leaving.sendall(body)
+            # Prepared and handed off by the worker: its answer now waits for room.
+            wait_until(
+                lambda: (
+                    running.value(samples, family="gemma3n") - samples_before == 30_000
+                    and running.gauges()[:2] == (0.0, 0.0)
+                )
+            )
+            time.sleep(0.2)
+            leaving.close()
+            wait_until(
+                lambda: (
+                    running.value("audiogate_server_prepare_responses_total", status="499")
+                    == gone_before + 1
+                ),
+                timeout_s=10,
+            )
+            assert delta(before, running.outcomes()) == {"cancelled": 1}
+        wait_until(lambda: delta(before, running.outcomes()) == {"cancelled": 2})
+        running.wait_idle()
+
+
+def _slow_reader(port: int, body: bytes) -> socket.socket:
+    """A connection with a small receive buffer that sent one request."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+    sock.settimeout(30)
+    sock.connect(("127.0.0.1", port))
+    head = f"POST {PREPARE} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    sock.sendall(f"{head}Content-Length: {len(body)}\r\n\r\n".encode() + body)
+    return sock
+
+
+def _content_length(sock: socket.socket) -> int:
+    head = b""
+    while b"\r\n\r\n" not in head:
+        head += sock.recv(1)
+    assert head.startswith(b"HTTP/1.1 200 ")
+    found = re.search(rb"\r\ncontent-length: (\d+)\r\n", head.lower())
+    assert found is not None
+    return int(found.group(1))
+
+
+def _read_answer(sock: socket.socket, *, bytes_per_s: float) -> tuple[int, int]:
+    """Read an answer at about ``bytes_per_s`` in small reads (catching up after a late
+    wake-up): its Content-Length and the body bytes received before it ended or EOF."""
+    length = _content_length(sock)
+    received = 0
+    started = time.monotonic()
+    while received < length:
+        time.sleep(0.005)
+        allowed = int(bytes_per_s * (time.monotonic() - started)) - received
+        if allowed <= 0:
+            continue
+        chunk = sock.recv(min(allowed, 4096, length - received))
+        if not chunk:
+            break
+        received += len(chunk)
+    return length, received
+
+
+def test_a_slow_but_steady_reader_gets_its_whole_answer() -> None:
+    # A 4 MB answer read at 600 KiB/s with a 1 s body timeout. The stall timer runs per
+    # 64 KiB piece, and the kernel keeps at most 128 KiB unsent, so the reader's progress
+    # shows every few hundred KiB; it used to show only in steps of a third of the send
+    # buffer (about 1.4 MB), and such a reader was cut off as if it read nothing.
+    body = json.dumps(chat(wav_b64(100.0, rate_hz=8_000))).encode()
+    limits = ServerLimits(body_idle_timeout_s=1.0)
+    with serving("phi-4-multimodal-instruct", limits=limits) as running:
+        sock = _slow_reader(running.server.port, body)
+        try:
+            length, received = _read_answer(sock, bytes_per_s=600 * 1024)
+        finally:
+            sock.close()
+        assert length > 4_000_000
+        assert received == length
+        running.wait_idle()
+
+
+def test_a_reader_that_stops_is_dropped_and_its_connection_closed() -> None:
+    # It reads the first 100 kB of a 4 MB answer, then nothing: after the body timeout the
+    # answer is abandoned (the budget given back) and the connection closed, so what it
+    # reads afterwards ends early, at EOF.
+    body = json.dumps(chat(wav_b64(100.0, rate_hz=8_000))).encode()
+    limits = ServerLimits(body_idle_timeout_s=1.0)
+    with serving("phi-4-multimodal-instruct", limits=limits) as running:
+        sock = _slow_reader(running.server.port, body)
+        try:
+            length = _content_length(sock)
+            received = 0
+            while received < 100_000:
+                received += len(sock.recv(4096))
+            wait_until(lambda: running.gauges()[2] == 0, timeout_s=15)
+            while chunk := sock.recv(65536):
+                received += len(chunk)
+        finally:
+            sock.close()
+        assert length > 4_000_000
+        assert 100_000 <= received < length
+        running.wait_idle()

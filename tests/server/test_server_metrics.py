@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
-from serverkit import PREPARE, chat, wav_b64
+import base64
+import json
+
+from serverkit import PREPARE, chat, delta, serving, trickled_upload, wait_until, wav_b64
 
 from audiogate.metrics import REJECTION_REASONS
+from audiogate.server import ServerLimits
+from audiogate.testing.audio import noise, wav_bytes
+from audiogate.worker import OutcomeRecord
 
 AUDIO_COUNTERS = [
     "audiogate_audio_source_seconds_total",
@@ -91,3 +97,55 @@ def test_effective_prefill_is_the_expanded_prompt_length(gemma) -> None:
     body = gemma.client.post(PREPARE, json=chat(wav_b64(1.0))).json()
     gemma.wait_idle()
     assert gemma.value(name, family="gemma3n") - before == len(body["input_ids"])
+
+
+def test_an_answer_refused_for_the_body_budget_counts_as_memory_limit() -> None:
+    # The worker prepares the request, then its 2 MB answer finds no room in the body
+    # budget (an upload holds most of it) within the body timeout: the client gets 413,
+    # and the request counts once, as it was answered (memory_limit), not as completed.
+    clip = base64.b64encode(wav_bytes(noise(samples=30_000, amplitude=0.1), rate_hz=1_000))
+    body = json.dumps(chat(clip.decode())).encode()
+    limits = ServerLimits(body_idle_timeout_s=2.0, max_inflight_body_bytes=1 << 20)
+    with serving(limits=limits) as running:
+        before = running.outcomes()
+        latency = "audiogate_audio_preprocess_latency_seconds_total"
+        latency_before = running.value(latency, family="gemma3n")
+        with trickled_upload(running.server.port, 900_000):
+            wait_until(lambda: running.gauges()[2] >= 900_000)
+            response = running.client.post(PREPARE, content=body)
+            assert response.status_code == 413
+            error = response.json()["error"]
+            assert (error["type"], error["limit"]) == (
+                "MemoryLimitError",
+                "in-flight request body bytes",
+            )
+            assert delta(before, running.outcomes()) == {"memory_limit": 1}
+            # Only completed requests add their preprocessing time.
+            assert running.value(latency, family="gemma3n") == latency_before
+        wait_until(lambda: delta(before, running.outcomes()) == {"memory_limit": 1, "cancelled": 1})
+        running.wait_idle()
+
+
+def test_a_deferred_outcome_counts_once_in_either_order() -> None:
+    # The server's record (defer_completion): the worker offers its success from its
+    # thread, the handler settles on the event loop; whichever comes first, one count.
+    counted: list[str] = []
+
+    def record(*, offered: bool, settled_with: str | None, offer_after: bool = False) -> None:
+        outcome = OutcomeRecord(recorded=True, defer_completion=True)  # the worker admitted it
+        if offered and not offer_after:
+            outcome.offer_completion(lambda: counted.append("completed"))
+        failure = None if settled_with is None else lambda: counted.append(settled_with)
+        outcome.settle(failure)
+        outcome.settle(lambda: counted.append("settled twice"))
+        if offered and offer_after:
+            outcome.offer_completion(lambda: counted.append("completed"))
+
+    record(offered=True, settled_with=None)  # answered: completed
+    record(offered=True, settled_with="memory_limit")  # its answer refused
+    record(offered=True, settled_with="cancelled", offer_after=True)  # the job outlived it
+    record(offered=False, settled_with="cancelled")  # the worker counted its own failure
+    assert counted == ["completed", "memory_limit", "cancelled"]
+    text_only = OutcomeRecord(defer_completion=True)  # never reached the worker
+    text_only.settle(None)
+    assert counted == ["completed", "memory_limit", "cancelled"]

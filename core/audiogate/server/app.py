@@ -5,9 +5,11 @@ expanded token ids, the per-clip accounting and the collated model inputs (or a 
 error); ``GET /metrics`` is Prometheus text; ``GET /healthz`` reports the worker.
 
 Every prepare request is counted once in the audio metrics: the bounded worker counts
-what reaches its admission (completed, cancelled or rejected); the server counts what
-fails or is cancelled before (body, JSON, acquisition, template). A successful request
-without audio is not an audio request and counts nowhere.
+what reaches its admission and fails there or later (cancelled or rejected); the server
+counts what fails or is cancelled before (body, JSON, acquisition, template), and a
+request the worker prepared once its answer is admitted into the body budget (completed),
+or as the answer was refused or abandoned there (``memory_limit``, cancelled). A
+successful request without audio is not an audio request and counts nowhere.
 """
 
 from __future__ import annotations
@@ -15,11 +17,13 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import functools
 import json
 import logging
 import math
 import os
 import re
+import socket
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from pathlib import Path
 from typing import Any, Final, TypeVar
@@ -90,8 +94,21 @@ JSON_OVERHEAD_BYTES: Final = 2 * MIB
 # not a pool: every thread that allocates large buffers gets its own malloc arena.
 _OFFLOOP_BYTES: Final = 8 * MIB
 _T = TypeVar("_T")
-# Answers larger than this go out in slices of this size, each after the transport drained.
-_SEND_SLICE_BYTES: Final = 512 * 1024
+# Answers larger than this go out in pieces of this size. uvicorn's ``send`` waits until
+# the connection's buffer drained below its low-water mark (16 KiB), so the stall timer
+# (--body-timeout), restarted for every piece, measures how long the client takes to read
+# about one piece: smaller pieces lower the read rate a client needs. 64 KiB is the
+# buffer's high-water mark, below which pieces would hardly lower it (the buffer takes
+# several before uvicorn waits) and would cost more sends: one ASGI send is about 10 µs,
+# and 10 MB take some 8.5 ms to send in 64 KiB pieces, 1.5 ms more than in 512 KiB ones.
+_SEND_PIECE_BYTES: Final = 64 * 1024
+# What the kernel may keep unsent of a connection's output (TCP_NOTSENT_LOWAT). Without
+# it Linux autotunes the send buffer up to 4 MiB and reports room only once a third of it
+# drained: uvicorn's buffer drains in steps of about 1.4 MB, however small the pieces,
+# and a client reading 150 KB/s looks stalled for 9 s at a time. With it, about 256 KiB
+# queue ahead of the client (this, the piece and uvicorn's buffer). It limits only the
+# unsent queue, not what is in flight, so it costs a fast client nothing measurable.
+_UNSENT_LOWAT_BYTES: Final = 128 * 1024
 _OPTION_KEYS: Final = frozenset({"feature_format", "return_features"})
 _SURROGATE_ESCAPE: Final = re.compile(rb"\\u[dD][89a-fA-F]")
 
@@ -115,8 +132,9 @@ class ServerLimits:
         bodies). New bodies are refused (413) while it is full; an answer waits for room
         up to ``body_idle_timeout_s`` (a request holding everything held may exceed it).
     :param body_idle_timeout_s: refuse a request (408) whose body stalls this long; abandon
-        an answer the client reads none of for this long; close connections this long
-        after a shutdown starts.
+        an answer whose next 64 KiB piece finds no room in the socket for this long (its
+        client reads too little of it: about 256 KiB per timeout are needed); close
+        connections this long after a shutdown starts.
     :param max_inflight_acquired_bytes: the bytes all requests' file and URL reads may hold
         at once, from the first byte known until the request's acquisition ends, after which
         the worker's admission reserves the clips (``None``: four maximal requests of
@@ -141,8 +159,9 @@ class ServerLimits:
 
 @attrs.define
 class _Ticket:
-    """One request's progress: its metrics outcome (recorded once, by the worker from
-    its admission on, by the gate or the server before) and whether its body was read."""
+    """One request's progress: its metrics outcome (recorded once: by the worker for what
+    fails from its admission on, by the gate or the server before; a prepared request by
+    the server, as its answer was admitted or not) and whether its body was read."""
 
     outcome: OutcomeRecord
     body_read: bool = False
@@ -436,10 +455,11 @@ def _render_answer(head: bytes, inputs: Mapping[str, Any], call: _PrepareCall) -
 
 
 class _FragmentsResponse(Response):
-    """A JSON answer sent from its fragments, slice by slice, without joining them.
+    """A JSON answer sent from its fragments, piece by piece, without joining them.
 
-    Each slice waits for the transport to drain (uvicorn's flow control), so a slow reader
-    holds at most about one slice in the transport; ``on_sent`` runs once the last byte is
+    Each piece waits for the transport to drain (uvicorn's flow control), so a slow reader
+    holds at most about one piece in the transport; a piece that finds no room within
+    ``stall_timeout_s`` abandons the answer. ``on_sent`` runs once the last byte is
     handed over or the client is gone.
     """
 
@@ -457,16 +477,17 @@ class _FragmentsResponse(Response):
         try:
             start = {"type": "http.response.start", "status": self.status_code}
             await send({**start, "headers": self.raw_headers})
-            if self.nbytes <= _SEND_SLICE_BYTES:
-                slices: list[bytes | memoryview] = [b"".join(self.fragments)]
+            if self.nbytes <= _SEND_PIECE_BYTES:
+                pieces: list[bytes | memoryview] = [b"".join(self.fragments)]
             else:
-                slices = [
-                    memoryview(fragment)[offset : offset + _SEND_SLICE_BYTES]
+                pieces = [
+                    memoryview(fragment)[offset : offset + _SEND_PIECE_BYTES]
                     for fragment in self.fragments
-                    for offset in range(0, len(fragment), _SEND_SLICE_BYTES)
+                    for offset in range(0, len(fragment), _SEND_PIECE_BYTES)
                 ]
-            last = len(slices) - 1
-            for index, piece in enumerate(slices):
+            last = len(pieces) - 1
+            sent = 0
+            for index, piece in enumerate(pieces):
                 more = index < last
                 message = {"type": "http.response.body", "body": piece, "more_body": more}
                 try:
@@ -477,10 +498,15 @@ class _FragmentsResponse(Response):
                     # the body budget) for as long as it stays connected: the answer is
                     # abandoned, and the server closes the connection.
                     log.warning(
-                        "a client read none of its answer for %g s; closing the connection",
+                        "a client read too little of its answer for %g s to make room for "
+                        "its next %d bytes (%d of %d sent); closing the connection",
                         self.stall_timeout_s,
+                        len(piece),
+                        sent,
+                        self.nbytes,
                     )
                     return
+                sent += len(piece)
         finally:
             self.fragments = []
             self.on_sent()
@@ -492,6 +518,35 @@ def _json_response(status: int, payload: Any, headers: Mapping[str, str] | None 
 
 
 # --- the app -------------------------------------------------------------------------
+
+
+def _limit_unsent(send: Send) -> None:
+    """Keep the kernel from holding more than about :data:`_UNSENT_LOWAT_BYTES` of the
+    connection's output unsent, so that its room shows as the client reads.
+
+    uvicorn's ``send`` is its request cycle's bound method, whose ``transport`` is the
+    connection's (h11 and httptools alike): ASGI offers no other way to the socket. Under
+    another server, on a Unix socket or without ``TCP_NOTSENT_LOWAT`` (Windows) nothing
+    changes, and room shows in the kernel's larger steps.
+    """
+    option = getattr(socket, "TCP_NOTSENT_LOWAT", None)
+    transport = getattr(getattr(send, "__self__", None), "transport", None)
+    extra_info = getattr(transport, "get_extra_info", None)  # asyncio's or uvloop's
+    if option is None or extra_info is None:
+        return
+    sock = extra_info("socket")
+    if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.IPPROTO_TCP, option, _UNSENT_LOWAT_BYTES)
+
+
+class _AudioApp(Starlette):
+    """The Starlette app, which tunes each connection's socket for its answers."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            _limit_unsent(send)
+        await super().__call__(scope, receive, send)
 
 
 async def _wait_for_disconnect(receive: Receive) -> None:
@@ -546,6 +601,10 @@ class _AudioServer:
         # The outcome record is seen by the gate and the worker in this request's tasks
         # (they copy the context): whoever ends the request counts it, once.
         with outcome_scope(fresh=True) as outcome:
+            # A prepared request still needs room for its answer in the body budget, which
+            # may refuse it (413) or see the client leave while it waits (499): the worker
+            # leaves the completion to this handler, which counts what it answered.
+            outcome.defer_completion = True
             return await self._prepare_counted(request, _Ticket(outcome=outcome))
 
     async def _prepare_counted(self, request: Request, ticket: _Ticket) -> Response:
@@ -553,6 +612,7 @@ class _AudioServer:
         response: Response
         try:
             response = await self._prepare(request, hold, ticket)
+            ticket.outcome.settle(None)  # its answer is admitted: completed (if audio)
         except (_ClientGone, ClientDisconnect, PreprocessCancelled) as gone:
             self._count_failure(ticket, None)
             response = Response(status_code=STATUS_CLIENT_CLOSED)
@@ -689,10 +749,9 @@ class _AudioServer:
         raise _ClientGone
 
     def _count_failure(self, ticket: _Ticket, error: BaseException | None) -> None:
-        if ticket.outcome.recorded:
-            return  # the worker or the gate counted it
-        ticket.outcome.recorded = True
-        self.worker.record_failure(self.family, error)
+        # Counted here unless the gate or the worker counts it (a success the worker
+        # left for this handler is replaced by this failure).
+        ticket.outcome.settle(functools.partial(self.worker.record_failure, self.family, error))
 
     def _error_response(self, error: Exception, *, close: bool) -> Response:
         status = status_for(error)
@@ -807,7 +866,7 @@ def create_app(
         close_worker=close_worker,
     )
     handlers: dict[Any, Callable[[Request, Exception], Any]] = {HTTPException: _http_error}
-    app = Starlette(
+    app = _AudioApp(
         routes=[
             Route(PREPARE_PATH, server.prepare, methods=["POST"]),
             Route("/metrics", server.metrics_endpoint, methods=["GET"]),
