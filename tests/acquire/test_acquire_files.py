@@ -370,6 +370,14 @@ def test_cli_paths_need_no_media_root_and_follow_the_users_symlinks(tmp_path, ro
     assert [(c.ordinal, c.origin, c.data) for c in clips] == [(1, "file", CLIP), (2, "file", CLIP)]
 
 
+@pytest.mark.parametrize("name", ["bad\x00path.wav", "bad\ud800.wav"])
+def test_cli_paths_the_os_cannot_take_are_a_typed_refusal(name):
+    # An embedder's string: argv cannot carry these, os.open raises ValueError on them.
+    with pytest.raises(AcquisitionError, match="not a valid path") as caught:
+        acquire_paths([name], policy=AcquisitionPolicy())
+    assert caught.value.clip_index == 0
+
+
 def test_cli_paths_are_regular_files_only(tmp_path, root):
     fifo = tmp_path / "pipe.wav"
     os.mkfifo(fifo)

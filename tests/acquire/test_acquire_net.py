@@ -472,6 +472,31 @@ def test_a_transport_that_cannot_report_its_peer_is_refused():
     run(scenario)
 
 
+def test_a_unix_socket_transport_is_refused_with_a_typed_error(tmp_path):
+    # Its peer is a path (the classic docker.sock set-up), not an IP address.
+    path = str(tmp_path / "s.sock")
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    async def scenario():
+        server = await asyncio.start_unix_server(handle, path)
+        try:
+            transport = httpx.AsyncHTTPTransport(uds=path)
+            async with httpx.AsyncClient(transport=transport) as client:
+                with pytest.raises(AcquisitionError, match="not an IP address") as caught:
+                    await fetch("http://93.184.216.34/a.wav", client=client)
+            assert path not in str(caught.value)
+        finally:
+            server.close()
+            await server.wait_closed()
+
+    run(scenario)
+
+
 def test_the_default_client_ignores_proxy_environment_variables(monkeypatch):
     async def scenario():
         async with LoopbackServer() as proxy, LoopbackServer() as server:
@@ -493,6 +518,8 @@ def test_a_callers_client_never_lends_its_headers_cookies_or_auth():
             ) as client:
                 await fetch(url, client=client)
                 await fetch(url, client=client)
+                # httpx stored the media server's Set-Cookie; it is not kept either.
+                assert [c.name for c in client.cookies.jar] == ["session"]
             for ex in server.exchanges:
                 assert "x-secret" not in ex.headers
                 assert "cookie" not in ex.headers

@@ -305,6 +305,8 @@ def read_local_path(path: str | os.PathLike[str], ctx: ClipContext) -> bytes:
         raise SourceRefused(
             f"file does not exist or cannot be opened: {name!r} ({exc.strerror})"
         ) from None
+    except (ValueError, UnicodeError):  # a NUL byte, or a lone surrogate the OS cannot take
+        raise SourceRefused(f"file name is not a valid path: {name!r}") from None
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):

@@ -169,7 +169,13 @@ def _check_peer(
             f"the peer address of the connection to {url.host!r} is unknown "
             f"(a custom transport cannot be checked)"
         )
-    actual = addresses.normalize_address(str(peer[0]))
+    try:
+        actual = addresses.normalize_address(str(peer[0]))
+    except ValueError:  # a Unix-socket transport reports its path
+        raise SourceRefused(
+            f"the connection to {url.host!r} reached a peer that is not an IP address "
+            f"(a custom transport cannot be checked)"
+        ) from None
     if actual != pinned:
         raise SourceRefused(
             f"the connection to {url.host!r} reached {actual}, not the checked address "
@@ -219,6 +225,7 @@ async def _open(
             # httpx resolves a redirect's Location while receiving the answer (even with
             # redirects off); urllib and idna raise a plain ValueError for some of them.
             raise _bad_location(url, exc) from None
+        _forget_cookies(client, response)
         try:
             _check_peer(response, url, address, policy)
         except BaseException:
@@ -226,6 +233,23 @@ async def _open(
             raise
         return response
     raise SourceRefused(f"could not connect to {url.host!r} ({'; '.join(failures)})")
+
+
+def _forget_cookies(client: httpx.AsyncClient, response: httpx.Response) -> None:
+    """Drop what the media server's ``Set-Cookie`` put into the client's jar.
+
+    ``client.send`` stores them (audiogate never sends them: it builds every request), and
+    a caller's long-lived client must not keep an untrusted origin's cookies. They are
+    stored under the address dialled, which is what is cleared here.
+    """
+    if "set-cookie" not in response.headers:
+        return
+    host = response.request.url.host
+    domains = {host, f"{host}.local", f"[{host}]", f"[{host}].local"}
+    jar = client.cookies.jar
+    for cookie in list(jar):
+        if cookie.domain.lstrip(".") in domains:
+            jar.clear(cookie.domain, cookie.path, cookie.name)
 
 
 def _bad_location(url: MediaURL, exc: ValueError) -> SourceRefused:
