@@ -624,3 +624,15 @@ def test_answered_requests_leave_no_reference_cycles() -> None:
                 assert running.client.post(PREPARE, json=request).status_code == status
                 running.wait_idle()
             assert found == [], status
+
+
+def test_a_long_key_given_twice_is_quoted_short(gemma) -> None:
+    key = "k" * 100_000
+    body = json.dumps({"messages": [{"role": "user", "content": "hi"}], key: 1})
+    body = body.removesuffix("}") + f', "{key}": 2}}'
+    response = gemma.client.post(
+        PREPARE, content=body.encode(), headers={"content-type": "application/json"}
+    )
+    error = error_of(response, 400, "BadRequestError", "waveform")
+    assert "twice" in error["message"]
+    assert len(error["message"]) < 400

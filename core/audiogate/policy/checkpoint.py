@@ -13,6 +13,7 @@ from typing import Any
 import attrs
 
 from audiogate.errors import PolicyError
+from audiogate.jsonkeys import DuplicateKeyError, loads_unique_keys
 from audiogate.policy.keys import PolicyKey
 from audiogate.policy.model import AudioPolicy, ValueSource, frozen_mapping
 from audiogate.policy.schema import iter_schema_errors, key_for_path
@@ -169,22 +170,6 @@ def _read_bounded(path: Path) -> bytes:
     return data
 
 
-class _DuplicateKey(ValueError):
-    pass
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """``object_pairs_hook`` that refuses a key given twice in one object."""
-    document = dict(pairs)
-    if len(document) != len(pairs):
-        seen: set[str] = set()
-        for key, _ in pairs:
-            if key in seen:
-                raise _DuplicateKey(key)
-            seen.add(key)
-    return document
-
-
 def _read_json(path: Path) -> dict[str, Any]:
     try:
         text = _read_bounded(path).decode("utf-8")
@@ -193,12 +178,10 @@ def _read_json(path: Path) -> dict[str, Any]:
     try:
         # A key given twice is refused, not resolved: Python keeps the last, other
         # readers the first, and the first may be the stricter limit the author meant.
-        document = json.loads(text, object_pairs_hook=_unique_keys)
-    except _DuplicateKey as exc:
+        document = loads_unique_keys(text)
+    except DuplicateKeyError as exc:
         raise PolicyError(
-            "gives a key twice in one JSON object; keep one",
-            file=str(path),
-            value=str(exc),
+            "gives a key twice in one JSON object; keep one", file=str(path), value=exc.key
         ) from None
     except json.JSONDecodeError as exc:
         raise PolicyError(

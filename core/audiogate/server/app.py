@@ -50,6 +50,7 @@ from audiogate.errors import (
     clear_frames,
 )
 from audiogate.host import FamilyHost
+from audiogate.jsonkeys import DuplicateKeyError, loads_unique_keys
 from audiogate.metrics import AudioMetrics
 from audiogate.server.encoding import (
     FEATURE_FORMATS,
@@ -314,22 +315,6 @@ def _lone_surrogate(value: Any) -> bool:
     return False
 
 
-class _DuplicateKey(ValueError):
-    pass
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """``object_pairs_hook`` that refuses a key given twice in one object."""
-    document = dict(pairs)
-    if len(document) != len(pairs):
-        seen: set[str] = set()
-        for key, _ in pairs:
-            if key in seen:
-                raise _DuplicateKey(key)
-            seen.add(key)
-    return document
-
-
 def _parse_body(body: bytes | bytearray) -> Any:
     """The JSON document of a request body, which must be UTF-8 (a leading BOM is dropped).
 
@@ -346,12 +331,12 @@ def _parse_body(body: bytes | bytearray) -> Any:
             f"the request body is not UTF-8: {exc.reason} at byte {exc.start}"
         ) from None
     try:
-        document = json.loads(text, object_pairs_hook=_unique_keys)
+        document = loads_unique_keys(text)
     except RecursionError:
         raise BadRequestError("the request body is nested too deeply") from None
-    except _DuplicateKey as exc:
+    except DuplicateKeyError as exc:
         raise BadRequestError(
-            f"the request body gives the key {str(exc)!r} twice in one JSON object"
+            f"the request body gives the key {exc.shown} twice in one JSON object"
         ) from None
     except ValueError as exc:
         raise BadRequestError(f"the request body is not valid JSON: {exc}") from None
