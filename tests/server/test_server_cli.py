@@ -222,6 +222,50 @@ def test_ctrl_c_and_kill_shut_down_gracefully_and_exit_0(stop: signal.Signals) -
     assert code == 0, text
 
 
+def test_a_request_still_running_at_shutdown_gets_a_counted_503(tmp_path: Path) -> None:
+    # uvicorn cancels requests still running when its graceful shutdown times out; left
+    # to it, the client got a bare 500 that no metric counted.
+    import json
+    import socket
+    import time
+    from urllib.parse import urlsplit
+
+    body = json.dumps(chat(wav_b64(0.5))).encode()
+    with serve_command("--body-timeout", "1") as (process, url, lines):
+        address = urlsplit(url)
+        sock = socket.create_connection((address.hostname, address.port), timeout=30)
+        with sock:
+            head = f"POST {PREPARE} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            sock.sendall(f"{head}Content-Length: {len(body)}\r\n\r\n".encode() + body[:100])
+            time.sleep(0.3)  # the request is being read: it is in flight
+            process.send_signal(signal.SIGTERM)
+            reply = b""
+            deadline = time.monotonic() + 30
+            for byte in body[100:]:  # a body that never stalls, until the server answers
+                if time.monotonic() > deadline:
+                    break
+                sock.setblocking(False)
+                with contextlib.suppress(BlockingIOError):
+                    chunk = sock.recv(65536)
+                    if not chunk:
+                        break
+                    reply += chunk
+                    if b"\r\n\r\n" in reply and reply.rstrip().endswith(b"}"):
+                        break
+                sock.setblocking(True)
+                with contextlib.suppress(OSError):
+                    sock.sendall(bytes([byte]))
+                time.sleep(0.02)
+        code = process.wait(60)
+    head, _, payload = reply.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 503"), reply
+    assert b"connection: close" in head.lower()
+    error = json.loads(payload)["error"]
+    assert error["type"] == "WorkerUnavailableError"
+    assert "shutting down" in error["message"]
+    assert code == 0, "".join(lines)
+
+
 def _start_failure(options, caplog) -> str:
     from audiogate.server import run as run_module
 

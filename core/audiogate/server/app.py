@@ -47,6 +47,7 @@ from audiogate.errors import (
     LimitError,
     MemoryLimitError,
     PreprocessCancelled,
+    WorkerUnavailableError,
     clear_frames,
 )
 from audiogate.host import FamilyHost
@@ -606,7 +607,21 @@ class _AudioServer:
             self._count_failure(ticket, error)
             response = self._error_response(error, close=not ticket.body_read)
             clear_frames(error)
-        except BaseException:  # cancelled (shutdown)
+        except asyncio.CancelledError:
+            # uvicorn cancels the requests still running when its graceful shutdown times
+            # out (--body-timeout); left to it, the client would get a bare 500 that no
+            # metric counts. It gets a counted 503 instead, and the connection closes.
+            task = asyncio.current_task()
+            if task is None or task.uncancel() > 0:  # cancelled again: stop now
+                self._count_failure(ticket, None)
+                hold.release()
+                raise
+            stopped = WorkerUnavailableError(
+                "the server is shutting down and stopped this request; retry it"
+            )
+            self._count_failure(ticket, stopped)
+            response = self._error_response(stopped, close=True)
+        except BaseException:
             self._count_failure(ticket, None)
             hold.release()
             raise
