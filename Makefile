@@ -1,6 +1,6 @@
 # The two quick-start commands (see README): `make demo` and `make test`.
 # Both create .venv with the core and the three family plugins; nothing else is needed
-# but Python 3.11 and access to the package registries.
+# but Python 3.11 or newer, this make (GNU) and access to the package registries.
 
 PYTHON ?= python3
 VENV   ?= .venv

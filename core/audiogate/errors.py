@@ -256,7 +256,8 @@ class QueueFullError(AudioGateError):
 
 
 class WorkerUnavailableError(AudioGateError):
-    """The bounded worker is shut down or its thread died."""
+    """The bounded worker is shut down or its thread died (the reference server also
+    answers it for a request still running when its graceful shutdown times out)."""
 
     reason = "worker_unavailable"
 
