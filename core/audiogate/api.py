@@ -204,7 +204,9 @@ class AudioGate:
     :param host: the plugin host.
     :param policy: the model's audio policy.
     :param tokenizer: a Hugging Face tokenizer (chat template and text tokens), or ``None``.
-    :param renderer: renders chat messages to prompt text (default: the tokenizer's template).
+    :param renderer: renders chat messages to prompt text (default: the tokenizer's
+        template); called in a worker thread (``asyncio.to_thread``), possibly for
+        several requests at once.
     :param acquisition: ceilings and destination policy for audio sources.
     :param worker: a bounded worker to run the CPU work on (default: the calling thread).
     :param max_prefill_tokens: refuse prompts longer than this (``context_limit``).
@@ -385,17 +387,14 @@ class AudioGate:
                         f"{len(clips)} clip(s) were given but the messages have no audio part"
                     )
                 return await asyncio.to_thread(self._text_only, flat, convert)
-            if clips is not None:
-                if len(clips) != len(flat.audio_parts):
-                    raise PlaceholderError(
-                        f"the messages have {len(flat.audio_parts)} audio part(s) but "
-                        f"{len(clips)} clip(s) were given"
-                    )
-                encoded = list(clips)
-            else:
-                encoded = await acquire_parts(
-                    flat.audio_parts, policy=self.acquisition, cancel=token
+            if clips is not None and len(clips) != len(flat.audio_parts):
+                raise PlaceholderError(
+                    f"the messages have {len(flat.audio_parts)} audio part(s) but "
+                    f"{len(clips)} clip(s) were given"
                 )
+            # Rendered before the audio is acquired: the template sees sentinels only, a
+            # template that refuses the messages costs no download, and acquired bytes
+            # go from the acquisition budget straight to the worker's admission.
             rendered = await asyncio.to_thread(self._render, flat.messages)
             assert flat.codec is not None
             segments: list[PromptSegment] = parse_rendered(
@@ -403,6 +402,12 @@ class AudioGate:
                 flat.codec,
                 expected={"audio": len(flat.audio_parts), "image": len(flat.image_parts)},
             )
+            if clips is not None:
+                encoded = list(clips)
+            else:
+                encoded = await acquire_parts(
+                    flat.audio_parts, policy=self.acquisition, cancel=token
+                )
         else:
             encoded = list(clips or ())
             if prompt is not None:
@@ -520,7 +525,7 @@ class AudioGate:
             expanded = self.host.expand_prompt(policy, segments, [slot], self.tokenizer, chat=True)
             if expanded.input_ids:
                 self._check_audio_positions(expanded, [slot.tokens])
-        except (PolicyError, PluginError):
+        except (PolicyError, PluginError):  # a plugin bug stays one
             raise
         except AudioGateError as exc:
             raise PolicyError(

@@ -331,6 +331,43 @@ def test_a_template_that_drops_or_mangles_sentinels_fails_closed(
         gate.prepare(messages)
 
 
+def test_the_template_renders_before_any_audio_is_acquired(model_dirs, monkeypatch) -> None:
+    # Acquired bytes leave the acquisition budget when acquisition returns: nothing may
+    # wait between it and the worker's admission (a slow template would hold them
+    # outside every budget), and a template that refuses the messages costs no download.
+    import audiogate.api
+
+    events: list[str] = []
+    acquire = audiogate.api.acquire_parts
+
+    async def recording(*args, **kwargs):
+        events.append("acquire")
+        return await acquire(*args, **kwargs)
+
+    monkeypatch.setattr(audiogate.api, "acquire_parts", recording)
+    base = AudioGate.from_model_dir(model_dirs[DIRECTORIES["gemma3n"]])
+
+    def renderer(messages):
+        events.append("render")
+        return base._render(messages)
+
+    gate = AudioGate.from_model_dir(model_dirs[DIRECTORIES["gemma3n"]], renderer=renderer)
+    messages = [{"role": "user", "content": [audio_part(1.0), {"type": "text", "text": "x"}]}]
+    gate.prepare(messages)
+    assert events[-2:] == ["render", "acquire"]
+
+    def refusing(messages):
+        events.append("refused")
+        raise ValueError("the template refuses")
+
+    events.clear()
+    with pytest.raises(ValueError, match="the template refuses"):
+        AudioGate.from_model_dir(model_dirs[DIRECTORIES["gemma3n"]], renderer=refusing).prepare(
+            messages
+        )
+    assert "acquire" not in events
+
+
 def test_invalid_audio_rejects_the_request_instead_of_dropping_it(gates) -> None:
     bad = {
         "type": "input_audio",
