@@ -213,3 +213,23 @@ def test_tokenizer_files_without_transformers_fail_at_load(monkeypatch) -> None:
     assert info.value.file == str(MODELS / QWEN)
     monkeypatch.undo()
     assert AudioGate.from_model_dir(MODELS / QWEN).tokenizer is not None
+
+
+@pytest.mark.parametrize("kept", ["chat_template.jinja", "tokenizer_config.json"])
+def test_tokenizer_configuration_without_a_tokenizer_is_refused(tmp_path, kept: str) -> None:
+    # transformers would build an empty tokenizer from it; the probe would then blame
+    # the token ids.
+    root = copy_model(tmp_path, GEMMA)
+    for file in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        if file != kept:
+            (root / file).unlink()
+    with pytest.raises(PolicyError, match="but no tokenizer") as info:
+        AudioGate.from_model_dir(root)
+    assert kept in str(info.value)
+
+
+def test_a_directory_without_tokenizer_files_has_no_tokenizer(tmp_path) -> None:
+    root = copy_model(tmp_path, GEMMA)
+    for file in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        (root / file).unlink()
+    assert AudioGate.from_model_dir(root).tokenizer is None

@@ -87,6 +87,8 @@ class CheckpointConfigs:
 TOKENIZER_DATA_FILES = (
     "tokenizer.json",
     "tokenizer.model",
+    "tokenizer.model.v3",
+    "tekken.json",
     "spiece.model",
     "sentencepiece.bpe.model",
     "vocab.json",
@@ -113,10 +115,11 @@ def check_tokenizer_files(directory: str | os.PathLike[str]) -> bool:
     link would silently drop special tokens or the chat template, and a huge or endless
     file (a link to ``/dev/zero``) would take the memory of the server.
 
-    :returns: whether the directory has any tokenizer file.
+    :returns: whether the directory has a tokenizer (one of :data:`TOKENIZER_DATA_FILES`).
     :raises PolicyError: a tokenizer file that is a dangling link, not a regular file,
         unreadable, or larger than :data:`MAX_TOKENIZER_DATA_BYTES` (data files) or
-        :data:`MAX_CONFIG_BYTES` (configuration and templates).
+        :data:`MAX_CONFIG_BYTES` (configuration and templates); or configuration and
+        templates without any data file (transformers would build an empty tokenizer).
     """
     root = Path(directory)
     named = [(root / name, MAX_TOKENIZER_DATA_BYTES) for name in TOKENIZER_DATA_FILES]
@@ -124,11 +127,11 @@ def check_tokenizer_files(directory: str | os.PathLike[str]) -> bool:
     folder = root / CHAT_TEMPLATE_FOLDER
     if folder.is_dir():
         named += [(path, MAX_CONFIG_BYTES) for path in sorted(folder.glob("*.jinja"))]
-    found = False
+    present = []
     for path, limit in named:
         if not os.path.lexists(path):
             continue
-        found = True
+        present.append(path)
         try:
             info = path.stat()  # links followed, as in Hugging Face caches
         except OSError as exc:
@@ -140,7 +143,15 @@ def check_tokenizer_files(directory: str | os.PathLike[str]) -> bool:
                 f"is {info.st_size} bytes, more than the {limit} a tokenizer file may have",
                 file=str(path),
             )
-    return found
+    data = [path for path in present if path.name in TOKENIZER_DATA_FILES]
+    if present and not data:
+        found = ", ".join(path.name for path in present)
+        raise PolicyError(
+            f"has tokenizer configuration ({found}) but no tokenizer: none of "
+            f"{', '.join(TOKENIZER_DATA_FILES)}",
+            file=str(root),
+        )
+    return bool(data)
 
 
 def _read_bounded(path: Path) -> bytes:
