@@ -361,3 +361,36 @@ def test_a_reader_that_stops_is_dropped_and_its_connection_closed() -> None:
         assert length > 4_000_000
         assert 100_000 <= received < length
         running.wait_idle()
+
+
+@pytest.mark.skipif(not hasattr(socket, "TCP_NOTSENT_LOWAT"), reason="Linux and macOS only")
+@pytest.mark.parametrize("wrapped", [False, True], ids=["bound", "wrapped"])
+def test_the_unsent_limit_is_set_through_send_wrappers(wrapped: bool) -> None:
+    # uvicorn's send is its request cycle's bound method; at --log-level trace its message
+    # logger wraps it in a closure, which must not switch the limit off.
+    from audiogate.server.app import _UNSENT_LOWAT_BYTES, _limit_unsent
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    with listener, socket.create_connection(listener.getsockname()) as sock:
+
+        class Transport:
+            def get_extra_info(self, name: str):
+                return sock if name == "socket" else None
+
+        class Cycle:
+            transport = Transport()
+
+            async def send(self, message) -> None:
+                pass
+
+        send = Cycle().send
+        if wrapped:
+            inner = send
+
+            async def logged(message) -> None:
+                await inner(message)
+
+            send = logged
+        _limit_unsent(send)
+        level = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NOTSENT_LOWAT)
+    assert level == _UNSENT_LOWAT_BYTES

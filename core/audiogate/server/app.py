@@ -516,7 +516,7 @@ def _limit_unsent(send: Send) -> None:
     changes, and room shows in the kernel's larger steps.
     """
     option = getattr(socket, "TCP_NOTSENT_LOWAT", None)
-    transport = getattr(getattr(send, "__self__", None), "transport", None)
+    transport = _connection_transport(send)
     extra_info = getattr(transport, "get_extra_info", None)  # asyncio's or uvloop's
     if option is None or extra_info is None:
         return
@@ -524,6 +524,24 @@ def _limit_unsent(send: Send) -> None:
     if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
         with contextlib.suppress(OSError):
             sock.setsockopt(socket.IPPROTO_TCP, option, _UNSENT_LOWAT_BYTES)
+
+
+def _connection_transport(send: Send) -> Any:
+    """The ``transport`` of the request cycle whose bound ``send`` this is, also under
+    wrappers that close over it (uvicorn's message logger at ``--log-level trace``)."""
+    pending: list[Any] = [send]
+    for _ in range(8):  # a few wrappers deep at most
+        if not pending:
+            break
+        candidate = pending.pop(0)
+        transport = getattr(getattr(candidate, "__self__", None), "transport", None)
+        if transport is not None:
+            return transport
+        for cell in getattr(candidate, "__closure__", None) or ():
+            with contextlib.suppress(ValueError):  # an empty cell
+                if callable(cell.cell_contents):
+                    pending.append(cell.cell_contents)
+    return None
 
 
 class _AudioApp(Starlette):
