@@ -277,21 +277,18 @@ def _output_path(text: str) -> Path:
 
 
 def _write_npz(path: Path, arrays: dict[str, Any]) -> None:
-    """Write ``arrays`` as an .npz archive to exactly ``path``; a partial file is removed
-    when writing fails or is interrupted."""
+    """Write ``arrays`` as an .npz archive to exactly ``path``, through a temporary file
+    beside it: a write that fails or is interrupted leaves no partial file and keeps a
+    file already there."""
     import numpy as np
 
+    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
     try:
-        file = path.open("wb")
-    except OSError as exc:
-        raise _UsageError(
-            f"audiogate prepare: cannot write {path}: {exc.strerror or exc}"
-        ) from None
-    try:
-        with file:
+        with partial.open("wb") as file:
             np.savez(file, **arrays)
+        os.replace(partial, path)
     except BaseException as exc:
-        path.unlink(missing_ok=True)
+        partial.unlink(missing_ok=True)
         if isinstance(exc, OSError):
             raise _UsageError(
                 f"audiogate prepare: cannot write {path}: {exc.strerror or exc}"

@@ -182,6 +182,13 @@ def test_a_failed_write_prints_no_result_and_leaves_no_partial_file(
         == f"audiogate prepare: cannot write {target}: No space left on device\n"
     )
     assert not target.exists()
+    assert list(tmp_path.iterdir()) == []  # no partial file either
+    # A file already there survives a failed rewrite.
+    target.write_bytes(b"the last good result")
+    code, out = run("prepare", "--family", "gemma3n", "--audio", str(SPEECH), "--out", str(target))
+    assert code == 2
+    assert target.read_bytes() == b"the last good result"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.npz"]
 
 
 def test_an_interrupted_prepare_exits_130_in_one_line(tmp_path, monkeypatch, capsys) -> None:
