@@ -205,8 +205,7 @@ class AudioGate:
     :param policy: the model's audio policy.
     :param tokenizer: a Hugging Face tokenizer (chat template and text tokens), or ``None``.
     :param renderer: renders chat messages to prompt text (default: the tokenizer's
-        template); called in a worker thread (``asyncio.to_thread``), possibly for
-        several requests at once.
+        template); called on the event loop of :meth:`prepare_async`.
     :param acquisition: ceilings and destination policy for audio sources.
     :param worker: a bounded worker to run the CPU work on (default: the calling thread).
     :param max_prefill_tokens: refuse prompts longer than this (``context_limit``).
@@ -376,17 +375,13 @@ class AudioGate:
         progress: Progress | None,
     ) -> PreparedRequest:
         if messages is not None:
-            # Templates come with the checkpoint and may be slow: they run off the event
-            # loop (the first call also probes how the template prints parts).
-            flat = await asyncio.to_thread(
-                lambda: flatten_messages(messages, parts=self._renders_parts)
-            )
+            flat = flatten_messages(messages, parts=self._renders_parts)
             if not flat.has_audio:
                 if clips:
                     raise PlaceholderError(
                         f"{len(clips)} clip(s) were given but the messages have no audio part"
                     )
-                return await asyncio.to_thread(self._text_only, flat, convert)
+                return self._text_only(flat, convert)
             if clips is not None and len(clips) != len(flat.audio_parts):
                 raise PlaceholderError(
                     f"the messages have {len(flat.audio_parts)} audio part(s) but "
@@ -395,7 +390,7 @@ class AudioGate:
             # Rendered before the audio is acquired: the template sees sentinels only, a
             # template that refuses the messages costs no download, and acquired bytes
             # go from the acquisition budget straight to the worker's admission.
-            rendered = await asyncio.to_thread(self._render, flat.messages)
+            rendered = self._render(flat.messages)
             assert flat.codec is not None
             segments: list[PromptSegment] = parse_rendered(
                 rendered,

@@ -8,12 +8,9 @@ no clip. Each would otherwise load and then fail every request (or none, silentl
 
 from __future__ import annotations
 
-import asyncio
-import base64
 import json
 import os
 import shutil
-import threading
 from pathlib import Path
 
 import pytest
@@ -23,7 +20,6 @@ pytest.importorskip("transformers")
 import audiogate.policy.checkpoint as checkpoint
 from audiogate.api import AudioGate
 from audiogate.errors import PolicyError
-from audiogate.testing.audio import tone, wav_bytes
 
 MODELS = Path(__file__).resolve().parents[2] / "examples" / "models"
 QWEN = "qwen2-audio-7b-instruct"
@@ -119,33 +115,6 @@ def test_a_chat_template_that_is_not_text_fails_at_load(tmp_path) -> None:
     edit_json(root / "tokenizer_config.json", chat_template=5)
     with pytest.raises(PolicyError, match="chat template"):
         AudioGate.from_model_dir(root)
-
-
-def test_the_chat_template_runs_off_the_event_loop() -> None:
-    gate = AudioGate.from_model_dir(MODELS / QWEN)
-    template = gate.tokenizer.apply_chat_template
-    threads: list[int] = []
-
-    def recording(*args, **kwargs):
-        threads.append(threading.get_ident())
-        return template(*args, **kwargs)
-
-    gate.tokenizer.apply_chat_template = recording
-    audio = base64.b64encode(wav_bytes(tone(seconds=0.5), rate_hz=16_000)).decode()
-    part = {"type": "input_audio", "input_audio": {"data": audio, "format": "wav"}}
-    chats = [
-        [{"role": "user", "content": "text only"}],
-        [{"role": "user", "content": [part, {"type": "text", "text": "What is said?"}]}],
-    ]
-
-    async def run() -> int:
-        for messages in chats:
-            await gate.prepare_async(messages)
-        return threading.get_ident()
-
-    loop_thread = asyncio.run(run())
-    assert threads, "the template was not used"
-    assert loop_thread not in threads
 
 
 # --- token ids against the tokenizer -----------------------------------------------
