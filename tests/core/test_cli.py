@@ -250,3 +250,42 @@ def test_ctrl_c_during_a_long_prepare_exits_130_without_a_traceback(tmp_path) ->
     assert err == "audiogate: cancelled (interrupted)\n"
     assert out == ""
     assert sorted(p.name for p in tmp_path.iterdir()) == ["long.wav", "started"]
+
+
+# The model load, made endless: SIGTERM arrives before uvicorn handles signals.
+ENDLESS_LOAD = """
+import pathlib, sys, time
+import audiogate.api
+from audiogate.cli import main
+
+def loading(*args, **kwargs):
+    pathlib.Path(sys.argv[1]).touch()
+    while True:
+        time.sleep(0.01)
+
+audiogate.api.AudioGate.from_model_dir = loading
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+def test_sigterm_while_the_server_loads_its_model_exits_130_in_one_line(tmp_path) -> None:
+    started = tmp_path / "started"
+    model = Path(__file__).resolve().parents[2] / "examples" / "models" / "gemma-3n-e4b-it"
+    argv = ["serve", "--model", str(model), "--port", "0"]
+    with subprocess.Popen(
+        [sys.executable, "-c", ENDLESS_LOAD, str(started), *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as process:
+        deadline = time.monotonic() + 60
+        while not started.exists():
+            assert process.poll() is None, process.communicate()
+            assert time.monotonic() < deadline, "the model load did not start"
+            time.sleep(0.01)
+        process.send_signal(signal.SIGTERM)
+        out, err = process.communicate(timeout=60)
+    assert process.returncode == 130, err
+    assert "Traceback" not in err
+    assert err.endswith("audiogate: cancelled (interrupted)\n")
+    assert out == ""

@@ -177,14 +177,34 @@ def _graceful_signals(server: uvicorn.Server) -> Iterator[None]:
             signal.signal(sig, handler)
 
 
+@contextlib.contextmanager
+def _interrupt_on_sigterm() -> Iterator[None]:
+    """SIGTERM interrupts like Ctrl-C (``KeyboardInterrupt``) meanwhile: while the model
+    loads, before uvicorn handles signals, it would otherwise kill the process outright."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def serve(options: ServeOptions, *, host: FamilyHost | None = None) -> int:
     """Run the server until interrupted (SIGINT/SIGTERM); returns the exit code.
 
     :returns: 0 after a clean shutdown (in-flight requests finish first);
         :data:`START_FAILURE_EXIT` when it could not start (a port in use, an address that
         does not resolve), after logging why in one line.
+    :raises KeyboardInterrupt: SIGINT or SIGTERM while the model loads (the CLI exits 130).
     """
-    app = build_app(options, host=host)
+    with _interrupt_on_sigterm():
+        app = build_app(options, host=host)
     server = uvicorn.Server(_config(app, options))
     # After uvicorn.Config, which configures uvicorn's loggers.
     bind = _BindErrors(server)
