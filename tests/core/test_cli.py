@@ -225,15 +225,13 @@ sys.exit(main(sys.argv[2:]))
 """
 
 
-def test_ctrl_c_during_a_long_prepare_exits_130_without_a_traceback(tmp_path) -> None:
-    from audiogate.testing.audio import tone, wav_bytes
-
-    audio = tmp_path / "long.wav"
-    audio.write_bytes(wav_bytes(tone(seconds=120.0, rate_hz=32_000), rate_hz=32_000))
-    started, target = tmp_path / "started", tmp_path / "out.npz"
-    argv = ["prepare", "--family", "phi4mm", "--audio", str(audio), "--out", str(target)]
+def signalled_once_started(
+    script: str, started: Path, argv: list[str], sig: signal.Signals, delay_s: float = 0.0
+) -> tuple[int, str, str]:
+    """Run ``script`` (which touches ``started`` once its work has begun) with ``argv``,
+    send ``sig`` ``delay_s`` after that, and return its exit code, stdout and stderr."""
     with subprocess.Popen(
-        [sys.executable, "-c", ENDLESS_PREPARE, str(started), *argv],
+        [sys.executable, "-c", script, str(started), *argv],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -241,12 +239,24 @@ def test_ctrl_c_during_a_long_prepare_exits_130_without_a_traceback(tmp_path) ->
         deadline = time.monotonic() + 60
         while not started.exists():
             assert process.poll() is None, process.communicate()
-            assert time.monotonic() < deadline, "the prepare did not start"
+            assert time.monotonic() < deadline, "the work did not start"
             time.sleep(0.01)
-        time.sleep(0.3)  # well inside the pipeline
-        process.send_signal(signal.SIGINT)
-        out, err = process.communicate(timeout=60)  # its worker thread has stopped too
-    assert process.returncode == 130, err
+        time.sleep(delay_s)
+        process.send_signal(sig)
+        out, err = process.communicate(timeout=60)
+    return process.returncode, out, err
+
+
+def test_ctrl_c_during_a_long_prepare_exits_130_without_a_traceback(tmp_path) -> None:
+    from audiogate.testing.audio import tone, wav_bytes
+
+    audio = tmp_path / "long.wav"
+    audio.write_bytes(wav_bytes(tone(seconds=120.0, rate_hz=32_000), rate_hz=32_000))
+    started, target = tmp_path / "started", tmp_path / "out.npz"
+    argv = ["prepare", "--family", "phi4mm", "--audio", str(audio), "--out", str(target)]
+    # 0.3 s after the start: well inside the pipeline.
+    code, out, err = signalled_once_started(ENDLESS_PREPARE, started, argv, signal.SIGINT, 0.3)
+    assert code == 130, err  # its worker thread has stopped too
     assert err == "audiogate: cancelled (interrupted)\n"
     assert out == ""
     assert sorted(p.name for p in tmp_path.iterdir()) == ["long.wav", "started"]
@@ -272,20 +282,8 @@ def test_sigterm_while_the_server_loads_its_model_exits_130_in_one_line(tmp_path
     started = tmp_path / "started"
     model = Path(__file__).resolve().parents[2] / "examples" / "models" / "gemma-3n-e4b-it"
     argv = ["serve", "--model", str(model), "--port", "0"]
-    with subprocess.Popen(
-        [sys.executable, "-c", ENDLESS_LOAD, str(started), *argv],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    ) as process:
-        deadline = time.monotonic() + 60
-        while not started.exists():
-            assert process.poll() is None, process.communicate()
-            assert time.monotonic() < deadline, "the model load did not start"
-            time.sleep(0.01)
-        process.send_signal(signal.SIGTERM)
-        out, err = process.communicate(timeout=60)
-    assert process.returncode == 130, err
+    code, out, err = signalled_once_started(ENDLESS_LOAD, started, argv, signal.SIGTERM)
+    assert code == 130, err
     assert "Traceback" not in err
     assert err.endswith("audiogate: cancelled (interrupted)\n")
     assert out == ""
