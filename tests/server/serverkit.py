@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import functools
+import json
 import socket
 import threading
 import time
@@ -145,6 +146,15 @@ class Running:
 
     def wait_idle(self, timeout_s: float = 20.0) -> None:
         wait_until(lambda: self.gauges() == (0.0, 0.0, 0.0) and self.acquired() == 0, timeout_s)
+
+
+def raw_error(reply: bytes, status: int) -> dict:
+    """The JSON error of a raw HTTP reply, which must have ``status`` and close its
+    connection."""
+    head, _, payload = reply.partition(b"\r\n\r\n")
+    assert head.startswith(f"HTTP/1.1 {status}".encode()), reply
+    assert b"connection: close" in head.lower()
+    return json.loads(payload)["error"]
 
 
 def delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:

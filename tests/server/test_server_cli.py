@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 import uvicorn
-from serverkit import MODELS, PREPARE, chat, wav_b64
+from serverkit import MODELS, PREPARE, chat, raw_error, wav_b64
 
 from audiogate.cli import EXIT_BAD_INPUT, build_parser, main
 from audiogate.server.run import parse_size
@@ -257,10 +257,7 @@ def test_a_request_still_running_at_shutdown_gets_a_counted_503(tmp_path: Path) 
                     sock.sendall(bytes([byte]))
                 time.sleep(0.02)
         code = process.wait(60)
-    head, _, payload = reply.partition(b"\r\n\r\n")
-    assert head.startswith(b"HTTP/1.1 503"), reply
-    assert b"connection: close" in head.lower()
-    error = json.loads(payload)["error"]
+    error = raw_error(reply, 503)
     assert error["type"] == "WorkerUnavailableError"
     assert "shutting down" in error["message"]
     assert code == 0, "".join(lines)

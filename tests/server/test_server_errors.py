@@ -16,7 +16,17 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from serverkit import PREPARE, Blocker, audio_part, chat, delta, serving, wait_until, wav_b64
+from serverkit import (
+    PREPARE,
+    Blocker,
+    audio_part,
+    chat,
+    delta,
+    raw_error,
+    serving,
+    wait_until,
+    wav_b64,
+)
 
 from audiogate.acquire import AcquisitionPolicy
 from audiogate.server import ServerLimits
@@ -563,10 +573,7 @@ def test_content_length_with_transfer_encoding_is_refused_and_closed(gemma) -> N
         reply = b""
         while chunk := sock.recv(65536):  # the server closes: recv returns b"" at the end
             reply += chunk
-    head, _, payload = reply.partition(b"\r\n\r\n")
-    assert head.startswith(b"HTTP/1.1 400"), reply
-    assert b"connection: close" in head.lower()
-    error = json.loads(payload)["error"]
+    error = raw_error(reply, 400)
     assert error["type"] == "BadRequestError"
     assert "Content-Length and Transfer-Encoding" in error["message"]
     assert sum(delta(before, gemma.outcomes()).values()) == 1
