@@ -65,7 +65,13 @@ from audiogate.errors import (
 from audiogate.family import FamilySpec
 from audiogate.host import FamilyHost, create_host
 from audiogate.pipeline import EncodedClip, preflight, prepare_clips, process_request
-from audiogate.policy import AudioPolicy, CheckpointConfigs, build_schema, dump_schema
+from audiogate.policy import (
+    AudioPolicy,
+    CheckpointConfigs,
+    build_schema,
+    check_tokenizer_files,
+    dump_schema,
+)
 from audiogate.policy.schema import SCHEMA_DIALECT, iter_schema_errors
 from audiogate.records import (
     ClipFeatures,
@@ -119,7 +125,6 @@ _UNDECLARED_LIMIT_NAMES: Final = (
 PLAN_BYTES: Final = 1 << 20
 #: Python objects a call allocates besides its arrays (frames, small tuples, the plan).
 OBJECT_SLACK_BYTES: Final = 16 << 10
-_TOKENIZER_FILES: Final = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
 
 contract = pytest.mark.audiogate_contract
 
@@ -287,9 +292,7 @@ class FamilyContract:
         :attr:`model_dir`'s tokenizer when it has one, else a stand-in built from
         :attr:`special_tokens` and :attr:`chat_template`.
         """
-        if self.model_dir is not None and any(
-            (Path(self.model_dir) / name).exists() for name in _TOKENIZER_FILES
-        ):
+        if self.model_dir is not None and check_tokenizer_files(self.model_dir):
             transformers = pytest.importorskip("transformers")
             return transformers.AutoTokenizer.from_pretrained(
                 str(self.model_dir), local_files_only=True
