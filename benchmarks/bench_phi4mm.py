@@ -5,7 +5,7 @@ For 1 s, 30 s and 10 min of audio at 16 kHz and 48 kHz it times:
 * ``audiogate``: the plugin's resample plan + resampler + feature plan + extractor,
   through the host, from the decoded float32 waveform;
 * ``original``: the remote-code ``_extract_features`` restated in
-  ``tests/phi4mm/reference_phi4mm.py`` (its ``resample_poly(x, 1, 3)`` included at 48 kHz);
+  ``plugins/phi4mm/tests/reference_phi4mm.py`` (its ``resample_poly(x, 1, 3)`` included at 48 kHz);
 * ``transformers``: ``Phi4MultimodalFeatureExtractor`` (5.x), with soxr HQ to 16 kHz
   first at 48 kHz as its loader does (skipped if torch/transformers are missing).
 
@@ -67,7 +67,7 @@ _early_threads(sys.argv)
 
 import numpy as np  # noqa: E402
 
-sys.path.insert(0, str(ROOT / "tests" / "phi4mm"))
+sys.path.insert(0, str(ROOT / "plugins" / "phi4mm" / "tests"))
 
 from fft_floor import blocked_rfft  # noqa: E402
 from reference_phi4mm import original_features  # noqa: E402

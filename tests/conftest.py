@@ -1,62 +1,13 @@
-"""Shared fixtures: a fresh plugin host per test and a model-directory factory."""
+"""Core fixtures: a fresh plugin host per test with every installed family."""
 
 from __future__ import annotations
-
-import json
-import os
-from collections.abc import Callable, Iterator
-from pathlib import Path
-from typing import Any
 
 import pytest
 
 from audiogate.host import FamilyHost, create_host
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-# Tiny-model tests rely on the models' own placeholder-count checks.
-os.environ.pop("TRANSFORMERS_DISABLE_TORCH_CHECK", None)
-
-REPO = Path(__file__).resolve().parent.parent
-EXAMPLE_MODELS = REPO / "examples" / "models"
-
-MODEL_TYPES = {"phi4mm": "phi4mm", "gemma3n": "gemma3n", "qwen2audio": "qwen2_audio"}
-
 
 @pytest.fixture
-def host() -> Iterator[FamilyHost]:
+def host() -> FamilyHost:
     """A fresh host with the installed family plugins (a new PluginManager per test)."""
     return create_host(load_entry_points=True)
-
-
-ModelDirFactory = Callable[..., Path]
-
-
-@pytest.fixture
-def model_dir(tmp_path: Path) -> ModelDirFactory:
-    """Write a model directory: ``model_dir("gemma3n", config={...}, preprocessor={...})``."""
-    counter = iter(range(1_000_000))
-
-    def make(
-        family: str,
-        *,
-        config: dict[str, Any] | None = None,
-        preprocessor: dict[str, Any] | str | None = None,
-        processor: dict[str, Any] | str | None = None,
-    ) -> Path:
-        root = tmp_path / f"{family}-{next(counter)}"
-        root.mkdir()
-        document = {"model_type": MODEL_TYPES[family]}
-        document.update(config or {})
-        (root / "config.json").write_text(json.dumps(document))
-        for name, content in (
-            ("preprocessor_config.json", preprocessor),
-            ("processor_config.json", processor),
-        ):
-            if content is None:
-                continue
-            text = content if isinstance(content, str) else json.dumps(content)
-            (root / name).write_text(text)
-        return root
-
-    return make

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import attrs
 import numpy as np
 import pytest
 
 from audiogate.cancel import NEVER
 from audiogate.errors import PluginError
-from audiogate.host import FamilyHost
+from audiogate.host import FamilyHost, create_host
 from audiogate.records import ClipFeatures, FeaturePlan, readonly
 from audiogate.testing.tiny_models import REMOTE_PHI4MM_FORWARD_PARAMETERS
 
@@ -65,11 +66,11 @@ def test_remote_inputs_are_names_the_remote_forward_takes(host: FamilyHost, remo
         assert set(batch.inputs) <= REMOTE_PHI4MM_FORWARD_PARAMETERS
 
 
-def test_stage_hooks_ignore_other_families(host: FamilyHost) -> None:
+def test_stage_hooks_ignore_other_families(remote) -> None:
     """Every phi4mm stage hook answers None for another family's policy."""
     from audiogate_phi4mm import plugin
 
-    other = host.default_policy("gemma3n")
+    other = attrs.evolve(remote, family="gemma3n")
     assert plugin.audiogate_plan_resample(other, 16_000, 10, 0) is None
     assert plugin.audiogate_plan_features(other, 16_000, 1_000, 0) is None
     assert plugin.audiogate_collate_features(other, []) is None
@@ -88,8 +89,10 @@ def test_extraction_refuses_a_plan_for_another_length(host: FamilyHost, remote) 
         host.extract_features(remote, wrong, wave, rate_hz=16_000, clip_index=0, cancel=NEVER)
 
 
-def test_plugin_implements_every_stage_hook(host: FamilyHost) -> None:
-    hooks = dict((name, implemented) for name, _, implemented in host.plugins())
+@pytest.mark.install
+def test_plugin_implements_every_stage_hook() -> None:
+    installed = create_host(load_entry_points=True)
+    hooks = dict((name, implemented) for name, _, implemented in installed.plugins())
     assert set(hooks["phi4mm"]) == {
         "audiogate_register_families",
         "audiogate_parse_policy",

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from audiogate.errors import PolicyError
-from audiogate.host import FamilyHost
+from audiogate.host import FamilyHost, create_host
 from audiogate.policy import (
     AudioPolicy,
     CheckpointConfigs,
@@ -135,7 +135,9 @@ def test_stage_hooks_ignore_other_families(host: FamilyHost, policy: AudioPolicy
     assert plugin.audiogate_expand_prompt(other, [], [slot], None) is None
 
 
-def test_the_entry_point_registers_the_family(host: FamilyHost):
+@pytest.mark.install
+def test_the_entry_point_registers_the_family():
+    host = create_host(load_entry_points=True)
     family = host.family("gemma3n")
     assert family.distribution == "audiogate-gemma3n"
     assert family.spec.model_types == ("gemma3n",)
@@ -173,7 +175,7 @@ def test_a_flat_frontend_declaration_other_than_ours_is_refused(host: FamilyHost
     import json
     from pathlib import Path
 
-    shipped = Path(__file__).resolve().parents[2] / "examples/models/gemma-3n-e4b-it"
+    shipped = Path(__file__).resolve().parents[3] / "examples/models/gemma-3n-e4b-it"
     document = json.loads((shipped / "preprocessor_config.json").read_text())
     _parse(host, {}, document)  # the shipped values are ours
     with pytest.raises(PolicyError, match=f"preprocessor_config.json at /{key}"):

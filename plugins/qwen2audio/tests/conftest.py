@@ -8,16 +8,22 @@ from typing import Any
 import pytest
 from qwen2audio_helpers import SPECIAL_TOKENS
 
-import audiogate_qwen2audio.plugin as qwen_plugin
+import audiogate_qwen2audio.plugin as family_plugin
 from audiogate.host import FamilyHost, create_host
 from audiogate.policy import AudioPolicy
 from audiogate_qwen2audio.prompt import CHAT_TEMPLATE
 
 
 @pytest.fixture
-def qwen_host() -> FamilyHost:
-    """A fresh host with only the Qwen2-Audio plugin (and the core defaults)."""
-    return create_host(plugins=[qwen_plugin], load_entry_points=False)
+def host() -> FamilyHost:
+    """A fresh host with only the Qwen2-Audio family (and the core defaults)."""
+    return create_host(plugins=[family_plugin], load_entry_points=False)
+
+
+@pytest.fixture
+def qwen_host(host: FamilyHost) -> FamilyHost:
+    """The same host, under the name the Qwen2-Audio tests use."""
+    return host
 
 
 @pytest.fixture

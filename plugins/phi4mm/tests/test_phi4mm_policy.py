@@ -12,7 +12,7 @@ from audiogate.host import FamilyHost
 from audiogate.policy import build_schema, dump_schema
 from audiogate_phi4mm import policy as phi_policy
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "models"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "models"
 
 
 def test_pinned_defaults_are_the_remote_code_frontend(host: FamilyHost) -> None:
@@ -193,7 +193,7 @@ def test_a_flat_native_frontend_other_than_ours_is_refused(
     host: FamilyHost, model_dir, key, value
 ) -> None:
     # Phi4MultimodalFeatureExtractor saves its frontend flat in preprocessor_config.json.
-    shipped = Path(__file__).resolve().parents[2] / "examples/models/phi-4-multimodal-instruct-hf"
+    shipped = Path(__file__).resolve().parents[3] / "examples/models/phi-4-multimodal-instruct-hf"
     document = json.loads((shipped / "preprocessor_config.json").read_text())
     native = {"model_type": "phi4_multimodal"}
     root = model_dir("phi4mm", config=native, preprocessor=document)

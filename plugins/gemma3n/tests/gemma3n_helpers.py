@@ -31,7 +31,7 @@ SPECIAL_TOKENS = {
 #: under ``examples/models``; also stored in unslothai/unsloth ``unsloth/chat_templates.py``
 #: as ``gemma3n_template``, and in the GGUF metadata of google_gemma-3n-E2B-it).
 CHAT_TEMPLATE = (
-    Path(__file__).resolve().parents[2] / "examples/models/gemma-3n-e4b-it/chat_template.jinja"
+    Path(__file__).resolve().parents[3] / "examples/models/gemma-3n-e4b-it/chat_template.jinja"
 ).read_text("utf-8")
 
 _MEDIA = re.compile(r"(<audio_soft_token>|<image_soft_token>)")

@@ -35,7 +35,7 @@ NATIVE_SPECIAL_TOKENS = {
 }
 #: The real chat templates, as the bundled checkpoints carry them (one copy, there):
 #: the remote-code template of ``tokenizer_config.json`` and the native processor's.
-_MODELS = Path(__file__).resolve().parents[2] / "examples" / "models"
+_MODELS = Path(__file__).resolve().parents[3] / "examples" / "models"
 REMOTE_CHAT_TEMPLATE = (_MODELS / "phi-4-multimodal-instruct" / "chat_template.jinja").read_text()
 NATIVE_CHAT_TEMPLATE = (
     _MODELS / "phi-4-multimodal-instruct-hf" / "chat_template.jinja"

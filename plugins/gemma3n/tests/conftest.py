@@ -7,8 +7,15 @@ from typing import Any
 import pytest
 from gemma3n_helpers import CHAT_TEMPLATE, SPECIAL_TOKENS
 
-from audiogate.host import FamilyHost
+import audiogate_gemma3n.plugin as family_plugin
+from audiogate.host import FamilyHost, create_host
 from audiogate.policy import AudioPolicy, CheckpointConfigs
+
+
+@pytest.fixture
+def host() -> FamilyHost:
+    """A fresh host with only the Gemma 3n family (and the core defaults)."""
+    return create_host(plugins=[family_plugin], load_entry_points=False)
 
 
 @pytest.fixture

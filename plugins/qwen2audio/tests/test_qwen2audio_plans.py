@@ -10,6 +10,7 @@ import soxr
 import audiogate_qwen2audio.plugin as qwen_plugin
 from audiogate.cancel import NEVER
 from audiogate.errors import DecodeError, FeatureError, LimitError, PolicyError
+from audiogate.host import create_host
 from audiogate.pipeline import EncodedClip, preflight
 from audiogate.policy import build_schema, load_packaged_schema
 from audiogate.testing.audio import wav_bytes
@@ -208,7 +209,9 @@ def test_sixteen_maximal_clips_fit_the_prepared_result_budget(qwen_host, policy)
 
 
 @pytest.mark.install
-def test_the_installed_entry_point_registers_the_family(host):
+@pytest.mark.install
+def test_the_installed_entry_point_registers_the_family():
+    host = create_host(load_entry_points=True)
     family = host.family("qwen2audio")
     assert family.distribution == "audiogate-qwen2audio"
     assert host.family_for_model_type("qwen2_audio").spec.name == "qwen2audio"

@@ -27,7 +27,7 @@ from audiogate_qwen2audio.tokens import whisper_geometry
 
 mx = pytest.importorskip("mlx.core", reason=MLX_REASON)
 
-MODELS = Path(__file__).resolve().parents[2] / "examples" / "models"
+MODELS = Path(__file__).resolve().parents[3] / "examples" / "models"
 #: The Whisper features (log10, clamped to 8 below the window's maximum, scaled by 1/4)
 #: keep the float32 FFT's rounding far below this everywhere: max |diff| measured 6.4e-5
 #: on a full-scale 30 s sweep, about 1e-5 on noise and speech.

@@ -29,7 +29,7 @@ from audiogate_gemma3n.framing import feature_frames
 
 mx = pytest.importorskip("mlx.core", reason=MLX_REASON)
 
-MODELS = Path(__file__).resolve().parents[2] / "examples" / "models"
+MODELS = Path(__file__).resolve().parents[3] / "examples" / "models"
 #: The issue's bound on every value. Measured: at most 9.5e-7 (a float32 ulp of the log),
 #: because the MLX FFT is float-float (``audiogate.mlx_fft``); MLX's float32 FFT alone
 #: was off by up to 0.6 on pure tones and sweeps.

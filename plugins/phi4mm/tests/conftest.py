@@ -12,8 +12,15 @@ from phi4mm_helpers import (
     REMOTE_SPECIAL_TOKENS,
 )
 
-from audiogate.host import FamilyHost
+import audiogate_phi4mm.plugin as family_plugin
+from audiogate.host import FamilyHost, create_host
 from audiogate.policy import AudioPolicy, CheckpointConfigs
+
+
+@pytest.fixture
+def host() -> FamilyHost:
+    """A fresh host with only the Phi-4 MM family (and the core defaults)."""
+    return create_host(plugins=[family_plugin], load_entry_points=False)
 
 
 @pytest.fixture
