@@ -6,15 +6,19 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from audiogate.policy import AudioPolicy
 from audiogate.records import ClipFeatures, FeatureBatch, readonly
-from audiogate_toyvoice.policy import N_MELS
+from audiogate_toyvoice.geometry import N_MELS
 
 __all__ = ["collate_features"]
 
 
-def collate_features(clips: Sequence[ClipFeatures]) -> FeatureBatch:
+def collate_features(policy: AudioPolicy, clips: Sequence[ClipFeatures]) -> FeatureBatch:
     """``input_features [shape=(clips, frames, 40)]`` padded with zeros after each clip's
-    frames, and ``input_features_mask [shape=(clips, frames)]`` (True = a real frame)."""
+    frames, and ``input_features_mask [shape=(clips, frames)]`` (True = a real frame).
+
+    :param policy: the request's policy (toyvoice's batch does not depend on it).
+    """
     longest = max(clip.frames for clip in clips)
     features = np.zeros((len(clips), longest, N_MELS), dtype=np.float32)
     mask = np.zeros((len(clips), longest), dtype=np.bool_)

@@ -1,8 +1,9 @@
 """The ``audiogate.families`` entry point of toyvoice: its hook implementations.
 
 Thin on purpose: each hook checks that the policy is toyvoice's (and returns ``None``
-otherwise, so other families' hooks answer) and calls the module named after the stage.
-``audiogate_parse_policy`` is not implemented: the core default applies the key table.
+otherwise, so other families' hooks answer) and calls one function of the module named
+after the stage. ``audiogate_parse_policy`` is not implemented: the core default applies
+the key table.
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ def audiogate_resample(
     """Run a ``"toy_sinc"`` plan (the core runs the identity)."""
     if policy.family != FAMILY or plan.algorithm != resample.ALGORITHM:
         return None
-    return resample.sinc_resample(samples, plan=plan, clip_index=clip_index, cancel=cancel)
+    return resample.resample(policy, plan, samples, clip_index=clip_index, cancel=cancel)
 
 
 @hookimpl
@@ -87,13 +88,16 @@ def audiogate_extract_features(
     policy: AudioPolicy,
     plan: FeaturePlan,
     waveform: npt.NDArray[np.float32],
+    rate_hz: int,
     clip_index: int,
     cancel: CancelToken,
 ) -> ClipFeatures | None:
     """Log-mel features ``[shape=(frames, 40)]``."""
     if policy.family != FAMILY:
         return None
-    return features.extract_features(plan, waveform, clip_index=clip_index, cancel=cancel)
+    return features.extract_features(
+        policy, plan, waveform, rate_hz=rate_hz, clip_index=clip_index, cancel=cancel
+    )
 
 
 @hookimpl
@@ -103,7 +107,7 @@ def audiogate_collate_features(
     """``input_features`` and ``input_features_mask``, one row per clip."""
     if policy.family != FAMILY:
         return None
-    return collate.collate_features(clips)
+    return collate.collate_features(policy, clips)
 
 
 @hookimpl
@@ -112,8 +116,9 @@ def audiogate_expand_prompt(
     segments: Sequence[PromptSegment],
     clips: Sequence[ClipSlot],
     tokenizer: Any,
+    chat: bool,
 ) -> ExpandedPrompt | None:
     """Each clip: ``<|toy_audio_start|>`` + tokens × ``<|toy_audio|>`` + ``<|toy_audio_end|>``."""
     if policy.family != FAMILY:
         return None
-    return prompt.expand_prompt(policy, segments, clips, tokenizer)
+    return prompt.expand_prompt(policy, segments, clips, tokenizer, chat=chat)

@@ -1,7 +1,8 @@
 """toyvoice: pinned defaults, the checkpoint keys it recognizes, and its registration record.
 
 toyvoice is made up, so its "checkpoint revision" is too. A real family pins the values
-of the processor revision it reproduces here, next to a comment naming that source.
+of the processor revision it reproduces here, next to a comment naming that source. The
+frame constants live with the arithmetic that uses them, in :mod:`~audiogate_toyvoice.geometry`.
 
 Regenerate ``schema.json`` after changing :data:`POLICY_KEYS`::
 
@@ -22,18 +23,14 @@ from audiogate.policy import (
     standard_keys,
 )
 from audiogate_toyvoice import __version__
+from audiogate_toyvoice.geometry import FRAME_HOP_SAMPLES, FRAME_SAMPLES, N_MELS, frame_count
 
 __all__ = [
     "AUDIO_END_TOKEN",
     "AUDIO_START_TOKEN",
     "AUDIO_TOKEN",
     "FAMILY",
-    "FRAMES_PER_TOKEN",
-    "FRAME_HOP_SAMPLES",
-    "FRAME_SAMPLES",
     "MODEL_TYPES",
-    "N_FFT",
-    "N_MELS",
     "PINNED",
     "POLICY_KEYS",
     "REVISION",
@@ -51,15 +48,7 @@ MAX_SECONDS: Final = 60
 MAX_SAMPLES: Final = SAMPLE_RATE_HZ * MAX_SECONDS
 MAX_SOURCE_RATE_HZ: Final = 96_000
 MAX_CLIPS: Final = 8
-
-# The frontend: 25 ms Hann frames every 10 ms, a 512-point FFT, 40 mel bins; the
-# (imaginary) encoder pools 4 frames into one prompt position.
-FRAME_SAMPLES: Final = 400
-FRAME_HOP_SAMPLES: Final = 160
-N_FFT: Final = 512
-N_MELS: Final = 40
-FRAMES_PER_TOKEN: Final = 4
-MAX_FRAMES: Final = (MAX_SAMPLES - FRAME_SAMPLES) // FRAME_HOP_SAMPLES + 1  # 5,998
+MAX_FRAMES: Final = frame_count(MAX_SAMPLES)  # 5,998
 
 AUDIO_START_TOKEN: Final = "<|toy_audio_start|>"
 AUDIO_TOKEN: Final = "<|toy_audio|>"

@@ -116,11 +116,16 @@ def expand_prompt(
     segments: Sequence[PromptSegment],
     clips: Sequence[ClipSlot],
     tokenizer: Any,
+    *,
+    chat: bool,
 ) -> ExpandedPrompt:
     """Expand ``segments`` for ``clips`` (see the module docstring).
 
     :param tokenizer: a tokenizer with the three audio tokens as single ids, or ``None``
         for the text form only.
+    :param chat: the request came as chat messages. toyvoice needs no more than its
+        segments: a chat's clips arrive as media segments, and ``<audio>`` typed into a
+        chat without them has no clip and is refused as a count mismatch.
     :raises PlaceholderError: the placeholders do not match the clips.
     :raises PolicyError: the tokenizer's audio token ids differ from the policy's.
     """

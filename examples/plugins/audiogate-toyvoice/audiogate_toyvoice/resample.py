@@ -25,7 +25,7 @@ from audiogate.errors import DecodeError, LimitError
 from audiogate.policy import AudioPolicy
 from audiogate.records import ResamplePlan, readonly
 
-__all__ = ["ALGORITHM", "BLOCK_OUTPUTS", "MAX_PHASES", "plan_resample", "sinc_resample"]
+__all__ = ["ALGORITHM", "BLOCK_OUTPUTS", "MAX_PHASES", "plan_resample", "resample"]
 
 ALGORITHM: Final = "toy_sinc"
 #: Outputs per block; the cancel token is polled once per block.
@@ -104,15 +104,17 @@ def plan_resample(
     )
 
 
-def sinc_resample(
+def resample(
+    policy: AudioPolicy,
+    plan: ResamplePlan,
     samples: npt.NDArray[np.float32],
     *,
-    plan: ResamplePlan,
     clip_index: int,
     cancel: CancelToken,
 ) -> npt.NDArray[np.float32]:
-    """Resample ``samples`` as ``plan`` says.
+    """Resample ``samples`` as ``plan`` (from :func:`plan_resample`) says.
 
+    :param policy: the request's policy; the plan already holds its target rate.
     :param samples: read-only mono float32 ``[shape=(plan.source_samples,)]``.
     :param cancel: polled at the ``Resample`` checkpoint before each block.
     :returns: read-only float32 ``[shape=(plan.output_samples,)]``.

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from audiogate_toyvoice.features import frame_count, mel_bank, token_count
+from audiogate_toyvoice.geometry import frame_count, token_count
+from audiogate_toyvoice.melbank import mel_bank
 
 from audiogate.cancel import NEVER
 from audiogate.errors import FeatureError

@@ -6,7 +6,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 from audiogate_toyvoice.policy import PINNED
-from audiogate_toyvoice.resample import MAX_PHASES, plan_resample, sinc_resample
+from audiogate_toyvoice.resample import MAX_PHASES, plan_resample, resample
 
 from audiogate.cancel import NEVER, CancelToken, Checkpoint
 from audiogate.errors import DecodeError, LimitError, PreprocessCancelled
@@ -25,8 +25,8 @@ def test_a_tone_in_the_passband_comes_out_as_the_same_tone(rate_hz: int) -> None
     samples = 2 * rate_hz + 7
     plan = plan_resample(PINNED, source_rate_hz=rate_hz, source_samples=samples, clip_index=0)
     assert plan is not None
-    out = sinc_resample(
-        tone(1_000, rate_hz=rate_hz, samples=samples), plan=plan, clip_index=0, cancel=NEVER
+    out = resample(
+        PINNED, plan, tone(1_000, rate_hz=rate_hz, samples=samples), clip_index=0, cancel=NEVER
     )
     expected = tone(1_000, rate_hz=16_000, samples=plan.output_samples)
     assert out.shape == (plan.output_samples,)
@@ -38,8 +38,8 @@ def test_a_tone_in_the_passband_comes_out_as_the_same_tone(rate_hz: int) -> None
 def test_a_tone_above_the_output_nyquist_is_removed(rate_hz: int) -> None:
     plan = plan_resample(PINNED, source_rate_hz=rate_hz, source_samples=rate_hz, clip_index=0)
     assert plan is not None
-    out = sinc_resample(
-        tone(9_000, rate_hz=rate_hz, samples=rate_hz), plan=plan, clip_index=0, cancel=NEVER
+    out = resample(
+        PINNED, plan, tone(9_000, rate_hz=rate_hz, samples=rate_hz), clip_index=0, cancel=NEVER
     )
     rms = float(np.sqrt(np.mean(out[EDGE:-EDGE] ** 2)))
     assert rms < 0.5 / np.sqrt(2) * 1e-3  # at least 60 dB down
@@ -62,8 +62,8 @@ def test_output_length_is_the_ceiling_of_the_exact_ratio(
     plan = plan_resample(PINNED, source_rate_hz=rate_hz, source_samples=samples, clip_index=0)
     assert plan is not None
     assert plan.output_samples == expected
-    out = sinc_resample(
-        tone(440, rate_hz=rate_hz, samples=samples), plan=plan, clip_index=0, cancel=NEVER
+    out = resample(
+        PINNED, plan, tone(440, rate_hz=rate_hz, samples=samples), clip_index=0, cancel=NEVER
     )
     assert out.shape == (expected,)
 
@@ -91,8 +91,8 @@ def test_cancellation_is_polled_per_block() -> None:
     assert plan is not None
     token = CancelOnSecondPoll()
     with pytest.raises(PreprocessCancelled, match="Resample"):
-        sinc_resample(
-            tone(440, rate_hz=48_000, samples=48_000), plan=plan, clip_index=0, cancel=token
+        resample(
+            PINNED, plan, tone(440, rate_hz=48_000, samples=48_000), clip_index=0, cancel=token
         )
     assert token.polls == 2
 
