@@ -8,19 +8,30 @@ BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip --disable-pip-version-check
 PACKAGES := -e . -e plugins/phi4mm -e plugins/gemma3n -e plugins/qwen2audio
 
-.PHONY: demo test install install-test lint typecheck pytest clean
+.PHONY: demo test test-fast install install-test lint typecheck pytest clean
+
+# What an install depends on: a change to any of these reinstalls, nothing else does.
+INSTALL_INPUTS := pyproject.toml plugins/phi4mm/pyproject.toml plugins/gemma3n/pyproject.toml \
+	plugins/qwen2audio/pyproject.toml requirements/test.txt Makefile
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 
-install: $(BIN)/python
+install: $(VENV)/.installed
+install-test: $(VENV)/.installed-test
+
+# The packages are editable installs: code changes need no reinstall, so each stamp is
+# remade only when an install input changed (or the venv is new).
+$(VENV)/.installed: $(BIN)/python $(INSTALL_INPUTS)
 	$(PIP) install --quiet $(PACKAGES) "transformers==5.24.0" "jinja2==3.1.6"
+	@touch $@
 
 # torch only for the reference processors and tiny models; the CPU wheel, never CUDA.
-install-test: $(BIN)/python
+$(VENV)/.installed-test: $(BIN)/python $(INSTALL_INPUTS)
 	$(PIP) install --quiet "torch==2.13.0"
 	$(PIP) install --quiet $(PACKAGES) -r requirements/test.txt
+	@touch $@ $(VENV)/.installed
 
 # The main job on bundled examples: a real speech clip through Gemma 3n's pinned defaults,
 # then the full chat path (template, sentinels, expansion) on a bundled checkpoint.
@@ -42,6 +53,11 @@ pytest:
 	$(BIN)/python -m pytest
 
 test: install-test lint typecheck pytest
+
+# The fast lane (under two minutes): every test not marked slow, failures first; add
+# PYTEST_ARGS=--lf to rerun only the last failures.
+test-fast: install-test
+	$(BIN)/python -m pytest -m "not slow" --ff -q $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
