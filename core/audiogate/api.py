@@ -44,6 +44,7 @@ from audiogate.errors import (
     PolicyError,
 )
 from audiogate.host import FamilyHost, create_host
+from audiogate.metrics import outcome_scope, record_outcome
 from audiogate.pipeline import EncodedClip, PreparedBatch, Progress, prepare_clips
 from audiogate.policy import (
     AudioPolicy,
@@ -58,7 +59,7 @@ from audiogate.records import (
     PromptSegment,
     TextSegment,
 )
-from audiogate.worker import AudioWorker, outcome_scope
+from audiogate.worker import AudioWorker, Finished
 
 __all__ = ["AudioGate", "PreparedRequest", "Renderer", "load_tokenizer"]
 
@@ -185,17 +186,10 @@ class PreparedRequest:
 
 @attrs.frozen
 class _Finished:
-    """What the worker hands back: the batch and its expanded prompt."""
+    """What the CPU work gives back: the batch and its expanded prompt."""
 
     batch: PreparedBatch
     expanded: ExpandedPrompt | None
-
-    @property
-    def prefill_positions(self) -> int:
-        """The prefill length the metrics record (audio tokens without a tokenized prompt)."""
-        if self.expanded is not None and self.expanded.input_ids:
-            return len(self.expanded.input_ids)
-        return self.batch.totals.tokens
 
 
 class AudioGate:
@@ -359,9 +353,11 @@ class AudioGate:
                     policy, messages, prompt, clips, cancellable(cancel), convert, progress
                 )
             except (Exception, asyncio.CancelledError) as error:
-                if self.worker is not None and not outcome.recorded:
-                    outcome.recorded = True
-                    self.worker.record_failure(policy.family, error)
+                if self.worker is not None:
+                    # Counted unless the worker admitted it (then it counts it).
+                    outcome.settle(
+                        functools.partial(record_outcome, self.worker.metrics, policy.family, error)
+                    )
                 raise
 
     async def _prepare(
@@ -411,17 +407,24 @@ class AudioGate:
 
         chat = messages is not None
 
-        def finish(batch: PreparedBatch) -> _Finished:
+        def finish(batch: PreparedBatch) -> Finished[_Finished]:
             expanded = self._expand(policy, batch, segments, chat=chat) if segments else None
-            return _Finished(batch, expanded)
+            # The prefill length the metrics record: the tokenized prompt's, if any.
+            prefill = len(expanded.input_ids) if expanded and expanded.input_ids else None
+            return Finished(_Finished(batch, expanded), prefill_tokens=prefill)
 
+        finished: _Finished
         if self.worker is not None:
             finished = await self.worker.prepare_async(policy, encoded, finish=finish, cancel=token)
         else:
             try:
                 finished = await asyncio.to_thread(
-                    lambda: finish(
-                        prepare_clips(self.host, policy, encoded, cancel=token, progress=progress)
+                    lambda: (
+                        finish(
+                            prepare_clips(
+                                self.host, policy, encoded, cancel=token, progress=progress
+                            )
+                        ).value
                     )
                 )
             except asyncio.CancelledError:

@@ -129,7 +129,7 @@ def test_outcome_scopes_nest_and_never_reuse_a_finished_record() -> None:
     # A record carried into a later context after its scope ended (asyncio callbacks
     # can do that) is not reused.
     stale = OutcomeRecord(recorded=True, active=False)
-    from audiogate.worker import _OUTCOME
+    from audiogate.metrics.outcome import _OUTCOME
 
     token = _OUTCOME.set(stale)
     try:

@@ -3,7 +3,7 @@
 The first stage of the pipeline (acquire → admit → decode → ...). Servers pass a
 request's OpenAI-style audio content parts to :func:`acquire_parts`; the CLI passes its
 paths to :func:`acquire_paths`; an embedder with bytes in hand uses :func:`acquire_bytes`.
-All three return :class:`~audiogate.pipeline.EncodedClip` records for the preflight.
+All three return :class:`EncodedClip` records for the preflight (admission).
 
 What may be read is an :class:`AcquisitionPolicy`: absolute ceilings (16 clips,
 500 MiB per clip and per request), URL fetching (off by default; public addresses only,
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from audiogate.acquire.acquire import acquire_bytes, acquire_parts, acquire_paths
 from audiogate.acquire.addresses import refusal
+from audiogate.acquire.clip import EncodedClip
 from audiogate.acquire.held import ACQUIRED_BYTES_LIMIT, AcquiredBytes
 from audiogate.acquire.net import create_media_client, system_resolver
 from audiogate.acquire.policy import (
@@ -38,6 +39,7 @@ __all__ = [
     "PRIVATE_MEDIA_URLS_ENV",
     "AcquiredBytes",
     "AcquisitionPolicy",
+    "EncodedClip",
     "IPAddress",
     "Resolver",
     "acquire_bytes",

@@ -40,6 +40,7 @@ from typing import Any, Final, TypeVar
 import attrs
 import httpx
 
+from audiogate.acquire.clip import EncodedClip
 from audiogate.acquire.context import (
     ORIGIN_BYTES,
     ORIGIN_DATA_URI,
@@ -70,9 +71,8 @@ from audiogate.acquire.policy import AcquisitionPolicy
 from audiogate.acquire.sniff import check_declared_format
 from audiogate.acquire.urls import parse_media_url
 from audiogate.cancel import NEVER, CancelToken, Checkpoint
-from audiogate.decode import WAV, SourceFormat
+from audiogate.decode.geometry import WAV, SourceFormat
 from audiogate.errors import AcquisitionError, LimitError
-from audiogate.pipeline.records import EncodedClip
 
 __all__ = ["acquire_bytes", "acquire_parts", "acquire_paths"]
 

@@ -15,7 +15,7 @@ from typing import Final
 
 import attrs
 
-from audiogate.acquire.held import RequestHold
+from audiogate.budget import BudgetHold
 from audiogate.cancel import NEVER, CancelToken, Checkpoint
 from audiogate.errors import LimitError, MemoryLimitError
 
@@ -177,7 +177,7 @@ class ClipContext:
     clip_index: int
     cap: ByteCap
     cancel: CancelToken = NEVER
-    held: RequestHold | None = None
+    held: BudgetHold | None = None
 
     def check_cancel(self) -> None:
         """Raise :class:`~audiogate.errors.PreprocessCancelled` (``Acquisition``) if cancelled."""

@@ -17,7 +17,7 @@ import re
 from typing import Final
 
 from audiogate.acquire.context import ClipContext, SourceRefused
-from audiogate.decode import SourceFormat
+from audiogate.decode.geometry import SourceFormat
 from audiogate.errors import LimitError, MemoryLimitError
 
 __all__ = [

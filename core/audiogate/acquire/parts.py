@@ -42,7 +42,7 @@ from audiogate.acquire.context import (
     ORIGIN_URL,
     SourceRefused,
 )
-from audiogate.decode import WAV, SourceFormat
+from audiogate.decode.geometry import WAV, SourceFormat
 from audiogate.errors import AcquisitionError, LimitError
 
 __all__ = [

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Final
 
 from audiogate.acquire.context import SourceRefused
-from audiogate.decode import SourceFormat
+from audiogate.decode.geometry import SourceFormat
 
 __all__ = ["UNKNOWN", "WAVE", "check_declared_format", "sniff"]
 

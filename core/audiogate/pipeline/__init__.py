@@ -1,18 +1,18 @@
 """The request pipeline: preflight budgets from headers, then decode → resample →
-features → collate, producing an immutable :class:`PreparedBatch`."""
+features → collate, producing an immutable :class:`PreparedBatch`.
+
+Its records: :class:`EncodedClip` comes from acquisition (``audiogate.acquire.clip``);
+admission makes the plans (:mod:`audiogate.pipeline.plans`), processing the batch
+(:mod:`audiogate.pipeline.batch`).
+"""
 
 from __future__ import annotations
 
+from audiogate.acquire.clip import EncodedClip
+from audiogate.pipeline.batch import PreparedBatch, PreparedClip, RequestTotals
+from audiogate.pipeline.plans import ClipPlan, RequestPlan
 from audiogate.pipeline.preflight import decode_limits, per_clip_sample_cap, preflight
 from audiogate.pipeline.process import Progress, prepare_clips, process_request
-from audiogate.pipeline.records import (
-    ClipPlan,
-    EncodedClip,
-    PreparedBatch,
-    PreparedClip,
-    RequestPlan,
-    RequestTotals,
-)
 
 __all__ = [
     "ClipPlan",

@@ -22,6 +22,7 @@ from typing import Final
 
 import attrs
 
+from audiogate.acquire.clip import EncodedClip
 from audiogate.cancel import NEVER, CancelToken, Checkpoint
 from audiogate.decode import ClipGeometry, DecodeLimits, inspect
 from audiogate.decode.samples import BLOCK_FRAMES
@@ -34,7 +35,7 @@ from audiogate.errors import (
     SizeOverflowError,
 )
 from audiogate.host import FamilyHost
-from audiogate.pipeline.records import ClipPlan, EncodedClip, RequestPlan
+from audiogate.pipeline.plans import ClipPlan, RequestPlan
 from audiogate.policy import MICROS_PER_SECOND, AudioPolicy
 
 __all__ = [

@@ -2,22 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
+from audiogate.acquire.clip import EncodedClip
 from audiogate.cancel import NEVER, CancelToken, Checkpoint
 from audiogate.decode import decode
-from audiogate.errors import PluginError
+from audiogate.errors import MemoryLimitError, PluginError
 from audiogate.host import FamilyHost
+from audiogate.pipeline.batch import PreparedBatch, PreparedClip, RequestTotals
+from audiogate.pipeline.plans import RequestPlan
 from audiogate.pipeline.preflight import decode_limits, preflight
-from audiogate.pipeline.records import (
-    EncodedClip,
-    PreparedBatch,
-    PreparedClip,
-    RequestPlan,
-    RequestTotals,
-)
 from audiogate.policy import MICROS_PER_SECOND, AudioPolicy
 from audiogate.records import readonly
 
@@ -47,6 +44,8 @@ def process_request(
 
     :raises PreprocessCancelled: at the Decode, Resample or Feature checkpoint.
     :raises PluginError: a family produced something other than it planned.
+    :raises MemoryLimitError: the collated inputs hold more than
+        ``max_prepared_result_bytes_per_request`` (the preflight checked the plan's).
     """
     policy = plan.policy
     limits = decode_limits(policy)
@@ -117,6 +116,7 @@ def process_request(
             f"family {policy.family!r} collated tokens {inputs.tokens}, but the clips have "
             f"{tuple(clip.tokens for clip in prepared)}"
         )
+    _check_prepared_bytes(policy, inputs.inputs.values())
     if progress:
         progress("done", count, count)
     return PreparedBatch(
@@ -135,6 +135,18 @@ def process_request(
         inputs=inputs,
         plan=plan,
     )
+
+
+def _check_prepared_bytes(policy: AudioPolicy, arrays: Iterable[Any]) -> None:
+    # What the family collated, not what it planned: the request's result must stay
+    # within the policy whether or not a worker runs it.
+    prepared = sum(int(array.nbytes) for array in arrays)
+    if prepared > policy.max_prepared_result_bytes_per_request:
+        raise MemoryLimitError(
+            "prepared result bytes per request",
+            actual=prepared,
+            maximum=policy.max_prepared_result_bytes_per_request,
+        )
 
 
 def prepare_clips(

@@ -1,9 +1,9 @@
-"""Prometheus metrics of the audio boundary (the seed's §14 series, renamed).
+"""The Prometheus series of the audio boundary (listed in ``docs/reference/metrics.md``).
 
-Every series carries a ``family`` label. Rejection reasons are mutually exclusive and
-always exported (zero until used), so summing the family is safe; there is no
-``reason="all"`` line. A request is counted exactly once: as completed, as cancelled,
-or under one rejection reason.
+Every series carries a ``family`` label. Rejection reasons (the ``reason`` label) are
+mutually exclusive and always exported (zero until used), so summing the family is safe;
+there is no ``reason="all"`` line. Which series a request's end moves is decided in one
+place, :func:`audiogate.metrics.outcome.record_outcome`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 __all__ = ["REJECTION_REASONS", "AudioMetrics"]
 
-#: The rejection reasons, in the seed's order.
+#: The values of the rejections' ``reason`` label (``AudioGateError.reason``), in the
+#: order ``docs/reference/metrics.md`` lists them.
 REJECTION_REASONS: Final = (
     "queue_full",
     "memory_limit",
