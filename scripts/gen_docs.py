@@ -461,7 +461,7 @@ def gen_metrics() -> str:
     from audiogate.metrics import REJECTION_REASONS, AudioMetrics
 
     audio = AudioMetrics(families=["FAMILY"])
-    lines = _header("Metrics reference", "`core/audiogate/metrics.py`")
+    lines = _header("Metrics reference", "`core/audiogate/metrics/`")
     lines += [
         _rst_to_md(inspect.getdoc(metrics) or ""),
         "",
@@ -496,12 +496,11 @@ def gen_metrics() -> str:
     )
     server_metrics: Any = None
     try:
-        from audiogate.server import app as server_app
+        from audiogate.server.budgets import ServerMetrics
     except ImportError:  # pragma: no cover - the server dependencies are core dependencies
         pass
     else:
-        # Private: the server's series have no public class; documented when present.
-        server_metrics = getattr(server_app, "_ServerMetrics", None)
+        server_metrics = ServerMetrics
     if server_metrics is not None:
         from prometheus_client import CollectorRegistry
 

@@ -8,19 +8,21 @@ import pytest
 from prometheus_client import CollectorRegistry, Gauge
 
 from audiogate.errors import MemoryLimitError
-from audiogate.server.app import _BodyBudget
+from audiogate.budget import ByteBudget
+from audiogate.server.budgets import BODY_BYTES_LIMIT
 
 
-def budget(maximum: int) -> _BodyBudget:
-    return _BodyBudget(maximum, Gauge("held", "bytes held", registry=CollectorRegistry()))
+def budget(maximum: int) -> ByteBudget:
+    gauge = Gauge("held", "bytes held", registry=CollectorRegistry())
+    return ByteBudget(maximum, limit=BODY_BYTES_LIMIT, on_change=gauge.set)
 
 
 def test_an_answer_waits_for_room_given_back() -> None:
     async def main() -> None:
         bodies = budget(100)
         sending, waiting = bodies.hold(), bodies.hold()
-        sending.grow(80)
-        waiting.grow(10)
+        sending.take(80)
+        waiting.take(10)
         room = asyncio.ensure_future(bodies.make_room(waiting, 50, timeout_s=5))
         await asyncio.sleep(0.05)
         assert not room.done()  # 80 + 10 + 50 > 100
@@ -34,7 +36,7 @@ def test_an_answer_waits_for_room_given_back() -> None:
 def test_an_answer_with_no_room_in_time_is_refused() -> None:
     async def main() -> None:
         bodies = budget(100)
-        bodies.hold().grow(90)
+        bodies.hold().take(90)
         waiting = bodies.hold()
         with pytest.raises(MemoryLimitError, match="in-flight request body bytes"):
             await bodies.make_room(waiting, 20, timeout_s=0.05)
@@ -47,7 +49,7 @@ def test_a_request_holding_everything_may_go_past_the_maximum_alone() -> None:
     async def main() -> None:
         bodies = budget(100)
         alone = bodies.hold()
-        alone.grow(30)
+        alone.take(30)
         await asyncio.wait_for(bodies.make_room(alone, 500, timeout_s=5), 1)
         assert bodies.held == 530
         alone.shrink(200)

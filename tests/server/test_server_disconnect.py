@@ -368,7 +368,8 @@ def test_a_reader_that_stops_is_dropped_and_its_connection_closed() -> None:
 def test_the_unsent_limit_is_set_through_send_wrappers(wrapped: bool) -> None:
     # uvicorn's send is its request cycle's bound method; at --log-level trace its message
     # logger wraps it in a closure, which must not switch the limit off.
-    from audiogate.server.app import _UNSENT_LOWAT_BYTES, _limit_unsent
+    from audiogate.server.responses import UNSENT_LOWAT_BYTES as _UNSENT_LOWAT_BYTES
+    from audiogate.server.responses import limit_unsent as _limit_unsent
 
     listener = socket.create_server(("127.0.0.1", 0))
     with listener, socket.create_connection(listener.getsockname()) as sock:

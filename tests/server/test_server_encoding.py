@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from serverkit import PREPARE, chat, wav_b64
 
-from audiogate.server import app as server_app
+from audiogate.server import requests as server_app
 from audiogate.server.encoding import decode_features, encode_features, npy_base64
 
 ARRAYS = {

@@ -12,7 +12,12 @@ and the latter get a generic message (the details go to the log).
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Final
+
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
 
 from audiogate.errors import (
     AudioGateError,
@@ -23,7 +28,8 @@ from audiogate.errors import (
     SizeOverflowError,
     WorkerUnavailableError,
 )
-from audiogate.worker import rejection_reason
+from audiogate.metrics import rejection_reason
+from audiogate.server.responses import json_response
 
 __all__ = [
     "RETRY_AFTER_SECONDS",
@@ -32,9 +38,13 @@ __all__ = [
     "RequestTimeoutError",
     "ServerConfigError",
     "error_payload",
+    "error_response",
+    "http_error",
     "reason_for",
     "status_for",
 ]
+
+log = logging.getLogger("audiogate.server")
 
 #: nginx's "client closed request": logged when the client went away; nothing is sent.
 STATUS_CLIENT_CLOSED: Final = 499
@@ -117,3 +127,35 @@ def error_payload(error: BaseException) -> dict[str, Any]:
         if value is not None:
             body[name] = value if isinstance(value, int | float | str | bool) else str(value)
     return {"error": body}
+
+
+def error_response(error: Exception, *, close: bool) -> Response:
+    """The JSON answer of a failed request (logged when it is a server error).
+
+    :param close: the rest of the body was never read: the connection cannot be reused.
+    """
+    status = status_for(error)
+    if status >= 500 and not isinstance(error, AudioGateError):
+        log.error("unexpected error preparing a request", exc_info=error)
+    elif status >= 500:
+        log.error("%s", error)
+    headers: dict[str, str] = {}
+    if status == 429:
+        headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
+    if close:
+        headers["Connection"] = "close"
+    return json_response(status, error_payload(error), headers)
+
+
+async def http_error(request: Request, exc: Exception) -> Response:
+    """Starlette's own HTTP errors (404, 405, ...) in the same JSON error shape."""
+    assert isinstance(exc, HTTPException)
+    payload = {
+        "error": {
+            "type": "HTTPException",
+            "reason": None,
+            "message": exc.detail,
+            "clip_index": None,
+        }
+    }
+    return json_response(exc.status_code, payload, exc.headers)

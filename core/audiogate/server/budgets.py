@@ -1,0 +1,95 @@
+"""The server's limits and budgets: one body's cap, the bytes all requests hold at once
+(bodies and answers, acquired audio), and the server's own series that publish them."""
+
+from __future__ import annotations
+
+import math
+from typing import Final
+
+import attrs
+from prometheus_client import Counter, Gauge
+
+from audiogate.metrics import AudioMetrics
+
+__all__ = [
+    "ABSOLUTE_MAX_AUDIO_REQUEST_BYTES",
+    "BODY_BYTES_LIMIT",
+    "JSON_OVERHEAD_BYTES",
+    "ServerLimits",
+    "ServerMetrics",
+    "default_max_body_bytes",
+]
+
+MIB: Final = 1 << 20
+#: The acquisition ceiling of one request's encoded audio (the seed's 500 MiB, §11).
+ABSOLUTE_MAX_AUDIO_REQUEST_BYTES: Final = 500 * MIB
+#: Room for the prompt text and the JSON around the base64 audio.
+JSON_OVERHEAD_BYTES: Final = 2 * MIB
+#: The limit name of a refusal by the body budget (``ServerLimits.max_inflight_body_bytes``).
+BODY_BYTES_LIMIT: Final = "in-flight request body bytes"
+
+
+def default_max_body_bytes(max_audio_bytes: int) -> int:
+    """The body cap for a request ceiling of ``max_audio_bytes`` encoded audio bytes
+    (at most 500 MiB): their base64 plus :data:`JSON_OVERHEAD_BYTES`."""
+    audio = min(max_audio_bytes, ABSOLUTE_MAX_AUDIO_REQUEST_BYTES)
+    return math.ceil(audio / 3) * 4 + JSON_OVERHEAD_BYTES
+
+
+@attrs.frozen(kw_only=True)
+class ServerLimits:
+    """Limits the server applies before the gate sees a request.
+
+    :param max_body_bytes: one request body (checked on ``Content-Length`` and while
+        streaming, before JSON parsing); ``None``: :func:`default_max_body_bytes` of the
+        gate's (policy-narrowed) acquisition ceiling.
+    :param max_inflight_body_bytes: the bytes the server holds for requests at once: bodies
+        as their bytes arrive, then their answers until sent (``None``: four maximal
+        bodies). New bodies are refused (413) while it is full; an answer waits for room
+        up to ``body_idle_timeout_s`` (a request holding everything held may exceed it).
+    :param body_idle_timeout_s: refuse a request (408) whose body stalls this long; abandon
+        an answer whose next 64 KiB piece finds no room in the socket for this long (its
+        client reads too little of it: about 256 KiB per timeout are needed); close
+        connections this long after a shutdown starts.
+    :param max_inflight_acquired_bytes: the bytes all requests' file and URL reads may hold
+        at once, from the first byte known until the request's acquisition ends, after which
+        the worker's admission reserves the clips (``None``: four maximal requests of
+        encoded audio). A read that does not fit is
+        refused (413, ``"in-flight acquired bytes"``).
+    """
+
+    max_body_bytes: int | None = attrs.field(
+        default=None, validator=attrs.validators.optional(attrs.validators.ge(1))
+    )
+    max_inflight_body_bytes: int | None = attrs.field(
+        default=None, validator=attrs.validators.optional(attrs.validators.ge(1))
+    )
+    body_idle_timeout_s: float = attrs.field(default=30.0, validator=attrs.validators.gt(0))
+    max_inflight_acquired_bytes: int | None = attrs.field(
+        default=None, validator=attrs.validators.optional(attrs.validators.ge(1))
+    )
+
+
+class ServerMetrics:
+    """The server's own series, on the audio metrics' registry."""
+
+    def __init__(self, metrics: AudioMetrics) -> None:
+        registry = metrics.registry
+        self.inflight_body_bytes = Gauge(
+            "audiogate_server_inflight_body_bytes",
+            "Bytes the server holds for requests: bodies as they arrive, answers until sent.",
+            registry=registry,
+        )
+        self.inflight_acquired_bytes = Gauge(
+            "audiogate_server_inflight_acquired_bytes",
+            "Encoded bytes that requests' file and URL reads hold until their acquisition ends.",
+            registry=registry,
+        )
+        self.responses = Counter(
+            "audiogate_server_prepare_responses",
+            "Answers of POST /v1/audio/prepare by HTTP status.",
+            ["status"],
+            registry=registry,
+        )
+        for status in (200, 400, 408, 413, 429, 499, 500, 503):
+            self.responses.labels(status=str(status))

@@ -1,0 +1,187 @@
+"""Answers: the JSON rendering of a prepared request, streamed piece by piece, and the
+socket tuning that lets a slow but steady reader keep up."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import socket
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Final
+
+import numpy as np
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+from audiogate.api import PreparedRequest
+from audiogate.server.encoding import encode_features
+
+if TYPE_CHECKING:  # requests imports errors, which answers with json_response
+    from audiogate.server.requests import PrepareCall
+
+__all__ = [
+    "SEND_PIECE_BYTES",
+    "UNSENT_LOWAT_BYTES",
+    "FragmentsResponse",
+    "json_response",
+    "limit_unsent",
+    "render_answer",
+    "render_head",
+]
+
+log = logging.getLogger("audiogate.server")
+
+# Answers larger than this go out in pieces of this size. uvicorn's ``send`` waits until
+# the connection's buffer drained below its low-water mark (16 KiB), so the stall timer
+# (--body-timeout), restarted for every piece, measures how long the client takes to read
+# about one piece: smaller pieces lower the read rate a client needs. 64 KiB is the
+# buffer's high-water mark, below which pieces would hardly lower it (the buffer takes
+# several before uvicorn waits) and would cost more sends: one ASGI send is about 10 µs,
+# and 10 MB take some 8.5 ms to send in 64 KiB pieces, 1.5 ms more than in 512 KiB ones.
+SEND_PIECE_BYTES: Final = 64 * 1024
+# What the kernel may keep unsent of a connection's output (TCP_NOTSENT_LOWAT). Without
+# it Linux autotunes the send buffer up to 4 MiB and reports room only once a third of it
+# drained: uvicorn's buffer drains in steps of about 1.4 MB, however small the pieces,
+# and a client reading 150 KB/s looks stalled for 9 s at a time. With it, about 256 KiB
+# queue ahead of the client (this, the piece and uvicorn's buffer). It limits only the
+# unsent queue, not what is in flight, so it costs a fast client nothing measurable.
+UNSENT_LOWAT_BYTES: Final = 128 * 1024
+
+
+def json_default(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, Mapping):
+        return dict(value)
+    if isinstance(value, tuple | set | frozenset):
+        return list(value)
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def render_head(result: PreparedRequest, call: PrepareCall, served_model: str) -> bytes:
+    """The answer's JSON without its features (a closed object)."""
+    summary = result.summary()
+    document = {
+        "object": "audiogate.prepared",
+        "model": call.model if call.model is not None else served_model,
+        "family": result.family,
+        "input_ids": list(result.input_ids),
+        "prefill_positions": result.prefill_positions,
+        "text": result.text,
+        "audio_spans": [list(span) for span in result.audio_spans],
+        "clips": summary["clips"],
+        "totals": summary["totals"],
+    }
+    return json.dumps(document, separators=(",", ":"), default=json_default).encode()
+
+
+def render_answer(head: bytes, inputs: Mapping[str, Any], call: PrepareCall) -> list[bytes]:
+    """The answer's JSON as fragments (their concatenation is the body): ``head`` with its
+    ``features`` (``null`` without ``inputs``)."""
+    features = encode_features(inputs, call.feature_format) if inputs else [b"null"]
+    return [head[:-1], b',"features":', *features, b"}"]
+
+
+class FragmentsResponse(Response):
+    """A JSON answer sent from its fragments, piece by piece, without joining them.
+
+    Each piece waits for the transport to drain (uvicorn's flow control), so a slow reader
+    holds at most about one piece in the transport; a piece that finds no room within
+    ``stall_timeout_s`` abandons the answer. ``on_sent`` runs once the last byte is
+    handed over or the client is gone.
+    """
+
+    def __init__(
+        self, fragments: list[bytes], *, on_sent: Callable[[], None], stall_timeout_s: float
+    ) -> None:
+        super().__init__(media_type="application/json")
+        self.fragments = fragments
+        self.nbytes = sum(len(f) for f in fragments)
+        self.on_sent = on_sent
+        self.stall_timeout_s = stall_timeout_s
+        self.headers["content-length"] = str(self.nbytes)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            start = {"type": "http.response.start", "status": self.status_code}
+            await send({**start, "headers": self.raw_headers})
+            if self.nbytes <= SEND_PIECE_BYTES:
+                pieces: list[bytes | memoryview] = [b"".join(self.fragments)]
+            else:
+                pieces = [
+                    memoryview(fragment)[offset : offset + SEND_PIECE_BYTES]
+                    for fragment in self.fragments
+                    for offset in range(0, len(fragment), SEND_PIECE_BYTES)
+                ]
+            last = len(pieces) - 1
+            sent = 0
+            for index, piece in enumerate(pieces):
+                more = index < last
+                message = {"type": "http.response.body", "body": piece, "more_body": more}
+                try:
+                    async with asyncio.timeout(self.stall_timeout_s):
+                        await send(message)
+                except TimeoutError:
+                    # A client that stops reading would hold its answer (and its share of
+                    # the body budget) for as long as it stays connected: the answer is
+                    # abandoned, and the server closes the connection.
+                    log.warning(
+                        "a client read too little of its answer for %g s to make room for "
+                        "its next %d bytes (%d of %d sent); closing the connection",
+                        self.stall_timeout_s,
+                        len(piece),
+                        sent,
+                        self.nbytes,
+                    )
+                    return
+                sent += len(piece)
+        finally:
+            self.fragments = []
+            self.on_sent()
+
+
+def json_response(status: int, payload: Any, headers: Mapping[str, str] | None = None) -> Response:
+    body = json.dumps(payload, separators=(",", ":"), default=json_default).encode()
+    return Response(body, status_code=status, media_type="application/json", headers=headers)
+
+
+def limit_unsent(send: Send) -> None:
+    """Keep the kernel from holding more than about :data:`UNSENT_LOWAT_BYTES` of the
+    connection's output unsent, so that its room shows as the client reads.
+
+    uvicorn's ``send`` is its request cycle's bound method, whose ``transport`` is the
+    connection's (h11 and httptools alike): ASGI offers no other way to the socket. Under
+    another server, on a Unix socket or without ``TCP_NOTSENT_LOWAT`` (Windows) nothing
+    changes, and room shows in the kernel's larger steps.
+    """
+    option = getattr(socket, "TCP_NOTSENT_LOWAT", None)
+    transport = _connection_transport(send)
+    extra_info = getattr(transport, "get_extra_info", None)  # asyncio's or uvloop's
+    if option is None or extra_info is None:
+        return
+    sock = extra_info("socket")
+    if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.IPPROTO_TCP, option, UNSENT_LOWAT_BYTES)
+
+
+def _connection_transport(send: Send) -> Any:
+    """The ``transport`` of the request cycle whose bound ``send`` this is, also under
+    wrappers that close over it (uvicorn's message logger at ``--log-level trace``)."""
+    pending: list[Any] = [send]
+    for _ in range(8):  # a few wrappers deep at most
+        if not pending:
+            break
+        candidate = pending.pop(0)
+        transport = getattr(getattr(candidate, "__self__", None), "transport", None)
+        if transport is not None:
+            return transport
+        for cell in getattr(candidate, "__closure__", None) or ():
+            with contextlib.suppress(ValueError):  # an empty cell
+                if callable(cell.cell_contents):
+                    pending.append(cell.cell_contents)
+    return None

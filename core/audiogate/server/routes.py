@@ -1,0 +1,348 @@
+"""The routes: ``POST /v1/audio/prepare`` (read the body under its budgets, prepare,
+answer), ``GET /metrics`` and ``GET /healthz``.
+
+Every prepare request is counted once in the audio metrics (see
+:mod:`audiogate.metrics.outcome`): this handler owns the request's outcome record and
+counts what fails or is cancelled before the worker's admission (body, JSON,
+acquisition, template), and a request the worker prepared once its answer is admitted
+into the body budget (completed), or as the answer was refused or abandoned there
+(``memory_limit``, cancelled).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import functools
+from collections.abc import AsyncIterator, Callable, Coroutine
+from typing import Any, Final, TypeVar
+
+import anyio.to_thread
+import attrs
+import numpy as np
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.applications import Starlette
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import Response
+from starlette.types import Receive
+
+from audiogate.acquire import AcquiredBytes
+from audiogate.api import AudioGate, PreparedRequest
+from audiogate.budget import BudgetHold, ByteBudget
+from audiogate.cancel import CancelToken
+from audiogate.errors import (
+    LimitError,
+    MemoryLimitError,
+    PreprocessCancelled,
+    WorkerUnavailableError,
+    clear_frames,
+)
+from audiogate.metrics import OutcomeRecord, outcome_scope, record_outcome
+from audiogate.server.budgets import (
+    BODY_BYTES_LIMIT,
+    ServerLimits,
+    ServerMetrics,
+    default_max_body_bytes,
+)
+from audiogate.server.encoding import encoded_features_bound
+from audiogate.server.errors import (
+    STATUS_CLIENT_CLOSED,
+    BadRequestError,
+    RequestTimeoutError,
+    error_response,
+)
+from audiogate.server.requests import parse_body, parse_call
+from audiogate.server.responses import FragmentsResponse, json_response, render_answer, render_head
+from audiogate.worker import AudioWorker
+
+__all__ = ["AudioServer"]
+
+MIB: Final = 1 << 20
+# Bodies larger than this are parsed (and responses larger than this rendered) on the
+# server's one helper thread, so a big request does not stall every other connection
+# (JSON and base64 run at GB/s: below this the hop costs more than it saves). One thread,
+# not a pool: every thread that allocates large buffers gets its own malloc arena.
+_OFFLOOP_BYTES: Final = 8 * MIB
+# Parsing is slower where a body holds many small objects rather than one long base64
+# string: 20 to 45 ms per MiB with the duplicate-key check. Bodies over this are parsed on
+# the helper thread too, so a crafted one stalls the loop for a few ms at most.
+_OFFLOOP_PARSE_BYTES: Final = 256 * 1024
+_T = TypeVar("_T")
+
+
+@attrs.define
+class _Ticket:
+    """One request's progress: its metrics outcome (recorded once: by the worker for what
+    fails from its admission on, by the gate or the server before; a prepared request by
+    the server, as its answer was admitted or not) and whether its body was read."""
+
+    outcome: OutcomeRecord
+    body_read: bool = False
+
+
+class _ClientGone(Exception):
+    """The client disconnected; there is nobody to answer."""
+
+
+async def _wait_for_disconnect(receive: Receive) -> None:
+    # Once the body is read, the server's next message is ``http.disconnect``: the client
+    # went away (or the response completed, by which time this task is cancelled).
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+class AudioServer:
+    """The handlers of one app: ``POST /v1/audio/prepare``, ``GET /metrics``,
+    ``GET /healthz``, and the app's lifespan (closing the worker)."""
+
+    def __init__(
+        self,
+        gate: AudioGate,
+        worker: AudioWorker,
+        *,
+        limits: ServerLimits,
+        served_model: str,
+        close_worker: bool,
+    ) -> None:
+        self.gate = gate
+        self.worker = worker
+        self.metrics = worker.metrics
+        self.family = gate.policy.family
+        self.metrics.ensure_family(self.family)
+        self.served_model = served_model
+        self.close_worker = close_worker
+        self.max_body_bytes = limits.max_body_bytes or default_max_body_bytes(
+            gate.acquisition.max_bytes_per_request
+        )
+        self.server_metrics = ServerMetrics(self.metrics)
+        self.body_idle_timeout_s = limits.body_idle_timeout_s
+        self._helper = concurrent.futures.ThreadPoolExecutor(1, "audiogate-server-io")
+        self.bodies = ByteBudget(
+            limits.max_inflight_body_bytes or 4 * self.max_body_bytes,
+            limit=BODY_BYTES_LIMIT,
+            on_change=self.server_metrics.inflight_body_bytes.set,
+        )
+        # Files and URLs are read outside the body budget: all requests' reads share this.
+        acquired = gate.acquisition.shared_bytes
+        if acquired is None:
+            acquired = AcquiredBytes(
+                limits.max_inflight_acquired_bytes or 4 * gate.acquisition.max_bytes_per_request,
+                on_change=self.server_metrics.inflight_acquired_bytes.set,
+            )
+            gate.acquisition = attrs.evolve(gate.acquisition, shared_bytes=acquired)
+        self.acquired = acquired
+
+    # --- POST /v1/audio/prepare --------------------------------------------------------
+
+    async def prepare(self, request: Request) -> Response:
+        # The outcome record is seen by the gate and the worker in this request's tasks
+        # (they copy the context): whoever ends the request counts it, once.
+        with outcome_scope(fresh=True) as outcome:
+            # A prepared request still needs room for its answer in the body budget, which
+            # may refuse it (413) or see the client leave while it waits (499): the worker
+            # leaves the completion to this handler, which counts what it answered.
+            outcome.defer_completion = True
+            return await self._prepare_counted(request, _Ticket(outcome=outcome))
+
+    async def _prepare_counted(self, request: Request, ticket: _Ticket) -> Response:
+        hold = self.bodies.hold()
+        response: Response
+        try:
+            response = await self._prepare(request, hold, ticket)
+            ticket.outcome.settle(None)  # its answer is admitted: completed (if audio)
+        except (_ClientGone, ClientDisconnect, PreprocessCancelled) as gone:
+            self._count_failure(ticket, None)
+            response = Response(status_code=STATUS_CLIENT_CLOSED)
+            clear_frames(gone)
+        except Exception as error:
+            self._count_failure(ticket, error)
+            response = error_response(error, close=not ticket.body_read)
+            clear_frames(error)
+        except asyncio.CancelledError:
+            # uvicorn cancels the requests still running when its graceful shutdown times
+            # out (--body-timeout); left to it, the client would get a bare 500 that no
+            # metric counts. It gets a counted 503 instead, and the connection closes.
+            task = asyncio.current_task()
+            if task is None or task.uncancel() > 0:  # cancelled again: stop now
+                self._count_failure(ticket, None)
+                hold.release()
+                raise
+            stopped = WorkerUnavailableError(
+                "the server is shutting down and stopped this request; retry it"
+            )
+            self._count_failure(ticket, stopped)
+            response = error_response(stopped, close=True)
+        except BaseException:
+            self._count_failure(ticket, None)
+            hold.release()
+            raise
+        if not isinstance(response, FragmentsResponse):
+            hold.release()  # an answer being sent releases it once it is out
+        self.server_metrics.responses.labels(status=str(response.status_code)).inc()
+        return response
+
+    async def _prepare(self, request: Request, hold: BudgetHold, ticket: _Ticket) -> Response:
+        body = await self._read_body(request, hold)
+        ticket.body_read = True
+        if len(body) > _OFFLOOP_PARSE_BYTES:
+            document = await self._off_loop(parse_body, body)
+        else:
+            document = parse_body(body)
+        del body
+        call = parse_call(document)
+        del document
+        result = await self._run_until_disconnect(request, call.messages)
+        head = render_head(result, call, self.served_model)
+        inputs = result.model_inputs if call.return_features else {}
+        # The answer is held until it is sent: its bound is taken from the body budget
+        # before it is encoded (waiting for room, as answers being sent give theirs
+        # back), so clients that read slowly backpressure the others instead of growing
+        # memory past the budget.
+        bound = len(head) + 16 + (encoded_features_bound(inputs) if inputs else 0)
+        await self._until_disconnect(
+            request, self.bodies.make_room(hold, bound, timeout_s=self.body_idle_timeout_s)
+        )
+        nbytes = sum(int(np.asarray(a).nbytes) for a in inputs.values())
+        if nbytes > _OFFLOOP_BYTES:
+            fragments = await self._off_loop(render_answer, head, inputs, call)
+        else:
+            fragments = render_answer(head, inputs, call)
+        del result, inputs
+        response = FragmentsResponse(
+            fragments, on_sent=hold.release, stall_timeout_s=self.body_idle_timeout_s
+        )
+        hold.shrink(bound - response.nbytes)  # what the bound overestimated
+        return response
+
+    async def _off_loop(self, function: Callable[..., _T], *args: Any) -> _T:
+        return await asyncio.get_running_loop().run_in_executor(self._helper, function, *args)
+
+    async def _read_body(self, request: Request, hold: BudgetHold) -> bytearray:
+        cap = self.max_body_bytes
+        declared = request.headers.get("content-length")
+        if declared is not None and "transfer-encoding" in request.headers:
+            # RFC 9112 §6.1: such a message may be an attempt at request smuggling, and a
+            # server that answers it must close the connection (it does: body unread).
+            raise BadRequestError(
+                "the request has both Content-Length and Transfer-Encoding headers"
+            )
+        async with contextlib.aclosing(request.stream()) as stream:
+            chunks = aiter(stream)
+            if declared is not None:
+                # h11 has already refused a malformed Content-Length. The preflight only
+                # checks: bytes are held as they arrive, never on the client's word.
+                length = int(declared)
+                if length > cap:
+                    raise LimitError("request body bytes", actual=length, maximum=cap)
+                if not self.bodies.fits(length):
+                    await self._discard(chunks)
+                    raise self.bodies.refusal(length)
+            buffer = bytearray()
+            while (chunk := await self._next_chunk(chunks)) is not None:
+                if len(buffer) + len(chunk) > cap:
+                    raise LimitError(
+                        "request body bytes", actual=len(buffer) + len(chunk), maximum=cap
+                    )
+                try:
+                    hold.take(len(chunk))
+                except MemoryLimitError:
+                    if declared is not None:
+                        await self._discard(chunks)
+                    raise
+                buffer += chunk
+        return buffer
+
+    async def _next_chunk(self, chunks: AsyncIterator[bytes]) -> bytes | None:
+        try:
+            async with asyncio.timeout(self.body_idle_timeout_s):
+                return await anext(chunks)
+        except StopAsyncIteration:
+            return None
+        except TimeoutError:
+            raise RequestTimeoutError(
+                f"no request body bytes arrived for {self.body_idle_timeout_s:g} s"
+            ) from None
+
+    async def _discard(self, chunks: AsyncIterator[bytes]) -> None:
+        # A body under the cap refused for a full budget is read and dropped (nothing is
+        # kept), so the client, still sending, gets the 413 rather than a reset connection.
+        with contextlib.suppress(ClientDisconnect, RequestTimeoutError):
+            while await self._next_chunk(chunks) is not None:
+                pass
+
+    async def _run_until_disconnect(self, request: Request, messages: list[Any]) -> PreparedRequest:
+        token = CancelToken()
+        return await self._until_disconnect(
+            request, self.gate.prepare_async(messages, cancel=token), token
+        )
+
+    async def _until_disconnect(
+        self, request: Request, work: Coroutine[Any, Any, _T], token: CancelToken | None = None
+    ) -> _T:
+        """``work``, or :class:`_ClientGone` as soon as the client disconnects (then
+        ``token`` is cancelled and ``work`` awaited until it has let go)."""
+        task = asyncio.create_task(work)
+        watcher = asyncio.create_task(_wait_for_disconnect(request.receive))
+        try:
+            done, _ = await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            watcher.cancel()
+            if not task.done():
+                # The client went away, or this handler is being cancelled (shutdown):
+                # cancel acquisition and processing, and wait until they have let go.
+                if token is not None:
+                    token.cancel()
+                task.cancel()
+                with contextlib.suppress(BaseException):
+                    await task
+        if task in done:
+            return task.result()
+        raise _ClientGone
+
+    def _count_failure(self, ticket: _Ticket, error: BaseException | None) -> None:
+        # Counted here unless the gate or the worker counts it (a success the worker
+        # left for this handler is replaced by this failure).
+        ticket.outcome.settle(functools.partial(record_outcome, self.metrics, self.family, error))
+
+    # --- GET /metrics, GET /healthz -----------------------------------------------------
+
+    async def metrics_endpoint(self, request: Request) -> Response:
+        return Response(generate_latest(self.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    async def healthz(self, request: Request) -> Response:
+        closed = self.worker.closed
+        limits = self.worker.limits
+        payload = {
+            "status": "unavailable" if closed else "ok",
+            "family": self.family,
+            "model": self.served_model,
+            "worker": {
+                "state": "closed" if closed else "running",
+                "threads": limits.threads,
+                "queue_depth": limits.queue_depth,
+                "queued_encoded_bytes": self.worker.queued_encoded_bytes,
+                "inflight_host_bytes": self.worker.inflight_host_bytes,
+                "max_queued_encoded_bytes": limits.max_queued_encoded_bytes,
+                "max_inflight_host_bytes": limits.max_inflight_host_bytes,
+            },
+            "server": {
+                "max_body_bytes": self.max_body_bytes,
+                "inflight_body_bytes": self.bodies.held,
+                "max_inflight_body_bytes": self.bodies.maximum,
+                "inflight_acquired_bytes": self.acquired.held,
+                "max_inflight_acquired_bytes": self.acquired.maximum,
+            },
+        }
+        return json_response(503 if closed else 200, payload)
+
+    # --- app -----------------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        yield
+        if self.close_worker:
+            await anyio.to_thread.run_sync(self.worker.close)
+        self._helper.shutdown(wait=False)
