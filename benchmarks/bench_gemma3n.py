@@ -15,7 +15,7 @@ Before timing, one untimed 30 s pass of every path lets glibc's malloc raise its
 threshold, as it has in any long-running server; in a fresh process both sides pay page
 faults on every buffer over 128 KiB (ours then takes ~1 ms for 1 s of audio, not ~0.3).
 
-Ours spreads a clip's frame blocks over ``audiogate.blocks.BLOCK_THREADS`` threads (2 on
+Ours spreads a clip's frame blocks over ``audiogate.dsp.blocks.BLOCK_THREADS`` threads (2 on
 a 2-vCPU machine: the 30 s rows; a 1 s clip is one block); the FE's float64 mel matmul
 runs on OpenBLAS threads. ``OPENBLAS_NUM_THREADS=1`` and ``--threads 1`` compare
 single-threaded runs. The paths take turns in rounds of consecutive runs, each turn after
@@ -41,7 +41,7 @@ import numpy as np
 import soxr
 from fft_floor import blocked_rfft
 
-import audiogate.blocks
+import audiogate.dsp.blocks
 from audiogate.cancel import NEVER
 from audiogate.host import create_host
 from audiogate.policy import CheckpointConfigs
@@ -100,7 +100,7 @@ def main() -> int:
     args = parser.parse_args()
     if args.threads is not None:
         # Benchmark-only override of the process-wide constant (run_blocks reads it).
-        audiogate.blocks.BLOCK_THREADS = min(args.threads, audiogate.blocks.BLOCK_THREADS)  # type: ignore[misc]
+        audiogate.dsp.blocks.BLOCK_THREADS = min(args.threads, audiogate.dsp.blocks.BLOCK_THREADS)  # type: ignore[misc]
 
     from transformers import Gemma3nAudioFeatureExtractor
 
@@ -132,7 +132,7 @@ def main() -> int:
         ours_host(clip, rate)
     print(
         f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs; audiogate block "
-        f"threads {audiogate.blocks.BLOCK_THREADS}"
+        f"threads {audiogate.dsp.blocks.BLOCK_THREADS}"
     )
     print("wall ms: median (best) of alternating rounds; ratio = FE / ours, through the host")
     print(
@@ -181,7 +181,7 @@ def main() -> int:
         (np_ms, _, _), (ours_fft_ms, ours_fft_best, _) = interleaved_ms(
             [lambda b=block: np.fft.rfft(b, n=FFT_LENGTH, axis=-1), blocks], repeat
         )
-        threads = audiogate.blocks.block_threads(-(-frames // FRAMES_PER_BLOCK))
+        threads = audiogate.dsp.blocks.block_threads(-(-frames // FRAMES_PER_BLOCK))
         print(
             f"  {seconds:g} s ({frames} frames): the FE's float32 rfft {np_ms:.3f} ms, "
             f"ours (float64, zero-padded blocks, {threads} thread(s)) {ours_fft_ms:.3f} ms "

@@ -29,7 +29,7 @@ row times the same resampler and extractor without the preflight. A last row pro
 budget. Last, the floors at 30 s: our decimator alone and the float64 FFT alone (in our
 blocks and threads), next to the time the 5x target leaves (``docs/performance.md``).
 
-audiogate spreads a clip's blocks over ``audiogate.blocks.BLOCK_THREADS`` threads (2 on a
+audiogate spreads a clip's blocks over ``audiogate.dsp.blocks.BLOCK_THREADS`` threads (2 on a
 2-vCPU machine); the transformers reference runs torch at its default thread count, which
 is the same there.
 
@@ -72,7 +72,7 @@ sys.path.insert(0, str(ROOT / "plugins" / "phi4mm" / "tests"))
 from fft_floor import blocked_rfft  # noqa: E402
 from reference_phi4mm import original_features  # noqa: E402
 
-import audiogate.blocks  # noqa: E402
+import audiogate.dsp.blocks  # noqa: E402
 from audiogate.cancel import NEVER  # noqa: E402
 from audiogate.errors import LimitError  # noqa: E402
 from audiogate.host import create_host  # noqa: E402
@@ -228,7 +228,7 @@ def main() -> int:
     clock = time.process_time if args.cpu_time else time.perf_counter
     if args.threads is not None:
         # Benchmark-only override of the process-wide constant (run_blocks reads it).
-        audiogate.blocks.BLOCK_THREADS = min(args.threads, audiogate.blocks.BLOCK_THREADS)  # type: ignore[misc]
+        audiogate.dsp.blocks.BLOCK_THREADS = min(args.threads, audiogate.dsp.blocks.BLOCK_THREADS)  # type: ignore[misc]
         try:
             import torch
 
@@ -248,7 +248,7 @@ def main() -> int:
 
     print(
         f"cpus={os.cpu_count()}  threads={args.threads or 'default'}  audiogate block threads="
-        f"{audiogate.blocks.BLOCK_THREADS}  numpy={np.__version__}  rounds={args.repeat}  "
+        f"{audiogate.dsp.blocks.BLOCK_THREADS}  numpy={np.__version__}  rounds={args.repeat}  "
         f"clock={'process CPU' if args.cpu_time else 'wall'}  load={os.getloadavg()[0]:.2f}"
     )
     print(

@@ -13,7 +13,7 @@ The two take turns in rounds of consecutive runs, each turn after :data:`SETTLE_
 of untimed runs of the same path (torch's OpenMP threads spin for a few ms after each
 call and would take a core from the next path; busy runs rather than a pause also keep
 both vCPUs of a VM awake). Ours spreads a clip's frame blocks over
-``audiogate.blocks.BLOCK_THREADS`` threads (2 on a 2-vCPU machine; a 1 s clip is one
+``audiogate.dsp.blocks.BLOCK_THREADS`` threads (2 on a 2-vCPU machine; a 1 s clip is one
 block); the reference runs torch at its default intra-op thread count (the core count)
 unless ``--torch-threads`` says otherwise. ``--threads 1 --torch-threads 1`` compares
 single-threaded runs.
@@ -40,7 +40,7 @@ import numpy as np
 import soxr
 from fft_floor import blocked_rfft
 
-import audiogate.blocks
+import audiogate.dsp.blocks
 from audiogate.cancel import NEVER
 from audiogate.host import create_host
 from audiogate.policy import CheckpointConfigs
@@ -106,7 +106,7 @@ def main() -> None:
         torch.set_num_threads(args.torch_threads)
     if args.threads is not None:
         # Benchmark-only override of the process-wide constant (run_blocks reads it).
-        audiogate.blocks.BLOCK_THREADS = min(args.threads, audiogate.blocks.BLOCK_THREADS)  # type: ignore[misc]
+        audiogate.dsp.blocks.BLOCK_THREADS = min(args.threads, audiogate.dsp.blocks.BLOCK_THREADS)  # type: ignore[misc]
     extractor = WhisperFeatureExtractor(feature_size=128)
     host = create_host(plugins=[plugin], load_entry_points=False)
     policy = host.parse_policy("qwen2audio", CheckpointConfigs(model={"model_type": "qwen2_audio"}))
@@ -137,7 +137,7 @@ def main() -> None:
 
     print(
         f"torch {torch.__version__}, {torch.get_num_threads()} intra-op thread(s); audiogate "
-        f"block threads {audiogate.blocks.BLOCK_THREADS}; load {os.getloadavg()[0]:.2f} on "
+        f"block threads {audiogate.dsp.blocks.BLOCK_THREADS}; load {os.getloadavg()[0]:.2f} on "
         f"{os.cpu_count()} CPUs; {args.runs} runs per case in alternating rounds"
     )
     print("ms: median (best); ratio = reference / ours, of medians (of bests)")

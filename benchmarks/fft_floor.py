@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-import audiogate.blocks
+import audiogate.dsp.blocks
 from audiogate.cancel import NEVER, Checkpoint
 
 
@@ -31,7 +31,7 @@ def blocked_rfft(frames: int, *, n_fft: int, filled: int, block_frames: int) -> 
         np.fft.rfft(local.frames[:count], axis=-1, out=local.spectrum[:count])
 
     def run() -> None:
-        audiogate.blocks.run_blocks(
+        audiogate.dsp.blocks.run_blocks(
             -(-frames // block_frames),
             block,
             cancel=NEVER,

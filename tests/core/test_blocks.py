@@ -1,4 +1,4 @@
-"""``audiogate.blocks.run_blocks``: every block once, one poll per block, errors surfaced.
+"""``audiogate.dsp.blocks.run_blocks``: every block once, one poll per block, errors surfaced.
 
 The frontends rely on three properties: each block runs exactly once (on whichever
 thread), the cancel token sees exactly the polls of a plain loop (one per block, none
@@ -13,9 +13,9 @@ import time
 
 import pytest
 
-import audiogate.blocks
-from audiogate.blocks import BLOCK_THREADS, block_threads, run_blocks
+import audiogate.dsp.blocks
 from audiogate.cancel import NEVER, CancelToken, Checkpoint
+from audiogate.dsp.blocks import BLOCK_THREADS, block_threads, run_blocks
 from audiogate.errors import PreprocessCancelled
 
 
@@ -131,7 +131,9 @@ def test_blocks_run_in_a_busy_pool_without_waiting_for_it() -> None:
     if BLOCK_THREADS < 2:
         pytest.skip("one usable CPU: no helper threads")
     release = threading.Event()
-    blockers = [audiogate.blocks._pool().submit(release.wait, 30) for _ in range(BLOCK_THREADS - 1)]
+    blockers = [
+        audiogate.dsp.blocks._pool().submit(release.wait, 30) for _ in range(BLOCK_THREADS - 1)
+    ]
     try:
         threads: set[int] = set()
         run_blocks(

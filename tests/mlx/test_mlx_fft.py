@@ -8,7 +8,7 @@ from mlx_helpers import MLX_REASON
 
 mx = pytest.importorskip("mlx.core", reason=MLX_REASON)
 
-from audiogate.mlx_fft import (  # noqa: E402 (after the importorskip)
+from audiogate.dsp.mlx_fft import (  # noqa: E402 (after the importorskip)
     float_float_constant,
     product_float_float,
     rfft_float_float,
@@ -163,7 +163,7 @@ def test_no_rows_give_no_bins() -> None:
 
 def test_many_passes_equal_one_row_at_a_time() -> None:
     """More rows than one pass holds: the passes join without a seam."""
-    from audiogate.mlx_budget import FFT_PASS_ELEMENTS
+    from audiogate.dsp.mlx_budget import FFT_PASS_ELEMENTS
 
     rows = 2 * (FFT_PASS_ELEMENTS // 256) + 3
     frames = mx.array(_frames("noise", rows, 200, seed=6))

@@ -9,7 +9,7 @@ from typing import Final
 
 __all__ = ["FFT_PASS_BYTES", "FFT_PASS_ELEMENTS"]
 
-#: Row elements (rows × FFT size) per pass of :func:`audiogate.mlx_fft.rfft_float_float`;
+#: Row elements (rows × FFT size) per pass of :func:`audiogate.dsp.mlx_fft.rfft_float_float`;
 #: fewer cost time in per-op overhead.
 FFT_PASS_ELEMENTS: Final = 65_536
 #: What MLX holds while it evaluates one such pass: its float-float temporaries, about 190

@@ -1,20 +1,20 @@
-"""Per-thread, per-device MLX constants for the families' MLX frontends.
+"""Per-thread, per-device MLX constants for the families' MLX kernels.
 
 A mel bank or window is converted to an ``mx.array`` once per thread and device and then
 reused: MLX arrays are bound to the stream of the thread that made them, so a constant
-built on one worker thread cannot be used on another. Imported only by MLX code paths;
+built on one worker thread cannot be used on another. The per-thread storage is
+:func:`audiogate.dsp.scratch.thread_scratch`'s. Imported only by MLX code paths;
 importing this module does not import MLX.
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Hashable
 from typing import Any
 
-__all__ = ["thread_constant"]
+from audiogate.dsp.scratch import thread_scratch
 
-_LOCAL = threading.local()
+__all__ = ["thread_constant"]
 
 
 def thread_constant(key: Hashable, build: Callable[[], Any]) -> Any:
@@ -24,14 +24,9 @@ def thread_constant(key: Hashable, build: Callable[[], Any]) -> Any:
     """
     import mlx.core as mx
 
-    cache: dict[tuple[Hashable, str], Any] | None = getattr(_LOCAL, "cache", None)
-    if cache is None:
-        cache = {}
-        _LOCAL.cache = cache
-    full = (key, str(mx.default_device()))
-    found = cache.get(full)
-    if found is None:
-        found = build()
-        mx.eval(found)
-        cache[full] = found
-    return found
+    def evaluated() -> Any:
+        value = build()
+        mx.eval(value)
+        return value
+
+    return thread_scratch(("mlx", key, str(mx.default_device())), evaluated)

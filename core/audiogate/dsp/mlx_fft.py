@@ -32,8 +32,8 @@ import mlx.core as mx
 import numpy as np
 import numpy.typing as npt
 
-from audiogate.mlx_budget import FFT_PASS_ELEMENTS
-from audiogate.mlx_constants import thread_constant
+from audiogate.dsp.mlx_budget import FFT_PASS_ELEMENTS
+from audiogate.dsp.mlx_constants import thread_constant
 
 __all__ = [
     "FloatFloat",
@@ -222,9 +222,9 @@ def rfft_float_float(
 ) -> Pair:
     """Bins ``low..high-1`` of the ``n``-point real FFT of each row, in float-float.
 
-    Rows are transformed :data:`~audiogate.mlx_budget.FFT_PASS_ELEMENTS` ``// n`` at a
+    Rows are transformed :data:`~audiogate.dsp.mlx_budget.FFT_PASS_ELEMENTS` ``// n`` at a
     time, each pass evaluated before the next is built, so MLX's temporaries stay within
-    :data:`~audiogate.mlx_budget.FFT_PASS_BYTES` whatever the number of rows; rows are
+    :data:`~audiogate.dsp.mlx_budget.FFT_PASS_BYTES` whatever the number of rows; rows are
     independent, so the values do not depend on the passes.
 
     :param frames: float32 ``[shape=(rows, length)]``, ``length <= n``, zero-padded to

@@ -27,6 +27,7 @@ import numpy.typing as npt
 import soxr
 
 from audiogate.cancel import NEVER, CancelToken, Checkpoint
+from audiogate.dsp.identity import plan_identity, resample_identity
 from audiogate.records import ResamplePlan, readonly
 
 __all__ = [
@@ -297,13 +298,7 @@ def plan_soxr_hq(*, source_rate_hz: int, source_samples: int, target_rate_hz: in
     their reference loaders return.
     """
     if source_rate_hz == target_rate_hz:
-        return ResamplePlan(
-            source_rate_hz=source_rate_hz,
-            source_samples=source_samples,
-            output_rate_hz=target_rate_hz,
-            output_samples=source_samples,
-            algorithm="identity",
-        )
+        return plan_identity(source_rate_hz=source_rate_hz, source_samples=source_samples)
     return ResamplePlan(
         source_rate_hz=source_rate_hz,
         source_samples=source_samples,
@@ -335,9 +330,7 @@ def run_soxr_hq_plan(
         )
     cancel.check(Checkpoint.RESAMPLE, clip_index)
     if plan.algorithm == "identity":
-        if samples.flags.writeable or samples.dtype != np.float32:
-            return readonly(np.array(samples, dtype=np.float32, copy=True))
-        return samples
+        return resample_identity(samples)
     return soxr_resample_librosa(
         samples,
         in_rate_hz=plan.source_rate_hz,

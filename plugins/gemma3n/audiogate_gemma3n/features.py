@@ -28,8 +28,8 @@ Numerics, measured against transformers 5.24.0 / NumPy 2.4:
   is summed in the same order, so a frame's values do not depend on the clip around it.
 
 Frames go through in blocks of :data:`FRAMES_PER_BLOCK`, with a cancellation check per
-block. Clips of several blocks are spread over :data:`~audiogate.blocks.BLOCK_THREADS`
-threads (:func:`audiogate.blocks.run_blocks`; the FFT is most of the work and every block
+block. Clips of several blocks are spread over :data:`~audiogate.dsp.blocks.BLOCK_THREADS`
+threads (:func:`audiogate.dsp.blocks.run_blocks`; the FFT is most of the work and every block
 gives the same values on any thread). Each thread's block buffers (about 4.5 MiB) are
 allocated once and reused, so a call allocates only its result and per-block products.
 
@@ -54,10 +54,10 @@ import attrs
 import numpy as np
 import numpy.typing as npt
 
-from audiogate.blocks import block_threads, run_blocks
 from audiogate.cancel import NEVER, CancelToken, Checkpoint
+from audiogate.dsp.blocks import block_threads, run_blocks
+from audiogate.dsp.mlx_budget import FFT_PASS_BYTES
 from audiogate.errors import FeatureError, LimitError, NonFiniteSampleError, PluginError
-from audiogate.mlx_budget import FFT_PASS_BYTES
 from audiogate.policy import AudioPolicy
 from audiogate.records import ClipFeatures, FeaturePlan, readonly
 from audiogate_gemma3n.framing import (

@@ -16,7 +16,7 @@ frames a ``Feature`` cancellation check, then ``mx.eval``.
 The numpy path rounds a float64 FFT to complex64, as the FE does. MLX's own FFT is float32
 only, and its rounding (relative to the whole frame) moves bands near the 1e-5 floor by up
 to 0.6 in the log on pure tones; so the FFT here is
-:func:`audiogate.mlx_fft.rfft_float_float`, in float-float arithmetic, and the features stay
+:func:`audiogate.dsp.mlx_fft.rfft_float_float`, in float-float arithmetic, and the features stay
 within 1e-4 of the numpy path on every band (``tests/mlx``). Frames, masks and the 188
 soft tokens come from :mod:`audiogate_gemma3n.framing`, as on the numpy path.
 """
@@ -32,9 +32,9 @@ import numpy as np
 import numpy.typing as npt
 
 from audiogate.cancel import NEVER, CancelToken, Checkpoint
+from audiogate.dsp.mlx_constants import thread_constant
+from audiogate.dsp.mlx_fft import rfft_float_float
 from audiogate.errors import PluginError
-from audiogate.mlx_constants import thread_constant
-from audiogate.mlx_fft import rfft_float_float
 from audiogate.policy import AudioPolicy
 from audiogate.records import ClipFeatures, FeatureBatch, readonly
 from audiogate_gemma3n.features import (

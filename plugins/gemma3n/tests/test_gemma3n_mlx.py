@@ -31,7 +31,7 @@ mx = pytest.importorskip("mlx.core", reason=MLX_REASON)
 
 MODELS = Path(__file__).resolve().parents[3] / "examples" / "models"
 #: The issue's bound on every value. Measured: at most 9.5e-7 (a float32 ulp of the log),
-#: because the MLX FFT is float-float (``audiogate.mlx_fft``); MLX's float32 FFT alone
+#: because the MLX FFT is float-float (``audiogate.dsp.mlx_fft``); MLX's float32 FFT alone
 #: was off by up to 0.6 on pure tones and sweeps.
 TOLERANCE = 1e-4
 RATE = 16_000

@@ -1,6 +1,6 @@
 """Frame blocks spread over threads give the single-threaded features bit for bit.
 
-:func:`audiogate.blocks.run_blocks` hands a clip's frame blocks to up to
+:func:`audiogate.dsp.blocks.run_blocks` hands a clip's frame blocks to up to
 ``BLOCK_THREADS`` threads, each with its own scratch; the parity tests bound the error
 against the FE, this pins that the thread count changes nothing at all.
 """
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from gemma3n_helpers import noise
 
-import audiogate.blocks
+import audiogate.dsp.blocks
 from audiogate_gemma3n.features import FRAMES_PER_BLOCK, log_mel_frames
 from audiogate_gemma3n.framing import feature_frames
 
@@ -27,5 +27,5 @@ def test_log_mel_frames_do_not_depend_on_the_thread_count(monkeypatch, lead_samp
         return out
 
     threaded = compute()
-    monkeypatch.setattr(audiogate.blocks, "BLOCK_THREADS", 1)
+    monkeypatch.setattr(audiogate.dsp.blocks, "BLOCK_THREADS", 1)
     np.testing.assert_array_equal(threaded, compute())

@@ -19,8 +19,8 @@ float32 ulp of the log). Work is done in blocks of :data:`BLOCK_FRAMES` frames i
 preallocated scratch: strided frame views (no per-frame Python), one batched FFT per
 block, and a cancellation check before each block, so a 30-minute clip never holds more
 than one block of complex spectrum per thread. The float64 FFT is most of the work, so
-clips of several blocks are spread over :data:`~audiogate.blocks.BLOCK_THREADS` threads
-(:func:`audiogate.blocks.run_blocks`): each block gives the same values on any thread.
+clips of several blocks are spread over :data:`~audiogate.dsp.blocks.BLOCK_THREADS` threads
+(:func:`audiogate.dsp.blocks.run_blocks`): each block gives the same values on any thread.
 The block scratch is kept per thread (:mod:`audiogate_phi4mm.scratch`) and the plan's
 ``working_bytes`` counts one set per thread used.
 
@@ -36,7 +36,7 @@ and two block threads then run slower than one).
 With ``policy.feature_backend == "mlx"``, :func:`extract_features` runs the same algorithm
 in :mod:`audiogate_phi4mm.mlx_frontend` and returns ``mx.array`` (``docs/mlx.md``); the plan
 gives the same frames, tokens and shapes, and its ``working_bytes`` counts one thread's
-block arrays plus the MLX FFT's temporaries (:data:`audiogate.mlx_budget.FFT_PASS_BYTES`).
+block arrays plus the MLX FFT's temporaries (:data:`audiogate.dsp.mlx_budget.FFT_PASS_BYTES`).
 """
 
 from __future__ import annotations
@@ -50,10 +50,10 @@ import attrs
 import numpy as np
 import numpy.typing as npt
 
-from audiogate.blocks import block_threads, run_blocks
 from audiogate.cancel import CancelToken, Checkpoint
+from audiogate.dsp.blocks import block_threads, run_blocks
+from audiogate.dsp.mlx_budget import FFT_PASS_BYTES
 from audiogate.errors import FeatureError, PluginError
-from audiogate.mlx_budget import FFT_PASS_BYTES
 from audiogate.policy import AudioPolicy
 from audiogate.records import ClipFeatures, FeaturePlan, readonly
 from audiogate_phi4mm.melbank import FFT_BINS, MEL_FILTERS, native_mel_bank, speechlib_mel_bank

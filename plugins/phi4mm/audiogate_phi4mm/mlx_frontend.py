@@ -14,7 +14,7 @@ so the numpy path never needs MLX. Same algorithm, same framing, same blocks:
 The numpy path keeps the original's float64 window product and FFT, rounded to complex64.
 MLX has no float64 (on the GPU) and its FFT is float32 only, whose rounding, relative to
 the whole frame, moves bands near the power floor of 1 by up to 5e-3 in the log. So the
-window product and the FFT are done in float-float arithmetic (:mod:`audiogate.mlx_fft`)
+window product and the FFT are done in float-float arithmetic (:mod:`audiogate.dsp.mlx_fft`)
 and the features stay within 1e-4 of the numpy path on every band (``tests/mlx``).
 Frames, tokens and shapes come from the numpy module's own functions
 (:func:`~audiogate_phi4mm.features.plan_features`), never a second copy.
@@ -34,8 +34,8 @@ import numpy as np
 import numpy.typing as npt
 
 from audiogate.cancel import CancelToken, Checkpoint
-from audiogate.mlx_constants import thread_constant
-from audiogate.mlx_fft import FloatFloat, float_float_constant, rfft_float_float
+from audiogate.dsp.mlx_constants import thread_constant
+from audiogate.dsp.mlx_fft import FloatFloat, float_float_constant, rfft_float_float
 from audiogate.records import ClipFeatures, FeatureBatch, readonly
 from audiogate_phi4mm.collate import name_inputs
 from audiogate_phi4mm.features import (
@@ -73,7 +73,7 @@ def _bank(name: BankName, kept_bins: int) -> tuple[Any, int, int]:
 
 def _window(window_samples: int) -> FloatFloat:
     """The symmetric float64 Hamming window times 32768 as a float-float constant for
-    :func:`audiogate.mlx_fft.rfft_float_float`, each part ``[shape=(window_samples,)]``."""
+    :func:`audiogate.dsp.mlx_fft.rfft_float_float`, each part ``[shape=(window_samples,)]``."""
     return cast(
         FloatFloat,
         thread_constant(

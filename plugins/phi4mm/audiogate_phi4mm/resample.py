@@ -21,8 +21,8 @@ banded ``(P·down, P)`` tap matrix gives ``P`` outputs per row, and the next row
 ``L - down`` samples times a second small matrix supply the rest of each window. Each
 product is kept under :data:`PRODUCT_MULTIPLY_ADDS` so BLAS runs it on the calling
 thread; blocks of :data:`BLOCK_OUTPUTS` outputs are independent, so a long clip's blocks
-are spread over :data:`~audiogate.blocks.BLOCK_THREADS` threads instead
-(:func:`audiogate.blocks.run_blocks`), each with its own scratch and the same values on
+are spread over :data:`~audiogate.dsp.blocks.BLOCK_THREADS` threads instead
+(:func:`audiogate.dsp.blocks.run_blocks`), each with its own scratch and the same values on
 any thread. Accumulation is in float64 as in ``resample_poly`` on the float64 waveform
 the original reads with ``soundfile``; only the summation order differs, so the float32
 output equals ``resample_poly(x.astype(float64), 1, down).astype(float32)`` except where a
@@ -45,8 +45,8 @@ import numpy as np
 import numpy.typing as npt
 from scipy.signal import firwin
 
-from audiogate.blocks import block_threads, run_blocks
 from audiogate.cancel import CancelToken, Checkpoint
+from audiogate.dsp.blocks import block_threads, run_blocks
 from audiogate.errors import DecodeError, LimitError, SizeOverflowError
 from audiogate.records import ResamplePlan, readonly
 from audiogate_phi4mm.scratch import thread_scratch

@@ -5,7 +5,7 @@ a fixed size per frontend (a few MiB at most, counted in each plan's ``working_b
 Allocating it afresh per clip costs page faults on every first touch, which for a
 one-second clip is most of the work; keeping one set per thread avoids that without
 sharing writable memory between threads. The helper threads that take a long clip's
-blocks (:func:`audiogate.blocks.run_blocks`) keep their own set the same way, so a plan
+blocks (:func:`audiogate.dsp.blocks.run_blocks`) keep their own set the same way, so a plan
 counts one set per thread it uses.
 """
 

@@ -29,7 +29,7 @@ mx = pytest.importorskip("mlx.core", reason=MLX_REASON)
 
 MODELS = Path(__file__).resolve().parents[3] / "examples" / "models"
 #: The issue's bound on every value. Measured: at most 1.9e-6 (a float32 ulp of the log),
-#: because the MLX FFT is float-float (``audiogate.mlx_fft``); MLX's float32 FFT alone
+#: because the MLX FFT is float-float (``audiogate.dsp.mlx_fft``); MLX's float32 FFT alone
 #: was off by up to 5e-3 on pure tones and sweeps.
 TOLERANCE = 1e-4
 

@@ -1,6 +1,6 @@
 """Blocks spread over threads give the single-threaded log-mel and resampling bit for bit.
 
-:func:`audiogate.blocks.run_blocks` hands a clip's blocks to up to ``BLOCK_THREADS``
+:func:`audiogate.dsp.blocks.run_blocks` hands a clip's blocks to up to ``BLOCK_THREADS``
 threads, each with its own scratch; the parity tests bound the error against the
 original, these pin that the thread count changes nothing at all.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import audiogate.blocks
+import audiogate.dsp.blocks
 from audiogate.cancel import NEVER
 from audiogate_phi4mm.features import BLOCK_FRAMES, NARROWBAND, WIDEBAND, frame_count, log_mel
 from audiogate_phi4mm.resample import BLOCK_OUTPUTS, decimate
@@ -19,7 +19,7 @@ from audiogate_phi4mm.resample import BLOCK_OUTPUTS, decimate
 def _both(monkeypatch: pytest.MonkeyPatch, compute):
     """``(compute() on the default threads, compute() on the calling thread only)``."""
     threaded = compute()
-    monkeypatch.setattr(audiogate.blocks, "BLOCK_THREADS", 1)
+    monkeypatch.setattr(audiogate.dsp.blocks, "BLOCK_THREADS", 1)
     return threaded, compute()
 
 

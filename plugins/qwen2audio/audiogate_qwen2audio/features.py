@@ -16,7 +16,7 @@ columns still take part in the window maximum.
 The computed frames go through in blocks of :data:`BLOCK_FRAMES` (strided view → window
 → batched float64 rFFT → power → one sparse mel product → log), into buffers kept per
 thread, with a cancellation check before each block. Clips of several blocks are spread
-over :data:`~audiogate.blocks.BLOCK_THREADS` threads (:func:`audiogate.blocks.run_blocks`);
+over :data:`~audiogate.dsp.blocks.BLOCK_THREADS` threads (:func:`audiogate.dsp.blocks.run_blocks`);
 each block gives the same values on any thread, and the window maximum is taken over the
 blocks' maxima afterwards.
 """
@@ -29,8 +29,8 @@ from typing import Final
 import numpy as np
 import numpy.typing as npt
 
-from audiogate.blocks import block_threads, run_blocks
 from audiogate.cancel import CancelToken, Checkpoint
+from audiogate.dsp.blocks import block_threads, run_blocks
 from audiogate.records import readonly
 from audiogate_qwen2audio.melbank import whisper_mel_matrix
 from audiogate_qwen2audio.policy import HOP, MAX_FRAMES, MAX_SAMPLES, N_FFT, N_MELS

@@ -31,7 +31,7 @@ import numpy as np
 import numpy.typing as npt
 
 from audiogate.cancel import CancelToken, Checkpoint
-from audiogate.mlx_constants import thread_constant
+from audiogate.dsp.mlx_constants import thread_constant
 from audiogate.records import ClipFeatures, FeatureBatch, readonly
 from audiogate_qwen2audio.collate import MASK_DTYPE
 from audiogate_qwen2audio.features import (
