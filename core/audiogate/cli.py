@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 from collections.abc import Sequence
@@ -349,153 +348,21 @@ def _cmd_prepare(args: argparse.Namespace, host: FamilyHost, out: TextIO) -> int
 # --- serve (the reference HTTP server; see docs/server.md) ----------------------------
 
 
-def _size(text: str) -> int:
-    from audiogate.server.run import parse_size
-
-    try:
-        value = parse_size(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive size (at least 1 byte)")
-    return value
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    # nan and inf are floats too: neither is a timeout (uvicorn rounds it to an integer).
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive, finite number of seconds")
-    return value
-
-
-def _port(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if not 0 <= value <= 65_535:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port number (0 to 65535)")
-    return value
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
-    return value
-
-
-#: ``--workers``: each is a thread started at once; far more than any machine has cores
-#: would only fail to start ("can't start new thread") or exhaust memory.
-MAX_WORKERS: Final = 1024
-
-
-def _workers(text: str) -> int:
-    value = _positive(text)
-    if value > MAX_WORKERS:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is too many worker threads (1 to {MAX_WORKERS})"
-        )
-    return value
-
-
 def _add_serve_parser(sub: Any) -> None:
+    from audiogate.server.options import add_serve_arguments
+
     p = sub.add_parser(
         "serve", help="serve POST /v1/audio/prepare, /metrics and /healthz (Starlette on uvicorn)"
     )
-    p.add_argument("--model", metavar="DIR", required=True, help="model directory to serve")
-    p.add_argument("--host", default="127.0.0.1", help="bind address (default: 127.0.0.1)")
-    p.add_argument("--port", type=_port, default=8000, help="bind port (default: 8000; 0: any)")
-    p.add_argument(
-        "--media-path", metavar="ROOT", help="directory file:// URLs and bare paths may read"
-    )
-    p.add_argument(
-        "--allow-url-fetch", action="store_true", help="fetch http(s):// audio (public hosts)"
-    )
-    p.add_argument(
-        "--workers",
-        type=_workers,
-        default=1,
-        metavar="N",
-        help=f"audio worker threads (1 to {MAX_WORKERS}; default 1)",
-    )
-    p.add_argument("--queue-depth", type=_positive, metavar="N", help="jobs waiting (default 8)")
-    p.add_argument("--max-queued-encoded-bytes", type=_size, metavar="SIZE", help="default 512MiB")
-    p.add_argument("--max-inflight-host-bytes", type=_size, metavar="SIZE", help="default 1280MiB")
-    p.add_argument(
-        "--max-body-bytes",
-        type=_size,
-        metavar="SIZE",
-        help="one request body (default: base64 of the model's request audio ceiling + 2MiB)",
-    )
-    p.add_argument(
-        "--max-inflight-body-bytes",
-        type=_size,
-        metavar="SIZE",
-        help="all request bodies held at once (default: 4 maximal bodies)",
-    )
-    p.add_argument(
-        "--max-inflight-acquired-bytes",
-        type=_size,
-        metavar="SIZE",
-        help="audio all requests' file and URL reads hold at once (default: 4 maximal requests)",
-    )
-    p.add_argument(
-        "--body-timeout",
-        type=_seconds,
-        default=30.0,
-        metavar="SECONDS",
-        help=(
-            "refuse a request whose body stalls this long (408), abandon an answer left "
-            "unread this long, close connections this long into a shutdown (default 30)"
-        ),
-    )
-    p.add_argument("--max-prefill-tokens", type=_positive, metavar="N", help="prompt length cap")
-    p.add_argument(
-        "--log-level",
-        default="info",
-        choices=["critical", "error", "warning", "info", "debug", "trace"],
-    )
-    p.add_argument("--no-access-log", action="store_true", help="do not log every request")
+    add_serve_arguments(p)
     p.set_defaults(handler=_cmd_serve)
 
 
 def _cmd_serve(args: argparse.Namespace, host: FamilyHost, out: TextIO) -> int:
-    from audiogate.server.app import ServerLimits
-    from audiogate.server.run import ServeOptions, serve
-    from audiogate.worker import WorkerLimits
+    from audiogate.server.options import serve_options
+    from audiogate.server.run import serve
 
-    worker = {
-        name: getattr(args, name)
-        for name in ("queue_depth", "max_queued_encoded_bytes", "max_inflight_host_bytes")
-        if getattr(args, name) is not None
-    }
-    options = ServeOptions(
-        model_dir=args.model,
-        host=args.host,
-        port=args.port,
-        media_root=args.media_path,
-        allow_url_fetch=args.allow_url_fetch,
-        threads=args.workers,
-        worker=WorkerLimits(**worker),
-        limits=ServerLimits(
-            max_body_bytes=args.max_body_bytes,
-            max_inflight_body_bytes=args.max_inflight_body_bytes,
-            max_inflight_acquired_bytes=args.max_inflight_acquired_bytes,
-            body_idle_timeout_s=args.body_timeout,
-        ),
-        max_prefill_tokens=args.max_prefill_tokens,
-        log_level=args.log_level,
-        access_log=not args.no_access_log,
-    )
-    return serve(options, host=host)
+    return serve(serve_options(args), host=host)
 
 
 # --- parser --------------------------------------------------------------------------

@@ -1,5 +1,8 @@
 """Starting the server: build the gate, worker and app from options, run uvicorn.
 
+The options (:class:`ServeOptions`) and their command line are in
+:mod:`audiogate.server.options`.
+
 ``audiogate serve --model DIR`` calls :func:`serve`; tests and the load test use
 :class:`ServerThread` (uvicorn in a background thread on an ephemeral loopback port).
 """
@@ -9,12 +12,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import re
 import signal
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from types import TracebackType
 from typing import Any, Final
 
@@ -27,52 +28,12 @@ from audiogate.acquire import AcquisitionPolicy
 from audiogate.api import AudioGate
 from audiogate.host import FamilyHost, create_host
 from audiogate.metrics import AudioMetrics
-from audiogate.server.app import ServerLimits, ServerWorker, check_media_root, create_app
-from audiogate.worker import WorkerLimits
+from audiogate.server.app import ServerWorker, check_media_root, create_app
+from audiogate.server.options import ServeOptions, parse_size
 
 __all__ = ["ServeOptions", "ServerThread", "build_app", "parse_size", "serve", "server_registry"]
 
 log = logging.getLogger("audiogate.server")
-
-_UNITS: Final = {"": 1, "b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30}
-_SIZE: Final = re.compile(r"^\s*(\d+)\s*([a-zA-Z]*)\s*$")
-
-
-def parse_size(text: str) -> int:
-    """Bytes from ``"1048576"``, ``"512KiB"``, ``"64MiB"`` or ``"1GiB"`` (binary units).
-
-    :raises ValueError: not a whole number of bytes with a known unit.
-    """
-    match = _SIZE.match(text)
-    if match is None or match.group(2).lower() not in _UNITS:
-        raise ValueError(f"{text!r} is not a size; use bytes or KiB, MiB, GiB (e.g. 64MiB)")
-    return int(match.group(1)) * _UNITS[match.group(2).lower()]
-
-
-@attrs.frozen(kw_only=True)
-class ServeOptions:
-    """Everything ``audiogate serve`` takes.
-
-    :param model_dir: the checkpoint directory (config files, tokenizer, chat template).
-    :param media_root: the directory ``file://`` URLs and bare paths are confined to
-        (``--media-path``); ``None`` refuses local files.
-    :param allow_url_fetch: fetch ``http(s)://`` audio (public addresses only).
-    :param threads: worker threads of the bounded worker (``--workers``).
-    :param worker: the worker's capacities (``threads`` overrides its thread count).
-    :param limits: body limits.
-    """
-
-    model_dir: Path = attrs.field(converter=Path)
-    host: str = "127.0.0.1"
-    port: int = 8000
-    media_root: Path | None = attrs.field(default=None, converter=attrs.converters.optional(Path))
-    allow_url_fetch: bool = False
-    threads: int = 1
-    worker: WorkerLimits = attrs.field(factory=WorkerLimits)
-    limits: ServerLimits = attrs.field(factory=ServerLimits)
-    max_prefill_tokens: int | None = None
-    log_level: str = "info"
-    access_log: bool = True
 
 
 def server_registry() -> CollectorRegistry:

@@ -1,0 +1,236 @@
+"""``audiogate serve``'s options: :class:`ServeOptions`, and the command line that makes
+them, whose help shows the options' own defaults.
+
+Importing this module does not import the server's dependencies (starlette, uvicorn):
+the CLI builds its parser from it for every command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+from pathlib import Path
+from typing import Any, Final
+
+import attrs
+
+from audiogate.server.budgets import ServerLimits
+from audiogate.worker import WorkerLimits
+
+__all__ = [
+    "MAX_WORKERS",
+    "ServeOptions",
+    "add_serve_arguments",
+    "parse_size",
+    "serve_options",
+]
+
+_UNITS: Final = {"": 1, "b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30}
+_SIZE: Final = re.compile(r"^\s*(\d+)\s*([a-zA-Z]*)\s*$")
+
+
+def parse_size(text: str) -> int:
+    """Bytes from ``"1048576"``, ``"512KiB"``, ``"64MiB"`` or ``"1GiB"`` (binary units).
+
+    :raises ValueError: not a whole number of bytes with a known unit.
+    """
+    match = _SIZE.match(text)
+    if match is None or match.group(2).lower() not in _UNITS:
+        raise ValueError(f"{text!r} is not a size; use bytes or KiB, MiB, GiB (e.g. 64MiB)")
+    return int(match.group(1)) * _UNITS[match.group(2).lower()]
+
+
+@attrs.frozen(kw_only=True)
+class ServeOptions:
+    """Everything ``audiogate serve`` takes.
+
+    :param model_dir: the checkpoint directory (config files, tokenizer, chat template).
+    :param media_root: the directory ``file://`` URLs and bare paths are confined to
+        (``--media-path``); ``None`` refuses local files.
+    :param allow_url_fetch: fetch ``http(s)://`` audio (public addresses only).
+    :param threads: worker threads of the bounded worker (``--workers``).
+    :param worker: the worker's capacities (``threads`` overrides its thread count).
+    :param limits: body limits.
+    """
+
+    model_dir: Path = attrs.field(converter=Path)
+    host: str = "127.0.0.1"
+    port: int = 8000
+    media_root: Path | None = attrs.field(default=None, converter=attrs.converters.optional(Path))
+    allow_url_fetch: bool = False
+    threads: int = 1
+    worker: WorkerLimits = attrs.field(factory=WorkerLimits)
+    limits: ServerLimits = attrs.field(factory=ServerLimits)
+    max_prefill_tokens: int | None = None
+    log_level: str = "info"
+    access_log: bool = True
+
+
+def _size(text: str) -> int:
+    try:
+        value = parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive size (at least 1 byte)")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    # nan and inf are floats too: neither is a timeout (uvicorn rounds it to an integer).
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive, finite number of seconds")
+    return value
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= 65_535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number (0 to 65535)")
+    return value
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
+    return value
+
+
+#: ``--workers``: each is a thread started at once; far more than any machine has cores
+#: would only fail to start ("can't start new thread") or exhaust memory.
+MAX_WORKERS: Final = 1024
+
+
+def _workers(text: str) -> int:
+    value = _positive(text)
+    if value > MAX_WORKERS:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is too many worker threads (1 to {MAX_WORKERS})"
+        )
+    return value
+
+
+def _default(cls: type, name: str) -> Any:
+    """The default of attrs field ``name`` of ``cls`` (what the help text shows)."""
+    return getattr(attrs.fields(cls), name).default
+
+
+def _size_text(nbytes: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if nbytes % scale == 0:
+            return f"{nbytes // scale}{unit}"
+    return str(nbytes)
+
+
+def add_serve_arguments(p: argparse.ArgumentParser) -> None:
+    """Add ``audiogate serve``'s options to ``p``; their defaults are the options' own
+    (:class:`ServeOptions`, :class:`~audiogate.worker.WorkerLimits`,
+    :class:`~audiogate.server.budgets.ServerLimits`)."""
+    host = _default(ServeOptions, "host")
+    port = _default(ServeOptions, "port")
+    threads = _default(ServeOptions, "threads")
+    queue_depth = _default(WorkerLimits, "queue_depth")
+    queued = _size_text(_default(WorkerLimits, "max_queued_encoded_bytes"))
+    inflight = _size_text(_default(WorkerLimits, "max_inflight_host_bytes"))
+    body_timeout = _default(ServerLimits, "body_idle_timeout_s")
+    p.add_argument("--model", metavar="DIR", required=True, help="model directory to serve")
+    p.add_argument("--host", default=host, help=f"bind address (default: {host})")
+    p.add_argument("--port", type=_port, default=port, help=f"bind port (default: {port}; 0: any)")
+    p.add_argument(
+        "--media-path", metavar="ROOT", help="directory file:// URLs and bare paths may read"
+    )
+    p.add_argument(
+        "--allow-url-fetch", action="store_true", help="fetch http(s):// audio (public hosts)"
+    )
+    p.add_argument(
+        "--workers",
+        type=_workers,
+        default=threads,
+        metavar="N",
+        help=f"audio worker threads (1 to {MAX_WORKERS}; default {threads})",
+    )
+    p.add_argument(
+        "--queue-depth", type=_positive, metavar="N", help=f"jobs waiting (default {queue_depth})"
+    )
+    p.add_argument(
+        "--max-queued-encoded-bytes", type=_size, metavar="SIZE", help=f"default {queued}"
+    )
+    p.add_argument(
+        "--max-inflight-host-bytes", type=_size, metavar="SIZE", help=f"default {inflight}"
+    )
+    p.add_argument(
+        "--max-body-bytes",
+        type=_size,
+        metavar="SIZE",
+        help="one request body (default: base64 of the model's request audio ceiling + 2MiB)",
+    )
+    p.add_argument(
+        "--max-inflight-body-bytes",
+        type=_size,
+        metavar="SIZE",
+        help="all request bodies held at once (default: 4 maximal bodies)",
+    )
+    p.add_argument(
+        "--max-inflight-acquired-bytes",
+        type=_size,
+        metavar="SIZE",
+        help="audio all requests' file and URL reads hold at once (default: 4 maximal requests)",
+    )
+    p.add_argument(
+        "--body-timeout",
+        type=_seconds,
+        default=body_timeout,
+        metavar="SECONDS",
+        help=(
+            "refuse a request whose body stalls this long (408), abandon an answer left "
+            f"unread this long, close connections this long into a shutdown (default "
+            f"{body_timeout:g})"
+        ),
+    )
+    p.add_argument("--max-prefill-tokens", type=_positive, metavar="N", help="prompt length cap")
+    p.add_argument(
+        "--log-level",
+        default=_default(ServeOptions, "log_level"),
+        choices=["critical", "error", "warning", "info", "debug", "trace"],
+    )
+    p.add_argument("--no-access-log", action="store_true", help="do not log every request")
+
+
+def serve_options(args: argparse.Namespace) -> ServeOptions:
+    """The :class:`ServeOptions` of a command line parsed with :func:`add_serve_arguments`
+    (an option not given keeps its default)."""
+    worker = {
+        name: getattr(args, name)
+        for name in ("queue_depth", "max_queued_encoded_bytes", "max_inflight_host_bytes")
+        if getattr(args, name) is not None
+    }
+    return ServeOptions(
+        model_dir=args.model,
+        host=args.host,
+        port=args.port,
+        media_root=args.media_path,
+        allow_url_fetch=args.allow_url_fetch,
+        threads=args.workers,
+        worker=WorkerLimits(**worker),
+        limits=ServerLimits(
+            max_body_bytes=args.max_body_bytes,
+            max_inflight_body_bytes=args.max_inflight_body_bytes,
+            max_inflight_acquired_bytes=args.max_inflight_acquired_bytes,
+            body_idle_timeout_s=args.body_timeout,
+        ),
+        max_prefill_tokens=args.max_prefill_tokens,
+        log_level=args.log_level,
+        access_log=not args.no_access_log,
+    )
