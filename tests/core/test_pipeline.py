@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 from toyfamily import HOP, ToyFamily, toy_policy, toy_tokens
 
-from audiogate import create_host
+from audiogate import create_host, hookimpl
+from audiogate.api import AudioGate
 from audiogate.cancel import CancelToken, Checkpoint
 from audiogate.decode import SourceFormat
 from audiogate.errors import (
@@ -21,8 +22,11 @@ from audiogate.errors import (
     PlaceholderError,
     PreprocessCancelled,
 )
+from audiogate.metrics import AudioMetrics
 from audiogate.pipeline import EncodedClip, preflight, prepare_clips
+from audiogate.records import FeatureBatch, readonly
 from audiogate.testing.audio import noise, tone, wav_bytes
+from audiogate.worker import AudioWorker
 
 
 @pytest.fixture
@@ -248,6 +252,51 @@ def test_each_limit_is_refused_in_preflight_without_allocation(
     assert refused.actual > refused.maximum
     # The same request passes when the limit is lifted back to the default.
     preflight(toy_host, toy_policy(), request)
+
+
+class OversizedCollate(ToyFamily):
+    """Collates an input its plan does not count, of ``extra_bytes`` bytes."""
+
+    extra_bytes = 0
+
+    @hookimpl
+    def audiogate_collate_features(self, policy, clips):
+        batch = super().audiogate_collate_features(policy, clips)
+        if batch is None:
+            return None
+        extra = readonly(np.zeros(self.extra_bytes, dtype=np.uint8))
+        return FeatureBatch(inputs={**batch.inputs, "extra": extra}, tokens=batch.tokens)
+
+
+def test_collated_bytes_over_the_policy_are_refused_with_or_without_a_worker() -> None:
+    # The preflight checks the planned result bytes; what a family actually collates is
+    # checked after collation, on every path (it once was on the worker's alone).
+    family = OversizedCollate()
+    host = create_host(load_entry_points=False, plugins=[family])
+    request = clips(BIG)
+    planned = preflight(host, toy_policy(), request).prepared_result_bytes
+    family.extra_bytes = planned + 1
+    policy = toy_policy(max_prepared_result_bytes_per_request=planned)
+    preflight(host, policy, request)  # the plan fits
+    refused = []
+    with pytest.raises(MemoryLimitError, match="prepared result bytes per request") as caught:
+        prepare_clips(host, policy, request)
+    refused.append(caught.value)
+    with pytest.raises(MemoryLimitError, match="prepared result bytes per request") as caught:
+        AudioGate(host=host, policy=policy).prepare(clips=request)
+    refused.append(caught.value)
+    with AudioWorker(host, metrics=AudioMetrics()) as worker:
+        with pytest.raises(MemoryLimitError, match="prepared result bytes per request") as caught:
+            worker.prepare(policy, request, timeout=5)
+        refused.append(caught.value)
+        rejected = worker.metrics.value(
+            "audiogate_audio_preprocess_rejections_total", family="toyfam", reason="memory_limit"
+        )
+        assert rejected == 1
+    assert {(e.limit, e.actual, e.maximum) for e in refused} == {
+        ("prepared result bytes per request", refused[0].actual, planned)
+    }
+    assert refused[0].actual > planned
 
 
 def test_aggregates_are_request_totals_not_per_clip_multiples(toy_host) -> None:

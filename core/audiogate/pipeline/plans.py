@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import attrs
 
-from audiogate.decode import ClipGeometry
+from audiogate.decode.geometry import ClipGeometry
 from audiogate.policy import AudioPolicy
 from audiogate.records import FeaturePlan, ResamplePlan
 
