@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from types import ModuleType
 
@@ -15,6 +16,17 @@ def test_every_quoted_excerpt_is_verbatim_in_the_example_plugin(run_tutorial) ->
     text = run_tutorial.TUTORIAL.read_text("utf-8")
     assert len(run_tutorial.excerpts(text)) >= 8
     assert run_tutorial.stale_excerpts(text) == []
+
+
+def test_the_layout_lists_every_file_of_the_example_package(run_tutorial) -> None:
+    """Section 1's tree names exactly the files of ``audiogate_toyvoice/``: the family
+    file map the tutorial teaches is the one the example plugin has."""
+    text = run_tutorial.TUTORIAL.read_text("utf-8")
+    layout = text[text.index("## 1. The layout") : text.index("## 2.")]
+    listed = set(re.findall(r"^│   [├└]── (\S+)", layout, flags=re.MULTILINE))
+    package = run_tutorial.ROOT / "examples/plugins/audiogate-toyvoice/audiogate_toyvoice"
+    shipped = {p.name for p in package.iterdir() if p.is_file() and p.suffix != ".pyc"}
+    assert listed == shipped
 
 
 def test_a_stale_excerpt_is_reported(run_tutorial) -> None:
