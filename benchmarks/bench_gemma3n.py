@@ -45,8 +45,9 @@ import audiogate.dsp.blocks
 from audiogate.cancel import NEVER
 from audiogate.host import create_host
 from audiogate.policy import CheckpointConfigs
-from audiogate_gemma3n.features import FRAMES_PER_BLOCK, extract_features, plan_features
-from audiogate_gemma3n.framing import FFT_LENGTH, FRAME_HOP_SAMPLES, FRAME_SAMPLES, feature_frames
+from audiogate_gemma3n.features import extract_features, plan_features
+from audiogate_gemma3n.geometry import FFT_LENGTH, FRAME_HOP_SAMPLES, FRAME_SAMPLES, feature_frames
+from audiogate_gemma3n.logmel import FRAMES_PER_BLOCK
 from audiogate_gemma3n.resample import linear_resample, plan_resample
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -78,7 +78,8 @@ from audiogate.errors import LimitError  # noqa: E402
 from audiogate.host import create_host  # noqa: E402
 from audiogate.policy import CheckpointConfigs  # noqa: E402
 from audiogate.records import ResamplePlan, readonly  # noqa: E402
-from audiogate_phi4mm.features import BLOCK_FRAMES, WIDEBAND  # noqa: E402
+from audiogate_phi4mm.geometry import WIDEBAND  # noqa: E402
+from audiogate_phi4mm.logmel import BLOCK_FRAMES  # noqa: E402
 from audiogate_phi4mm.resample import decimate, speechlib_rate_rule  # noqa: E402
 
 MIB = 1 << 20

@@ -45,8 +45,8 @@ from audiogate.cancel import NEVER
 from audiogate.host import create_host
 from audiogate.policy import CheckpointConfigs
 from audiogate_qwen2audio import plugin
-from audiogate_qwen2audio.features import BLOCK_FRAMES
-from audiogate_qwen2audio.policy import N_FFT
+from audiogate_qwen2audio.geometry import N_FFT
+from audiogate_qwen2audio.logmel import BLOCK_FRAMES
 
 RATE_HZ = 16_000
 

@@ -25,12 +25,12 @@ PACKAGES = {
 
 @pytest.fixture
 def without_mlx(monkeypatch) -> None:
-    """Make ``import mlx.core`` fail and forget any imported MLX frontend."""
+    """Make ``import mlx.core`` fail and forget any imported MLX kernel."""
     monkeypatch.setitem(sys.modules, "mlx", None)
     monkeypatch.setitem(sys.modules, "mlx.core", None)
     for package in PACKAGES.values():
-        monkeypatch.delitem(sys.modules, f"{package}.mlx_frontend", raising=False)
-        monkeypatch.delattr(importlib.import_module(package), "mlx_frontend", raising=False)
+        monkeypatch.delitem(sys.modules, f"{package}.mlx_logmel", raising=False)
+        monkeypatch.delattr(importlib.import_module(package), "mlx_logmel", raising=False)
 
 
 @pytest.mark.parametrize("family", list(PACKAGES))

@@ -32,23 +32,19 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
+from audiogate.dsp.mlx_loader import load_mlx_module
 from audiogate.errors import PluginError
 from audiogate.policy import AudioPolicy
 from audiogate.records import ClipFeatures, FeatureBatch, readonly
-from audiogate_gemma3n.features import (
-    Gemma3nClipFeatures,
-    floor_value,
-    log_mel_frames,
-    mlx_frontend_module,
-    padding_side,
-)
-from audiogate_gemma3n.framing import (
+from audiogate_gemma3n.features import MLX_MODULE, Gemma3nClipFeatures, padding_side
+from audiogate_gemma3n.geometry import (
     FEATURE_SIZE,
     FRAME_HOP_SAMPLES,
     feature_frames,
     padded_samples,
     valid_frames_in_padded_batch,
 )
+from audiogate_gemma3n.logmel import floor_value, log_mel_frames
 
 __all__ = ["collate_features"]
 
@@ -67,11 +63,12 @@ def collate_features(policy: AudioPolicy, clips: Sequence[ClipFeatures]) -> Feat
 
     :returns: read-only ``input_features`` and ``input_features_mask``; ``tokens`` per clip
         (``mx.array`` when ``policy.feature_backend == "mlx"``, see
-        :mod:`audiogate_gemma3n.mlx_frontend`).
+        :mod:`audiogate_gemma3n.mlx_logmel`).
     :raises PluginError: malformed clip features, or left padding without the waveform.
     """
     if policy.feature_backend == "mlx":
-        batch: FeatureBatch = mlx_frontend_module().collate_features(policy, clips)
+        mlx_logmel = load_mlx_module(MLX_MODULE, family="gemma3n")
+        batch: FeatureBatch = mlx_logmel.collate_features(policy, clips)
         return batch
     side = padding_side(policy)
     for index, clip in enumerate(clips):

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from audiogate.records import readonly
-from audiogate_gemma3n.framing import (
+from audiogate.dsp.melbank import SparseProjection, sparse_projection, triangular_filters
+from audiogate_gemma3n.geometry import (
     FEATURE_SIZE,
     FFT_LENGTH,
     MAX_FREQUENCY_HZ,
@@ -51,16 +50,12 @@ def htk_mel_filter_bank(
     mel_min = 2595.0 * math.log10(1.0 + min_hz / 700.0)
     mel_max = 2595.0 * math.log10(1.0 + max_hz / 700.0)
     edges_hz = 700.0 * (10 ** (np.linspace(mel_min, mel_max, mels + 2) / 2595.0) - 1.0)
-    widths = edges_hz[1:] - edges_hz[:-1]
-    slopes = edges_hz[None, :] - bin_hz[:, None]
-    down = (-1.0 * slopes[:, :-2]) / widths[:-1]
-    up = slopes[:, 2:] / widths[1:]
-    bank: npt.NDArray[np.float64] = np.maximum(0.0, np.minimum(down, up))
-    return bank
+    # Triangles in Hz (``create_fb_matrix``'s slopes, expression for expression).
+    return triangular_filters(edges_hz, bin_hz)
 
 
 @functools.cache
-def mel_projection() -> tuple[Any, int, int]:
+def mel_projection() -> SparseProjection:
     """The pinned bank as a float32 sparse matrix over its non-zero FFT bins.
 
     Each bin feeds at most two filters (946 weights in all), so a sparse product is
@@ -71,12 +66,4 @@ def mel_projection() -> tuple[Any, int, int]:
         ``[shape=(128, stop - start)]`` to multiply magnitudes ``[shape=(stop - start, T)]``;
         bins outside ``start:stop`` (below 9 and from 487 on) have no weight in any filter.
     """
-    import scipy.sparse
-
-    bank = htk_mel_filter_bank()
-    nonzero = np.flatnonzero(bank.any(axis=1))
-    start, stop = int(nonzero[0]), int(nonzero[-1]) + 1
-    matrix = scipy.sparse.csr_array(np.ascontiguousarray(bank[start:stop].T, dtype=np.float32))
-    for part in (matrix.data, matrix.indices, matrix.indptr):
-        readonly(part)
-    return matrix, start, stop
+    return sparse_projection(htk_mel_filter_bank())

@@ -1,8 +1,7 @@
 """The ``audiogate.families`` entry point of Gemma 3n: its hook implementations.
 
-Each stage hook returns ``None`` for another family's policy. The work lives in
-:mod:`~audiogate_gemma3n.resample`, :mod:`~audiogate_gemma3n.features`,
-:mod:`~audiogate_gemma3n.collate` and :mod:`~audiogate_gemma3n.prompt`.
+Each hook returns ``None`` for another family's policy and otherwise delegates to one
+function of the module named after its stage (the file map in :mod:`audiogate_gemma3n`).
 """
 
 from __future__ import annotations
@@ -51,13 +50,10 @@ def audiogate_plan_resample(
     policy: AudioPolicy, source_rate_hz: int, source_samples: int, clip_index: int
 ) -> ResamplePlan | None:
     """Plan the linear resampler (or the identity at 16 kHz)."""
-    if policy.family != FAMILY or policy.resampling != "linear":
+    if policy.family != FAMILY:
         return None
     return resample.plan_resample(
-        policy,
-        source_rate_hz=source_rate_hz,
-        source_samples=source_samples,
-        clip_index=clip_index,
+        policy, source_rate_hz=source_rate_hz, source_samples=source_samples, clip_index=clip_index
     )
 
 
@@ -70,15 +66,9 @@ def audiogate_resample(
     cancel: CancelToken,
 ) -> npt.NDArray[np.float32] | None:
     """Run a ``"linear"`` or ``"identity"`` plan."""
-    if policy.family != FAMILY or plan.algorithm not in {"linear", "identity"}:
+    if policy.family != FAMILY:
         return None
-    return resample.linear_resample(
-        samples,
-        in_rate_hz=plan.source_rate_hz,
-        out_rate_hz=plan.output_rate_hz,
-        clip_index=clip_index,
-        cancel=cancel,
-    )
+    return resample.resample(policy, plan, samples, clip_index=clip_index, cancel=cancel)
 
 
 @hookimpl

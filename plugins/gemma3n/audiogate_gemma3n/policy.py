@@ -4,14 +4,14 @@ Pinned constants live here once, next to their source: transformers revision
 ``181beb3ba4c47098ed8cbc97ee250d1d45ae0107`` (``Gemma3nAudioFeatureExtractor``,
 ``Gemma3nProcessor``) and ``Gemma3nConfig`` defaults, as the seed system pins them
 (``mlxcel-audio-boundary.md`` §3.2). The frontend's own constants and frame arithmetic
-live in :mod:`audiogate_gemma3n.framing`.
+live in :mod:`audiogate_gemma3n.geometry`.
 
 Over-long audio is refused by default (``overflow = "reject"``). The opt-in
 ``audiogate_audio_limits.overflow = "truncate"`` keeps the first ``max_samples_per_clip``
 normalized samples of a longer clip (the pipeline cuts the waveform and reports processed
 and received durations; the linear resampler's prefix is exact); never silently.
 Clips shorter than 513 normalized samples are refused (``min_samples_per_clip``): the
-reference would give them zero frames (see :mod:`audiogate_gemma3n.framing`).
+reference would give them zero frames (see :mod:`audiogate_gemma3n.geometry`).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from audiogate.policy import (
     standard_keys,
 )
 from audiogate_gemma3n._version import __version__
-from audiogate_gemma3n.framing import (
+from audiogate_gemma3n.geometry import (
     FEATURE_SIZE,
     FFT_LENGTH,
     FRAME_HOP_SAMPLES,

@@ -41,7 +41,7 @@ import numpy as np
 from audiogate.errors import PlaceholderError
 from audiogate.policy import AudioPolicy
 from audiogate.records import ClipSlot, ExpandedPrompt, MediaSegment, PromptSegment, TextSegment
-from audiogate_gemma3n.framing import SOFT_TOKENS_PER_CLIP
+from audiogate_gemma3n.geometry import SOFT_TOKENS_PER_CLIP
 
 __all__ = [
     "AUDIO_TOKEN",

@@ -32,7 +32,7 @@ from audiogate.cancel import NEVER, CancelToken, Checkpoint
 from audiogate.errors import DecodeError, LimitError
 from audiogate.policy import AudioPolicy
 from audiogate.records import ResamplePlan, readonly
-from audiogate_gemma3n.framing import SAMPLE_RATE_HZ
+from audiogate_gemma3n.geometry import SAMPLE_RATE_HZ
 
 __all__ = [
     "OUTPUTS_PER_BLOCK",
@@ -40,6 +40,7 @@ __all__ = [
     "linear_resample",
     "linear_working_bytes",
     "plan_resample",
+    "resample",
 ]
 
 #: Outputs per vectorised block: one cancellation check each, and the scratch bound.
@@ -185,12 +186,16 @@ def linear_resample(
 
 def plan_resample(
     policy: AudioPolicy, *, source_rate_hz: int, source_samples: int, clip_index: int
-) -> ResamplePlan:
+) -> ResamplePlan | None:
     """Plan the identity (16 kHz sources) or the linear resampler.
 
+    :returns: the plan, or ``None`` when the policy selects another resampler than
+        ``"linear"`` (the core's default then plans it).
     :raises DecodeError: the rate is below the policy's minimum.
     :raises LimitError: the rate is above the policy's maximum.
     """
+    if policy.resampling != "linear":
+        return None
     if source_rate_hz < max(policy.min_source_rate_hz, 1):
         raise DecodeError(
             f"source sample rate {source_rate_hz} Hz is below the minimum of "
@@ -219,4 +224,28 @@ def plan_resample(
         ),
         algorithm="identity" if identity else "linear",
         detail={} if identity else {"interpolation": "linear", "anti_aliasing": False},
+    )
+
+
+def resample(
+    policy: AudioPolicy,
+    plan: ResamplePlan,
+    samples: npt.NDArray[np.float32],
+    *,
+    clip_index: int,
+    cancel: CancelToken,
+) -> npt.NDArray[np.float32] | None:
+    """Run a ``"linear"`` or ``"identity"`` plan from :func:`plan_resample`.
+
+    :returns: read-only float32 ``[shape=(plan.output_samples,)]``, or ``None`` for a plan
+        of another algorithm (the core's default runs it).
+    """
+    if plan.algorithm not in {"linear", "identity"}:
+        return None
+    return linear_resample(
+        samples,
+        in_rate_hz=plan.source_rate_hz,
+        out_rate_hz=plan.output_rate_hz,
+        clip_index=clip_index,
+        cancel=cancel,
     )

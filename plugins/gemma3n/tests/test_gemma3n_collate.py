@@ -12,8 +12,8 @@ from audiogate.errors import PluginError
 from audiogate.host import FamilyHost
 from audiogate.policy import AudioPolicy
 from audiogate.records import ClipFeatures, readonly
-from audiogate_gemma3n.features import floor_value
-from audiogate_gemma3n.framing import feature_frames
+from audiogate_gemma3n.geometry import feature_frames
+from audiogate_gemma3n.logmel import floor_value
 
 
 def extract(host: FamilyHost, policy: AudioPolicy, clips: list[np.ndarray]):

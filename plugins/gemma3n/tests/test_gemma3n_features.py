@@ -20,19 +20,14 @@ from audiogate.pipeline import EncodedClip, preflight, prepare_clips
 from audiogate.policy import AudioPolicy
 from audiogate.records import readonly
 from audiogate.testing.audio import wav_bytes
-from audiogate_gemma3n.features import (
-    FRAMES_PER_BLOCK,
-    Gemma3nClipFeatures,
-    extract_features,
-    floor_value,
-    plan_features,
-)
-from audiogate_gemma3n.framing import (
+from audiogate_gemma3n.features import Gemma3nClipFeatures, extract_features, plan_features
+from audiogate_gemma3n.geometry import (
     MIN_SAMPLES,
     encoder_tokens,
     feature_frames,
     valid_frames_in_padded_batch,
 )
+from audiogate_gemma3n.logmel import FRAMES_PER_BLOCK, floor_value
 
 
 @pytest.mark.parametrize(

@@ -24,8 +24,9 @@ from audiogate.host import FamilyHost
 from audiogate.policy import AudioPolicy
 from audiogate.records import ClipFeatures
 from audiogate.testing.cancel import CancelAt
-from audiogate_gemma3n.features import FRAMES_PER_BLOCK, Gemma3nClipFeatures
-from audiogate_gemma3n.framing import feature_frames
+from audiogate_gemma3n.features import Gemma3nClipFeatures
+from audiogate_gemma3n.geometry import feature_frames
+from audiogate_gemma3n.logmel import FRAMES_PER_BLOCK
 
 mx = pytest.importorskip("mlx.core", reason=MLX_REASON)
 

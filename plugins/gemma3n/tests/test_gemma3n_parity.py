@@ -13,7 +13,7 @@ from audiogate.errors import FeatureError
 from audiogate.host import FamilyHost
 from audiogate.policy import AudioPolicy
 from audiogate.records import readonly
-from audiogate_gemma3n.features import HANN_WINDOW
+from audiogate_gemma3n.logmel import HANN_WINDOW
 from audiogate_gemma3n.melbank import htk_mel_filter_bank
 
 pytest.importorskip("transformers")

@@ -16,7 +16,7 @@ from audiogate.policy import (
 )
 from audiogate.records import ClipFeatures, ClipSlot, TextSegment
 from audiogate_gemma3n import policy as gemma_policy
-from audiogate_gemma3n.framing import MIN_SAMPLES, feature_frames
+from audiogate_gemma3n.geometry import MIN_SAMPLES, feature_frames
 
 
 def _parse(host: FamilyHost, model: dict[str, object], processor: dict[str, object] | None = None):

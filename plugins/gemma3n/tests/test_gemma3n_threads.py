@@ -12,8 +12,8 @@ import pytest
 from gemma3n_helpers import noise
 
 import audiogate.dsp.blocks
-from audiogate_gemma3n.features import FRAMES_PER_BLOCK, log_mel_frames
-from audiogate_gemma3n.framing import feature_frames
+from audiogate_gemma3n.geometry import feature_frames
+from audiogate_gemma3n.logmel import FRAMES_PER_BLOCK, log_mel_frames
 
 
 @pytest.mark.parametrize("lead_samples", [0, 77])

@@ -14,6 +14,9 @@ and a mask marking real frames. The names follow the variant's model forward
   ``audio_attention_mask`` only for more than one clip, exactly as its
   ``Phi4MMAudioFeatureExtractor`` returns them. Its ``input_mode`` comes from the prompt
   (:mod:`audiogate_phi4mm.prompt`).
+
+With ``policy.feature_backend == "mlx"`` the same batch is built from MLX arrays by
+:func:`audiogate_phi4mm.mlx_logmel.collate_features`.
 """
 
 from __future__ import annotations
@@ -23,7 +26,10 @@ from typing import Any
 
 import numpy as np
 
+from audiogate.dsp.mlx_loader import load_mlx_module
+from audiogate.policy import AudioPolicy
 from audiogate.records import ClipFeatures, FeatureBatch, readonly
+from audiogate_phi4mm.features import MLX_MODULE
 from audiogate_phi4mm.melbank import MEL_FILTERS
 
 __all__ = ["collate_features", "name_inputs"]
@@ -49,15 +55,24 @@ def name_inputs(
     return inputs
 
 
-def collate_features(clips: Sequence[ClipFeatures], *, variant: str) -> FeatureBatch:
+def collate_features(policy: AudioPolicy, clips: Sequence[ClipFeatures]) -> FeatureBatch:
     """Pad and stack per-clip features.
 
     :param clips: per-clip features ``[shape=(T_i, 80)]`` in clip order.
-    :param variant: ``policy.variant``; it names the inputs (:func:`name_inputs`).
     :returns: features float32 ``[shape=(n, T_max, 80)]``, ``audio_embed_sizes`` int64
-        ``[shape=(n,)]``, ``audio_attention_mask`` bool ``[shape=(n, T_max)]``; ``tokens``
-        per clip.
+        ``[shape=(n,)]``, ``audio_attention_mask`` bool ``[shape=(n, T_max)]``, named for
+        ``policy.variant`` (:func:`name_inputs`); ``tokens`` per clip. All ``mx.array``
+        when ``policy.feature_backend == "mlx"``.
+    :raises PluginError: the mlx backend is selected and MLX is not importable.
     """
+    if policy.feature_backend == "mlx":
+        mlx_logmel = load_mlx_module(MLX_MODULE, family="phi4mm")
+        batch: FeatureBatch = mlx_logmel.collate_features(clips, variant=policy.variant)
+        return batch
+    return _collate_numpy(clips, variant=policy.variant)
+
+
+def _collate_numpy(clips: Sequence[ClipFeatures], *, variant: str) -> FeatureBatch:
     if not clips:
         raise ValueError("collate_features needs at least one clip")
     for index, clip in enumerate(clips):

@@ -17,17 +17,20 @@ mel space and no normalization, over the 257 bins of a 512-point FFT at 16 kHz.
 from __future__ import annotations
 
 from functools import cache
-from typing import Final
+from typing import Final, Literal
 
 import numpy as np
 import numpy.typing as npt
 
+from audiogate.dsp.melbank import triangular_filters
 from audiogate.records import readonly
 
 __all__ = [
     "FFT_BINS",
     "MAX_FREQUENCY_HZ",
     "MEL_FILTERS",
+    "BankName",
+    "float32_bank",
     "kaldi_mel",
     "native_mel_bank",
     "speechlib_mel_bank",
@@ -41,6 +44,9 @@ BANK_FFT_SIZE: Final = 512
 MIN_FREQUENCY_HZ: Final = 0.0
 MAX_FREQUENCY_HZ: Final = 7690.0
 
+#: The remote-code extractor's bank, or the transformers-native one (``policy.variant``).
+BankName = Literal["speechlib", "native"]
+
 
 def kaldi_mel(frequency_hz: npt.ArrayLike) -> npt.NDArray[np.float64]:
     """Kaldi mel ``1127·ln(1 + f/700)`` of frequencies in Hz (float64)."""
@@ -51,8 +57,10 @@ def kaldi_mel(frequency_hz: npt.ArrayLike) -> npt.NDArray[np.float64]:
 def speechlib_mel_bank() -> npt.NDArray[np.float32]:
     """SpeechLib's bank, read-only float32 ``[shape=(80, 257)]`` (filters × bins).
 
-    The loops and float64 expressions are those of ``speechlib_mel`` so that every
-    weight rounds to the same float32.
+    ``speechlib_mel``'s float64 expressions, so that every weight rounds to the same
+    float32: centres ``linspace(mel(0), mel(7690), 82)``, one width ``Δ = (mel(7690) -
+    mel(0)) / 81`` for every triangle (:func:`audiogate.dsp.melbank.triangular_filters`
+    with ``width``), over bins ``klo..khi-1`` only.
     """
 
     def f2bin(frequency: float) -> int:
@@ -68,26 +76,31 @@ def speechlib_mel_bank() -> npt.NDArray[np.float32]:
     # bin2mel(k) = 1127·ln(1 + k·sr/(n_fft·700)), in that association order.
     bin_mels = 1127.0 * np.log(1.0 + bins * BANK_RATE_HZ / (BANK_FFT_SIZE * 700.0))
     bank = np.zeros((MEL_FILTERS, FFT_BINS), dtype=np.float32)
-    for m in range(MEL_FILTERS):
-        left, center, right = centers[m], centers[m + 1], centers[m + 2]
-        inside = (left < bin_mels) & (bin_mels < right)
-        bank[m, bins[inside]] = 1.0 - np.abs(center - bin_mels[inside]) / step
+    bank[:, klo:khi] = triangular_filters(centers, bin_mels, width=step).T
     return readonly(bank)
 
 
 @cache
 def native_mel_bank() -> npt.NDArray[np.float64]:
     """transformers' bank for ``Phi4MultimodalFeatureExtractor``, read-only float64
-    ``[shape=(257, 80)]`` (bins × filters); the extractor casts it to float32."""
-    mel_min = kaldi_mel(MIN_FREQUENCY_HZ)
-    mel_max = kaldi_mel(MAX_FREQUENCY_HZ)
-    filter_mels = np.linspace(mel_min, mel_max, MEL_FILTERS + 2)
+    ``[shape=(257, 80)]`` (bins × filters); the extractor casts it to float32.
+
+    ``_create_triangular_filter_bank`` on Kaldi mels (triangles in mel space):
+    :func:`audiogate.dsp.melbank.triangular_filters` with the slopes formula.
+    """
+    filter_mels = np.linspace(
+        kaldi_mel(MIN_FREQUENCY_HZ), kaldi_mel(MAX_FREQUENCY_HZ), MEL_FILTERS + 2
+    )
     bin_width_hz = BANK_RATE_HZ / ((FFT_BINS - 1) * 2)
     fft_mels = kaldi_mel(bin_width_hz * np.arange(FFT_BINS))
-    # _create_triangular_filter_bank, expression for expression.
-    filter_diff = np.diff(filter_mels)
-    slopes = np.expand_dims(filter_mels, 0) - np.expand_dims(fft_mels, 1)
-    down_slopes = -slopes[:, :-2] / filter_diff[:-1]
-    up_slopes = slopes[:, 2:] / filter_diff[1:]
-    bank = np.maximum(np.zeros(1), np.minimum(down_slopes, up_slopes))
+    bank = triangular_filters(filter_mels, fft_mels)
     return readonly(np.ascontiguousarray(bank, dtype=np.float64))
+
+
+@cache
+def float32_bank(name: BankName) -> npt.NDArray[np.float32]:
+    """The bank the kernels multiply with, read-only float32 ``[shape=(257, 80)]`` (bins ×
+    filters): transformers casts its float64 bank to float32 for the matmul."""
+    if name == "native":
+        return readonly(np.asarray(native_mel_bank(), dtype=np.float32))
+    return speechlib_mel_bank().T

@@ -1,7 +1,7 @@
 """The ``audiogate.families`` entry point of Phi-4 Multimodal: its hook implementations.
 
-Each stage hook returns ``None`` unless ``policy.family`` is ``phi4mm``; the work lives in
-the modules named after the stages.
+Each hook returns ``None`` for another family's policy and otherwise delegates to one
+function of the module named after its stage (the file map in :mod:`audiogate_phi4mm`).
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ from audiogate.records import (
     PromptSegment,
     ResamplePlan,
 )
-from audiogate.resample import plan_soxr_hq, run_soxr_hq_plan
 from audiogate_phi4mm import collate, features, prompt, resample
 from audiogate_phi4mm.policy import FAMILY, parse_policy, spec
 
@@ -62,15 +61,8 @@ def audiogate_plan_resample(
     """The SpeechLib integer-ratio rule, or soxr HQ to 16 kHz for the native variant."""
     if policy.family != FAMILY:
         return None
-    if policy.variant == "native":
-        # What transformers' load_audio does: soxr HQ to 16 kHz at librosa's length.
-        return plan_soxr_hq(
-            source_rate_hz=source_rate_hz,
-            source_samples=source_samples,
-            target_rate_hz=policy.target_rate_hz,
-        )
-    return resample.plan_speechlib_resample(
-        source_rate_hz=source_rate_hz, source_samples=source_samples, clip_index=clip_index
+    return resample.plan_resample(
+        policy, source_rate_hz=source_rate_hz, source_samples=source_samples, clip_index=clip_index
     )
 
 
@@ -85,9 +77,7 @@ def audiogate_resample(
     """Run the plan from :func:`audiogate_plan_resample`."""
     if policy.family != FAMILY:
         return None
-    if policy.variant == "native":
-        return run_soxr_hq_plan(plan, samples, clip_index=clip_index, cancel=cancel)
-    return resample.resample_speechlib(plan, samples, clip_index=clip_index, cancel=cancel)
+    return resample.resample(policy, plan, samples, clip_index=clip_index, cancel=cancel)
 
 
 @hookimpl
@@ -125,11 +115,7 @@ def audiogate_collate_features(
     the variant's model (:func:`audiogate_phi4mm.collate.name_inputs`)."""
     if policy.family != FAMILY:
         return None
-    if policy.feature_backend == "mlx":
-        mlx_collate = features.mlx_frontend_module().collate_features
-        batch: FeatureBatch = mlx_collate(clips, variant=policy.variant)
-        return batch
-    return collate.collate_features(clips, variant=policy.variant)
+    return collate.collate_features(policy, clips)
 
 
 @hookimpl

@@ -1,4 +1,10 @@
-"""The SpeechLib integer-ratio resampler of the remote-code Phi-4 MM processor.
+"""Phi-4 MM resampling: the SpeechLib integer-ratio rule (remote code) or soxr HQ (native).
+
+:func:`plan_resample` and :func:`resample` are the stage's entry points and choose by
+``policy.variant``. The native variant (transformers' ``Phi4MultimodalFeatureExtractor``)
+resamples as transformers' ``load_audio`` does: soxr HQ to 16 kHz at librosa's length
+(:func:`audiogate.resample.plan_soxr_hq`). The rest of this module is the remote-code
+processor's SpeechLib integer-ratio resampler.
 
 Source: ``Phi4MMAudioFeatureExtractor._extract_spectrogram`` in ``processing_phi4mm.py``
 (microsoft/Phi-4-multimodal-instruct @ ``93f923e1``), kept quirk for quirk because the
@@ -47,9 +53,12 @@ from scipy.signal import firwin
 
 from audiogate.cancel import CancelToken, Checkpoint
 from audiogate.dsp.blocks import block_threads, run_blocks
+from audiogate.dsp.identity import plan_identity, resample_identity
+from audiogate.dsp.scratch import thread_scratch
 from audiogate.errors import DecodeError, LimitError, SizeOverflowError
+from audiogate.policy import AudioPolicy
 from audiogate.records import ResamplePlan, readonly
-from audiogate_phi4mm.scratch import thread_scratch
+from audiogate.resample import plan_soxr_hq, run_soxr_hq_plan
 
 __all__ = [
     "ALGORITHM",
@@ -60,7 +69,9 @@ __all__ = [
     "MIN_SOURCE_RATE_HZ",
     "decimate",
     "decimation_filter",
+    "plan_resample",
     "plan_speechlib_resample",
+    "resample",
     "resample_speechlib",
     "speechlib_rate_rule",
 ]
@@ -157,12 +168,10 @@ def plan_speechlib_resample(
         )
     if down == 1:
         # Relabelled, not resampled: 22.05/24 kHz become "16 kHz", 11.025 kHz "8 kHz".
-        return ResamplePlan(
+        return plan_identity(
             source_rate_hz=source_rate_hz,
             source_samples=source_samples,
             output_rate_hz=effective,
-            output_samples=source_samples,
-            algorithm="identity",
             detail={"down": 1, "relabelled": source_rate_hz != effective},
         )
     output = -(-source_samples // down)  # resample_poly's ceil(n · up / down)
@@ -289,8 +298,45 @@ def resample_speechlib(
         )
     cancel.check(Checkpoint.RESAMPLE, clip_index)
     if plan.algorithm == "identity":
-        if samples.flags.writeable or samples.dtype != np.float32:
-            return readonly(np.array(samples, dtype=np.float32, copy=True))
-        return samples
+        return resample_identity(samples)
     down = int(plan.detail["down"])
     return decimate(samples, down=down, clip_index=clip_index, cancel=cancel)
+
+
+def plan_resample(
+    policy: AudioPolicy, *, source_rate_hz: int, source_samples: int, clip_index: int
+) -> ResamplePlan:
+    """Plan one clip for the policy's variant: the SpeechLib rule
+    (:func:`plan_speechlib_resample`), or for the native variant soxr HQ to 16 kHz at
+    librosa's length, what transformers' ``load_audio`` does.
+
+    :raises DecodeError: remote code: the rate is below 8 kHz (``rate_below_minimum``).
+    :raises LimitError: remote code: the factor or the work units are over the bounds.
+    """
+    if policy.variant == "native":
+        return plan_soxr_hq(
+            source_rate_hz=source_rate_hz,
+            source_samples=source_samples,
+            target_rate_hz=policy.target_rate_hz,
+        )
+    return plan_speechlib_resample(
+        source_rate_hz=source_rate_hz, source_samples=source_samples, clip_index=clip_index
+    )
+
+
+def resample(
+    policy: AudioPolicy,
+    plan: ResamplePlan,
+    samples: npt.NDArray[np.float32],
+    *,
+    clip_index: int,
+    cancel: CancelToken,
+) -> npt.NDArray[np.float32]:
+    """Run a plan from :func:`plan_resample`.
+
+    :param samples: read-only mono float32 ``[shape=(plan.source_samples,)]``.
+    :returns: read-only float32 ``[shape=(plan.output_samples,)]``.
+    """
+    if policy.variant == "native":
+        return run_soxr_hq_plan(plan, samples, clip_index=clip_index, cancel=cancel)
+    return resample_speechlib(plan, samples, clip_index=clip_index, cancel=cancel)

@@ -7,7 +7,7 @@ Restated step by step from ``reference-extractors.md`` §2.1 (the remote-code
 ``_compute_audio_embed_size``). It is deliberately written the way the original is
 (a Python list of frame slices, ``np.roll``, ``np.fft.rfft`` in float64, a complex64
 cast, float32 power and matmul), so that it is an independent oracle for the
-vectorised, blockwise implementation in :mod:`audiogate_phi4mm.features`. Nothing
+vectorised, blockwise implementation in :mod:`audiogate_phi4mm.logmel`. Nothing
 here is imported by the plugin.
 """
 

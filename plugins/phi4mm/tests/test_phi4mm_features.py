@@ -12,9 +12,9 @@ from audiogate.errors import FeatureError, PreprocessCancelled
 from audiogate.host import FamilyHost
 from audiogate.records import readonly
 from audiogate.testing.memory import traced_in_fresh_thread
-from audiogate_phi4mm.features import BLOCK_FRAMES, NARROWBAND, WIDEBAND, log_mel
+from audiogate_phi4mm.geometry import NARROWBAND, WIDEBAND, audio_embed_size
+from audiogate_phi4mm.logmel import BLOCK_FRAMES, log_mel
 from audiogate_phi4mm.melbank import native_mel_bank, speechlib_mel_bank
-from audiogate_phi4mm.tokens import audio_embed_size
 
 TOLERANCE = 2e-6
 

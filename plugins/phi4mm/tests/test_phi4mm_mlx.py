@@ -23,7 +23,7 @@ from audiogate.cancel import Checkpoint
 from audiogate.host import FamilyHost
 from audiogate.policy import AudioPolicy, CheckpointConfigs
 from audiogate.testing.cancel import CancelAt
-from audiogate_phi4mm.features import BLOCK_FRAMES
+from audiogate_phi4mm.logmel import BLOCK_FRAMES
 
 mx = pytest.importorskip("mlx.core", reason=MLX_REASON)
 

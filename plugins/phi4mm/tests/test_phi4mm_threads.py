@@ -12,7 +12,8 @@ import pytest
 
 import audiogate.dsp.blocks
 from audiogate.cancel import NEVER
-from audiogate_phi4mm.features import BLOCK_FRAMES, NARROWBAND, WIDEBAND, frame_count, log_mel
+from audiogate_phi4mm.geometry import NARROWBAND, WIDEBAND, frame_count
+from audiogate_phi4mm.logmel import BLOCK_FRAMES, log_mel
 from audiogate_phi4mm.resample import BLOCK_OUTPUTS, decimate
 
 

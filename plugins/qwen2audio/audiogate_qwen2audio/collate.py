@@ -1,4 +1,8 @@
-"""Batch a request's clips into ``Qwen2AudioForConditionalGeneration.forward`` inputs."""
+"""Batch a request's clips into ``Qwen2AudioForConditionalGeneration.forward`` inputs.
+
+With ``policy.feature_backend == "mlx"`` the same batch is built from MLX arrays by
+:func:`audiogate_qwen2audio.mlx_logmel.collate_features`.
+"""
 
 from __future__ import annotations
 
@@ -7,9 +11,11 @@ from typing import Final
 
 import numpy as np
 
+from audiogate.dsp.mlx_loader import load_mlx_module
+from audiogate.policy import AudioPolicy
 from audiogate.records import ClipFeatures, FeatureBatch, readonly
-from audiogate_qwen2audio.features import FEATURE_SHAPE
-from audiogate_qwen2audio.policy import MAX_FRAMES
+from audiogate_qwen2audio.features import MLX_MODULE
+from audiogate_qwen2audio.geometry import FEATURE_SHAPE, MAX_FRAMES
 
 __all__ = ["MASK_DTYPE", "collate_features"]
 
@@ -18,13 +24,19 @@ __all__ = ["MASK_DTYPE", "collate_features"]
 MASK_DTYPE: Final = np.int32
 
 
-def collate_features(clips: Sequence[ClipFeatures]) -> FeatureBatch:
+def collate_features(policy: AudioPolicy, clips: Sequence[ClipFeatures]) -> FeatureBatch:
     """Stack clips in order.
 
     :returns: ``input_features`` float32 ``[shape=(n, 128, 3000)]`` and
-        ``feature_attention_mask`` int32 ``[shape=(n, 3000)]`` (1 for the valid frames).
+        ``feature_attention_mask`` int32 ``[shape=(n, 3000)]`` (1 for the valid frames);
+        ``mx.array`` when ``policy.feature_backend == "mlx"``.
     :raises ValueError: a clip is not a Qwen2-Audio clip (shape, mask) or there is none.
+    :raises PluginError: the mlx backend is selected and MLX is not importable.
     """
+    if policy.feature_backend == "mlx":
+        mlx_logmel = load_mlx_module(MLX_MODULE, family="qwen2audio")
+        batch: FeatureBatch = mlx_logmel.collate_features(clips)
+        return batch
     if not clips:
         raise ValueError("collate_features needs at least one clip")
     features = np.empty((len(clips), *FEATURE_SHAPE), dtype=np.float32)

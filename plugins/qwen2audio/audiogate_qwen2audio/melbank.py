@@ -10,13 +10,13 @@ transposed): triangles in Hz between centres equally spaced on the Slaney mel sc
 from __future__ import annotations
 
 import functools
-from typing import Final
+from typing import Any, Final
 
 import numpy as np
 import numpy.typing as npt
-import scipy.sparse
 
-from audiogate_qwen2audio.policy import N_FFT, N_MELS, SAMPLE_RATE_HZ
+from audiogate.dsp.melbank import sparse_projection, triangular_filters
+from audiogate_qwen2audio.geometry import N_FFT, N_MELS, SAMPLE_RATE_HZ
 
 __all__ = ["hz_to_mel_slaney", "mel_to_hz_slaney", "slaney_mel_filters", "whisper_mel_matrix"]
 
@@ -68,23 +68,19 @@ def slaney_mel_filters(
     edges_hz = mel_to_hz_slaney(edges_mel)
     # ``rate // 2`` as transformers' mel_filter_bank spells it (equal for even rates).
     bins_hz = np.linspace(0, rate_hz // 2, n_fft // 2 + 1)
-    widths = np.diff(edges_hz)
-    slopes = edges_hz[np.newaxis, :] - bins_hz[:, np.newaxis]
-    down = -slopes[:, :-2] / widths[:-1]
-    up = slopes[:, 2:] / widths[1:]
-    filters = np.maximum(0.0, np.minimum(down, up))
-    filters *= 2.0 / (edges_hz[2 : n_mels + 2] - edges_hz[:n_mels])
-    return filters
+    # Triangles in Hz, scaled by 2 / (f[j+2] - f[j]) (librosa's and transformers' order).
+    return triangular_filters(edges_hz, bins_hz, norm="slaney")
 
 
 @functools.cache
-def whisper_mel_matrix() -> scipy.sparse.csr_array:
+def whisper_mel_matrix() -> Any:
     """The 128 × 201 Whisper bank as float32 CSR (the reference casts it to float32).
 
     Only 394 of its 25,728 weights are non-zero, so one sparse product replaces the dense
-    matmul of the reference at a fraction of the cost. Treat it as read-only.
+    matmul of the reference at a fraction of the cost. Its arrays are read-only.
     """
     dense = slaney_mel_filters(
         n_fft=N_FFT, n_mels=N_MELS, f_min_hz=0.0, f_max_hz=_F_MAX_HZ, rate_hz=SAMPLE_RATE_HZ
     )
-    return scipy.sparse.csr_array(np.ascontiguousarray(dense.T, dtype=np.float32))
+    # Every bin kept (not trimmed to the covered ones): the kernel projects all 201.
+    return sparse_projection(dense, trim=False).matrix

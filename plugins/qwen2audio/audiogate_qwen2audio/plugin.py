@@ -1,7 +1,7 @@
 """The ``audiogate.families`` entry point of Qwen2-Audio: its hook implementations.
 
-Each stage hook returns ``None`` for other families and delegates to a module named
-after the stage: :mod:`.resample`, :mod:`.frontend`, :mod:`.collate`, :mod:`.prompt`.
+Each hook returns ``None`` for another family's policy and otherwise delegates to one
+function of the module named after its stage (the file map in :mod:`audiogate_qwen2audio`).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from audiogate.records import (
     PromptSegment,
     ResamplePlan,
 )
-from audiogate_qwen2audio import collate, frontend, prompt, resample
+from audiogate_qwen2audio import collate, features, prompt, resample
 from audiogate_qwen2audio.policy import FAMILY, spec
 
 __all__ = [
@@ -68,7 +68,7 @@ def audiogate_resample(
     """Run the plan from :func:`audiogate_plan_resample`."""
     if policy.family != FAMILY:
         return None
-    return resample.resample(plan, samples, clip_index=clip_index, cancel=cancel)
+    return resample.resample(policy, plan, samples, clip_index=clip_index, cancel=cancel)
 
 
 @hookimpl
@@ -78,7 +78,7 @@ def audiogate_plan_features(
     """Whisper frames, pooled rows and prepared-result bytes of one clip."""
     if policy.family != FAMILY:
         return None
-    return frontend.plan_features(policy, rate_hz=rate_hz, samples=samples, clip_index=clip_index)
+    return features.plan_features(policy, rate_hz=rate_hz, samples=samples, clip_index=clip_index)
 
 
 @hookimpl
@@ -93,7 +93,7 @@ def audiogate_extract_features(
     """128 × 3000 Whisper log-mel features and the frame mask."""
     if policy.family != FAMILY:
         return None
-    return frontend.extract_features(
+    return features.extract_features(
         policy, plan, waveform, rate_hz=rate_hz, clip_index=clip_index, cancel=cancel
     )
 
@@ -105,10 +105,7 @@ def audiogate_collate_features(
     """``input_features`` and ``feature_attention_mask`` for the model's forward."""
     if policy.family != FAMILY:
         return None
-    if policy.feature_backend == "mlx":
-        batch: FeatureBatch = frontend.mlx_frontend_module().collate_features(clips)
-        return batch
-    return collate.collate_features(clips)
+    return collate.collate_features(policy, clips)
 
 
 @hookimpl

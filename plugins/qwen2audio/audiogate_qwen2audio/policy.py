@@ -3,7 +3,8 @@
 Source rules from the seed ``003_b4bc0aaf81808af3.txt`` (rates, channels, 30 s per
 source, more than 320 samples, exact all-zero refusal, 750 rows of 16,384 bytes); the
 frontend is ``WhisperFeatureExtractor(feature_size=128)`` with ``Qwen2AudioProcessor``
-as shipped by Qwen/Qwen2-Audio-7B-Instruct (``preprocessor_config.json``: 16 kHz,
+as shipped by Qwen/Qwen2-Audio-7B-Instruct (its framing constants in
+:mod:`audiogate_qwen2audio.geometry`) (``preprocessor_config.json``: 16 kHz,
 ``n_fft`` 400, ``hop_length`` 160, ``chunk_length`` 30, ``n_samples`` 480,000,
 ``nb_max_frames`` 3000; ``config.json``: ``audio_token_index`` 151646,
 ``audio_config.num_mel_bins`` 128, ``audio_config.max_source_positions`` 1500).
@@ -22,6 +23,15 @@ from audiogate.policy import (
     standard_keys,
 )
 from audiogate_qwen2audio._version import __version__
+from audiogate_qwen2audio.geometry import (
+    HOP,
+    MAX_FRAMES,
+    MAX_ROWS,
+    MAX_SAMPLES,
+    N_FFT,
+    N_MELS,
+    SAMPLE_RATE_HZ,
+)
 
 __all__ = [
     "AUDIO_BOS_TOKEN",
@@ -31,19 +41,12 @@ __all__ = [
     "AUDIO_TOKEN",
     "AUDIO_TOKEN_INDEX",
     "FAMILY",
-    "HOP",
-    "MAX_FRAMES",
-    "MAX_ROWS",
-    "MAX_SAMPLES",
     "MIN_SAMPLES",
     "MODEL_TYPES",
-    "N_FFT",
-    "N_MELS",
     "PINNED",
     "POLICY_KEYS",
     "REVISION",
     "ROW_BYTES",
-    "SAMPLE_RATE_HZ",
     "SOURCE_RATES_HZ",
     "spec",
 ]
@@ -54,20 +57,13 @@ REVISION: Final = "Qwen/Qwen2-Audio-7B-Instruct@transformers-5.24.0"
 MODEL_TYPES: Final = ("qwen2_audio",)
 
 MIB: Final = 1 << 20
-SAMPLE_RATE_HZ: Final = 16_000
 #: The seed: "Supported rates are 16000, 44100 and 48000 Hz, with one or two channels."
 SOURCE_RATES_HZ: Final = (16_000, 44_100, 48_000)
 MAX_CHANNELS: Final = 2
 MAX_SECONDS: Final = 30
-MAX_SAMPLES: Final = SAMPLE_RATE_HZ * MAX_SECONDS  # 480,000 = n_samples
 #: The seed: a source must produce one pooled row, "more than 320 canonical samples".
 MIN_SAMPLES: Final = 321
 MAX_CLIPS: Final = 16
-N_FFT: Final = 400
-HOP: Final = 160
-N_MELS: Final = 128
-MAX_FRAMES: Final = MAX_SAMPLES // HOP  # 3000 = nb_max_frames = 2 × max_source_positions
-MAX_ROWS: Final = 750
 #: The seed: each pooled row is 4096 float32 values of downstream capacity.
 ROW_BYTES: Final = 4096 * 4
 AUDIO_TOKEN: Final = "<|AUDIO|>"

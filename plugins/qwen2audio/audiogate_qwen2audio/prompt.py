@@ -45,6 +45,7 @@ from audiogate.records import (
     TextSegment,
     check_span_count,
 )
+from audiogate_qwen2audio.geometry import MAX_FRAMES, audio_tokens
 from audiogate_qwen2audio.policy import (
     AUDIO_BOS_TOKEN,
     AUDIO_BOS_TOKEN_ID,
@@ -52,10 +53,8 @@ from audiogate_qwen2audio.policy import (
     AUDIO_EOS_TOKEN_ID,
     AUDIO_TOKEN,
     AUDIO_TOKEN_INDEX,
-    MAX_FRAMES,
 )
 from audiogate_qwen2audio.references import find_references, match_references
-from audiogate_qwen2audio.tokens import audio_tokens
 
 __all__ = ["CHAT_TEMPLATE", "USER_TURN", "audio_block_prefix", "expand_prompt"]
 

@@ -16,7 +16,8 @@ from audiogate.errors import DecodeError
 from audiogate.policy import AudioPolicy
 from audiogate.records import ResamplePlan
 from audiogate.resample.soxr_hq import plan_soxr_hq, run_soxr_hq_plan
-from audiogate_qwen2audio.policy import SAMPLE_RATE_HZ, SOURCE_RATES_HZ
+from audiogate_qwen2audio.geometry import SAMPLE_RATE_HZ
+from audiogate_qwen2audio.policy import SOURCE_RATES_HZ
 
 __all__ = ["ALGORITHM", "plan_resample", "resample"]
 
@@ -51,6 +52,7 @@ def plan_resample(
 
 
 def resample(
+    policy: AudioPolicy,
     plan: ResamplePlan,
     samples: npt.NDArray[np.float32],
     *,

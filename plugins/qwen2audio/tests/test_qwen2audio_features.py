@@ -33,14 +33,13 @@ from qwen2audio_helpers import (
 
 from audiogate.cancel import NEVER, CancelToken, Checkpoint
 from audiogate.errors import PreprocessCancelled
-from audiogate_qwen2audio.features import (
+from audiogate_qwen2audio.geometry import FEATURE_SHAPE, whisper_geometry
+from audiogate_qwen2audio.logmel import (
     BLOCK_FRAMES,
-    FEATURE_SHAPE,
     LOG_FLOOR,
     hann_window_torch,
     whisper_log_mel,
 )
-from audiogate_qwen2audio.tokens import whisper_geometry
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -174,8 +173,8 @@ def test_the_first_extraction_in_a_fresh_process_stays_within_the_plan():
         import threading, tracemalloc
         import numpy as np
         from audiogate.cancel import NEVER
-        from audiogate_qwen2audio.features import whisper_log_mel, working_bytes
-        from audiogate_qwen2audio.tokens import whisper_geometry
+        from audiogate_qwen2audio.logmel import whisper_log_mel, working_bytes
+        from audiogate_qwen2audio.geometry import whisper_geometry
 
         x = (0.1 * np.random.default_rng(0).standard_normal(480_000)).astype(np.float32)
         geometry = whisper_geometry(x.shape[0])

@@ -22,8 +22,8 @@ from audiogate.api import AudioGate
 from audiogate.host import FamilyHost
 from audiogate.policy import AudioPolicy
 from audiogate.testing.cancel import CancelAt
-from audiogate_qwen2audio.features import BLOCK_FRAMES
-from audiogate_qwen2audio.tokens import whisper_geometry
+from audiogate_qwen2audio.geometry import whisper_geometry
+from audiogate_qwen2audio.logmel import BLOCK_FRAMES
 
 mx = pytest.importorskip("mlx.core", reason=MLX_REASON)
 

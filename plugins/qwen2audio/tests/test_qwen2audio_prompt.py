@@ -18,9 +18,9 @@ from qwen2audio_helpers import SPECIAL_TOKENS, make_signal
 from audiogate.chat import SentinelCodec, flatten_messages, parse_rendered
 from audiogate.errors import PlaceholderError, PolicyError
 from audiogate.records import ClipSlot, MediaSegment, TextSegment
+from audiogate_qwen2audio.geometry import whisper_geometry
 from audiogate_qwen2audio.policy import AUDIO_TOKEN_INDEX
 from audiogate_qwen2audio.prompt import CHAT_TEMPLATE, expand_prompt
-from audiogate_qwen2audio.tokens import whisper_geometry
 
 pytest.importorskip("transformers")
 

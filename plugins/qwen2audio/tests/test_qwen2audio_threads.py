@@ -14,8 +14,8 @@ from qwen2audio_helpers import make_signal
 
 import audiogate.dsp.blocks
 from audiogate.cancel import NEVER
-from audiogate_qwen2audio.features import whisper_log_mel
-from audiogate_qwen2audio.tokens import whisper_geometry
+from audiogate_qwen2audio.geometry import whisper_geometry
+from audiogate_qwen2audio.logmel import whisper_log_mel
 
 
 @pytest.mark.parametrize("samples", [200_001, 480_000])

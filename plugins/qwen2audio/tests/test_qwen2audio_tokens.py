@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from audiogate_qwen2audio.geometry import audio_tokens, whisper_geometry
 from audiogate_qwen2audio.melbank import slaney_mel_filters, whisper_mel_matrix
-from audiogate_qwen2audio.tokens import audio_tokens, whisper_geometry
 
 
 @pytest.mark.parametrize(
