@@ -70,7 +70,7 @@ def test_an_absolute_looking_path_is_concatenated_not_joined(root):
 def test_without_a_root_local_files_are_refused_with_the_seed_sentence():
     with pytest.raises(SourceRefused) as caught:
         read_media_file(None, "ok.wav", ctx())
-    assert caught.value.reason == NO_MEDIA_ROOT_MESSAGE
+    assert caught.value.detail == NO_MEDIA_ROOT_MESSAGE
     with pytest.raises(AcquisitionError, match="not allowed unless a media root") as error:
         asyncio.run(acquire_parts([audio_url("file:///ok.wav")], policy=AcquisitionPolicy()))
     assert (error.value.clip_index, error.value.origin) == (0, "file")
@@ -222,7 +222,7 @@ def test_a_media_root_that_is_not_a_directory_is_refused_without_naming_it(tmp_p
         root.write_bytes(CLIP)
     with pytest.raises(SourceRefused, match="the media root is not available") as caught:
         read(root, "ok.wav")
-    assert "srv-private-audio" not in caught.value.reason
+    assert "srv-private-audio" not in caught.value.detail
 
 
 def test_a_missing_file_reports_a_neutral_message(root):

@@ -102,7 +102,7 @@ def _finish(
             raise SourceRefused("the source is empty (0 bytes)")
         check_declared_format(data, source_format)
     except SourceRefused as exc:
-        raise AcquisitionError(exc.reason, clip_index=index, origin=origin) from None
+        raise AcquisitionError(exc.detail, clip_index=index, origin=origin) from None
     budget.add(len(data))
     return EncodedClip(data=data, source_format=source_format, ordinal=index + 1, origin=origin)
 
@@ -184,7 +184,7 @@ async def acquire_parts(
             _precheck(source, policy)
         except SourceRefused as exc:
             raise AcquisitionError(
-                exc.reason, clip_index=source.index, origin=source.origin
+                exc.detail, clip_index=source.index, origin=source.origin
             ) from None
     budget = _budget(policy)
     held = policy.shared_bytes.hold() if policy.shared_bytes is not None else None
@@ -208,7 +208,7 @@ async def acquire_parts(
                 data = await _read_source(source, ctx, policy, get_client)
             except SourceRefused as exc:
                 raise AcquisitionError(
-                    exc.reason, clip_index=source.index, origin=source.origin
+                    exc.detail, clip_index=source.index, origin=source.origin
                 ) from None
             clips.append(
                 _finish(
@@ -279,7 +279,7 @@ def acquire_paths(
         try:
             data = read_local_path(path, ctx)
         except SourceRefused as exc:
-            raise AcquisitionError(exc.reason, clip_index=index, origin=ORIGIN_FILE) from None
+            raise AcquisitionError(exc.detail, clip_index=index, origin=ORIGIN_FILE) from None
         clips.append(_finish(data, fmt, index=index, origin=ORIGIN_FILE, budget=budget))
     return clips
 

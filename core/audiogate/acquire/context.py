@@ -2,7 +2,7 @@
 
 Readers (inline, files, net) are pure about *where* a clip sits in a request: they get a
 :class:`ClipContext` (the clip index, its byte cap, the cancel token) and raise
-:class:`SourceRefused` with a reason; :mod:`audiogate.acquire.acquire` turns that into
+:class:`SourceRefused` with its detail; :mod:`audiogate.acquire.acquire` turns that into
 an :class:`~audiogate.errors.AcquisitionError` naming the clip and its origin.
 """
 
@@ -47,11 +47,12 @@ CHUNK_BYTES: Final = 64 * 1024
 
 
 class SourceRefused(Exception):
-    """A source is refused for ``reason`` (converted to ``AcquisitionError`` by the caller)."""
+    """A source is refused, ``detail`` saying why (converted to ``AcquisitionError`` by the
+    caller, whose ``detail`` it becomes; ``reason`` is the metrics label of an error)."""
 
-    def __init__(self, reason: str) -> None:
-        self.reason = reason
-        super().__init__(reason)
+    def __init__(self, detail: str) -> None:
+        self.detail = detail
+        super().__init__(detail)
 
 
 @attrs.frozen(kw_only=True)

@@ -178,7 +178,7 @@ def declare_part(part: object, index: int) -> DeclaredSource:
         origin = classify_source(value)
         source_format = parse_format(payload, default=None if kind == "input_audio" else "wav")
     except SourceRefused as exc:
-        raise AcquisitionError(exc.reason, clip_index=index, origin=origin) from None
+        raise AcquisitionError(exc.detail, clip_index=index, origin=origin) from None
     return DeclaredSource(index=index, origin=origin, value=value, source_format=source_format)
 
 

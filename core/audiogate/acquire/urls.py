@@ -91,8 +91,8 @@ class MediaURL:
         )
 
 
-def _refuse(reason: str) -> SourceRefused:
-    return SourceRefused(f"media URL refused: {reason}")
+def _refuse(detail: str) -> SourceRefused:
+    return SourceRefused(f"media URL refused: {detail}")
 
 
 def _parse_host(text: str) -> tuple[str, IPAddress | None]:

@@ -80,7 +80,7 @@ class ServerConfigError(AudioGateError):
 
 
 def reason_for(error: BaseException) -> str:
-    """The metrics reason of an error (``feature_panic`` for a server bug)."""
+    """The ``reason`` label an error is counted under (``feature_panic`` for a server bug)."""
     return rejection_reason(error)
 
 

@@ -175,13 +175,13 @@ def serve(options: ServeOptions, *, host: FamilyHost | None = None) -> int:
         with _graceful_signals(server):
             server.run()
     except (SystemExit, OSError) as exc:
-        # uvicorn exits with 3 after logging a bind error: that error is the reason.
+        # uvicorn exits with 3 after logging a bind error: that error says why.
         errors = [exc] if isinstance(exc, OSError) else bind.errors
         if errors:
-            reason = errors[-1].strerror or str(errors[-1])
+            why = errors[-1].strerror or str(errors[-1])
         else:
-            reason = "the application did not start (see the log above)"
-        log.error("the server could not start on %s:%s: %s", options.host, options.port, reason)
+            why = "the application did not start (see the log above)"
+        log.error("the server could not start on %s:%s: %s", options.host, options.port, why)
         return START_FAILURE_EXIT
     finally:
         uvicorn_log.removeFilter(bind)
