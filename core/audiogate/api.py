@@ -9,10 +9,11 @@ Every server path goes through :meth:`AudioGate.prepare_async` (or the blocking
     model(input_ids=result.input_ids, **result.model_inputs)  # as tensors of your framework
 
 The steps: validate and flatten the messages (media parts become private sentinels),
-acquire the audio under hard ceilings, preflight every budget from headers, decode →
-resample → features, render the checkpoint's chat template, parse the sentinels back
-(failing closed), expand them with the family's placeholders, and check that the prompt
-holds exactly as many audio positions as the features produce.
+render the checkpoint's chat template and parse the sentinels back (failing closed),
+all before any audio is acquired; then acquire the audio under hard ceilings, preflight
+every budget from headers, decode → resample → features, expand the sentinels with the
+family's placeholders, and check that the prompt holds exactly as many audio positions
+as the features produce.
 """
 
 from __future__ import annotations
@@ -288,7 +289,8 @@ class AudioGate:
         progress: Progress | None = None,
         feature_backend: FeatureBackend | None = None,
     ) -> PreparedRequest:
-        """Blocking :meth:`prepare_async` (for CLIs, tests and threaded servers)."""
+        """Blocking :meth:`prepare_async` (for CLIs, tests and threaded servers): the chat
+        template renders before the audio is acquired, then the audio is prepared."""
         try:
             asyncio.get_running_loop()
         except RuntimeError:
@@ -318,7 +320,8 @@ class AudioGate:
     ) -> PreparedRequest:
         """Prepare chat ``messages`` (or a plain ``prompt`` with ``clips``).
 
-        With messages, audio comes from their ``input_audio`` / ``audio_url`` parts, unless
+        With messages, the chat template renders first (audio parts as sentinels), and only
+        then is audio acquired, from their ``input_audio`` / ``audio_url`` parts, unless
         ``clips`` are given too: then the audio parts only mark positions and are matched
         with ``clips`` in order (for callers that acquire audio themselves). With a plain
         prompt, the prompt is used as is (the family's own placeholder rules apply; absent
@@ -331,9 +334,9 @@ class AudioGate:
         :raises AudioGateError: a typed error; nothing is silently dropped.
 
         With a worker, every request that fails or is cancelled is counted once in its
-        metrics: by the worker from its admission on, here before that (acquisition,
-        template, placeholders, a text-only prompt's length). A text-only success is not
-        counted (it is not an audio request).
+        metrics (:mod:`audiogate.metrics.outcome`): by the worker from its admission on,
+        here before that (template, placeholders, acquisition, a text-only prompt's
+        length). A text-only success is not counted (it is not an audio request).
         """
         if messages is None and prompt is None and clips is None:
             raise TypeError("give chat messages, or a plain prompt and/or clips")
