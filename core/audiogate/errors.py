@@ -120,10 +120,10 @@ class DecodeError(AudioInputError):
         every code is in ``audiogate.decode.DECODE_ERROR_CODES``).
     """
 
-    def __init__(self, reason: str, *, clip_index: int, code: str = "corrupt") -> None:
+    def __init__(self, detail: str, *, clip_index: int, code: str = "corrupt") -> None:
         self.code = code
-        self.detail = reason
-        super().__init__(f"audio clip {clip_index} is corrupt: {reason}", clip_index=clip_index)
+        self.detail = detail
+        super().__init__(f"audio clip {clip_index} is corrupt: {detail}", clip_index=clip_index)
 
 
 class EmptyAudioError(DecodeError):
@@ -159,12 +159,12 @@ class AcquisitionError(AudioInputError):
     :param origin: ``"inline base64"``, ``"data URI"``, ``"URL"``, ``"file"`` or ``"bytes"``.
     """
 
-    def __init__(self, reason: str, *, clip_index: int | None, origin: str) -> None:
+    def __init__(self, detail: str, *, clip_index: int | None, origin: str) -> None:
         self.origin = origin
-        self.detail = reason
+        self.detail = detail
         where = f"audio clip {clip_index}" if clip_index is not None else "audio request"
         super().__init__(
-            f"{where} ({origin}) could not be acquired: {reason}", clip_index=clip_index
+            f"{where} ({origin}) could not be acquired: {detail}", clip_index=clip_index
         )
 
 
@@ -221,9 +221,9 @@ class PlaceholderError(AudioGateError):
 
     reason = "waveform"
 
-    def __init__(self, reason: str) -> None:
-        self.detail = reason
-        super().__init__(f"audio placeholder mapping is invalid: {reason}")
+    def __init__(self, detail: str) -> None:
+        self.detail = detail
+        super().__init__(f"audio placeholder mapping is invalid: {detail}")
 
 
 class FeatureError(AudioInputError):
@@ -231,10 +231,10 @@ class FeatureError(AudioInputError):
 
     reason = "feature"
 
-    def __init__(self, reason: str, *, clip_index: int | None = None) -> None:
-        self.detail = reason
+    def __init__(self, detail: str, *, clip_index: int | None = None) -> None:
+        self.detail = detail
         where = f"audio clip {clip_index}" if clip_index is not None else "audio"
-        super().__init__(f"{where} cannot be turned into features: {reason}", clip_index=clip_index)
+        super().__init__(f"{where} cannot be turned into features: {detail}", clip_index=clip_index)
 
 
 class PreprocessCancelled(AudioGateError):
