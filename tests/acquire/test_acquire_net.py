@@ -279,6 +279,7 @@ def test_unusable_answers_are_refused(handler, needle):
 # --- time ----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_slow_body_hits_the_total_timeout_and_the_connection_is_closed():
     async def scenario():
         async with LoopbackServer() as server:
@@ -290,6 +291,7 @@ def test_a_slow_body_hits_the_total_timeout_and_the_connection_is_closed():
     run(scenario)
 
 
+@pytest.mark.slow
 def test_a_server_that_never_answers_hits_the_total_timeout():
     async def scenario():
         async with LoopbackServer() as server:

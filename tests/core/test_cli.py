@@ -104,6 +104,7 @@ def test_schema_prints_the_family_schema(family: str, host) -> None:
 
 
 @pytest.mark.install
+@pytest.mark.slow
 def test_console_script_is_installed() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "audiogate.cli", "families"],
@@ -247,6 +248,7 @@ def signalled_once_started(
     return process.returncode, out, err
 
 
+@pytest.mark.slow
 def test_ctrl_c_during_a_long_prepare_exits_130_without_a_traceback(tmp_path) -> None:
     from audiogate.testing.audio import tone, wav_bytes
 

@@ -83,6 +83,7 @@ def _decode_or_audiogate_error(data, *, source_format=WAV, limits=DEFAULT_LIMITS
 
 @PROPERTY
 @given(wav_sources())
+@pytest.mark.slow
 def test_valid_wavs_match_the_naive_reference(source):
     samples, data = source
     finite = np.isfinite(samples).all(axis=1)
@@ -142,6 +143,7 @@ def mutated_wavs(draw):
 
 @PROPERTY
 @given(mutated_wavs(), st.booleans())
+@pytest.mark.slow
 def test_mutated_headers_give_audiogate_errors_or_valid_output(data, refuse_all_zero):
     limits = DecodeLimits(refuse_all_zero=refuse_all_zero, max_channels=0xFFFF)
     _decode_or_audiogate_error(data, limits=limits)

@@ -102,6 +102,7 @@ def test_reservation_is_held_until_the_result_is_taken() -> None:
         assert gauges_are_zero(worker)
 
 
+@pytest.mark.slow
 def test_a_consumer_that_went_away_releases_on_garbage_collection() -> None:
     worker, _ = make_worker()
     with worker:
@@ -333,6 +334,7 @@ def test_metrics_export_every_reason_and_no_all_line() -> None:
         metrics.record_rejection(FAMILY, "all")
 
 
+@pytest.mark.slow
 def test_soak_randomized_requests_cancels_and_failures_leave_nothing_behind() -> None:
     rng = random.Random(1234)
 
@@ -789,6 +791,7 @@ def test_a_failed_job_is_freed_without_the_cycle_collector() -> None:
         gc.enable()
 
 
+@pytest.mark.slow
 def test_every_close_with_wait_waits_for_the_threads() -> None:
     gate = threading.Event()
     worker, _ = make_worker(ToyFamily(gate=gate), threads=1)

@@ -75,6 +75,7 @@ def test_output_matching(run_tutorial, expected, actual, missing) -> None:
 
 
 @pytest.mark.install
+@pytest.mark.slow
 def test_the_tutorial_commands_run_as_written(run_tutorial: ModuleType, tmp_path: Path) -> None:
     """Install the example plugin in a throwaway environment and run every command."""
     problems = run_tutorial.run_tutorial(tmp_path)

@@ -7,8 +7,8 @@ import asyncio
 import pytest
 from prometheus_client import CollectorRegistry, Gauge
 
-from audiogate.errors import MemoryLimitError
 from audiogate.budget import ByteBudget
+from audiogate.errors import MemoryLimitError
 from audiogate.server.budgets import BODY_BYTES_LIMIT
 
 

@@ -186,6 +186,7 @@ def serve_command(*argv: str) -> Iterator[tuple[subprocess.Popen[str], str, list
             reader.join(10)
 
 
+@pytest.mark.slow
 def test_the_serve_command_serves_until_terminated(tmp_path: Path) -> None:
     (tmp_path / "clip.wav").write_bytes(wav_bytes(tone(seconds=1.0), rate_hz=16_000))
     with serve_command("--media-path", str(tmp_path)) as (process, url, lines):
@@ -209,6 +210,7 @@ def test_the_serve_command_serves_until_terminated(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.slow
 def test_ctrl_c_and_kill_shut_down_gracefully_and_exit_0(stop: signal.Signals) -> None:
     # uvicorn raises the signal it caught again after its graceful shutdown: with Python's
     # own handlers back, a KeyboardInterrupt traceback (SIGINT) or death by SIGTERM.
@@ -222,6 +224,7 @@ def test_ctrl_c_and_kill_shut_down_gracefully_and_exit_0(stop: signal.Signals) -
     assert code == 0, text
 
 
+@pytest.mark.slow
 def test_a_request_still_running_at_shutdown_gets_a_counted_503(tmp_path: Path) -> None:
     # uvicorn cancels requests still running when its graceful shutdown times out; left
     # to it, the client got a bare 500 that no metric counted.

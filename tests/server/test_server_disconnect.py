@@ -66,6 +66,7 @@ def test_a_declared_length_alone_holds_nothing(gemma) -> None:
     gemma.wait_idle()
 
 
+@pytest.mark.slow
 def test_a_stalled_body_is_a_408() -> None:
     with serving(limits=ServerLimits(body_idle_timeout_s=0.3)) as running:
         before = running.outcomes()
@@ -98,6 +99,7 @@ def test_a_chunked_upload_that_stops_is_cancelled_and_freed(gemma) -> None:
     gemma.wait_idle()
 
 
+@pytest.mark.slow
 def test_a_client_gone_during_processing_cancels_the_job(caplog) -> None:
     blocker = Blocker()
     with serving(blocker=blocker) as running:
@@ -176,6 +178,7 @@ def _unread_requests(port: int, body: bytes, count: int) -> socket.socket:
     return sock
 
 
+@pytest.mark.slow
 def test_a_client_that_never_reads_its_answer_gives_its_budget_back() -> None:
     # Its answers stall in the socket: after the stall timeout the answer is abandoned and
     # the connection closed, instead of holding the body budget while it stays connected.
@@ -191,6 +194,7 @@ def test_a_client_that_never_reads_its_answer_gives_its_budget_back() -> None:
         running.wait_idle()
 
 
+@pytest.mark.slow
 def test_answers_stay_within_the_body_budget() -> None:
     # Small bodies with large answers (30 s at 1 kHz: an 80 kB body, a 2 MB answer) from
     # clients that never read: an answer waits for room in the budget, or is refused,
@@ -217,6 +221,7 @@ def test_answers_stay_within_the_body_budget() -> None:
         assert peak <= max(budget, answer + len(body))
 
 
+@pytest.mark.slow
 def test_a_client_gone_while_its_answer_waits_for_room_is_let_go_at_once() -> None:
     # One connection's unread answers fill the budget; a second client's answer waits for
     # room, and that client leaves: its request ends (499) at once, not after the wait.
@@ -246,6 +251,7 @@ def test_a_client_gone_while_its_answer_waits_for_room_is_let_go_at_once() -> No
         running.wait_idle(timeout_s=30)
 
 
+@pytest.mark.slow
 def test_a_client_gone_while_its_answer_waits_for_room_counts_as_cancelled() -> None:
     # Its request was prepared (the worker is done with it), but its answer waits for room
     # in the body budget when the client leaves: 499, counted once as cancelled (not as
@@ -322,6 +328,7 @@ def _read_answer(sock: socket.socket, *, bytes_per_s: float) -> tuple[int, int]:
     return length, received
 
 
+@pytest.mark.slow
 def test_a_slow_but_steady_reader_gets_its_whole_answer() -> None:
     # A 4 MB answer read at 600 KiB/s with a 1 s body timeout. The stall timer runs per
     # 64 KiB piece, and the kernel keeps at most 128 KiB unsent, so the reader's progress
@@ -340,6 +347,7 @@ def test_a_slow_but_steady_reader_gets_its_whole_answer() -> None:
         running.wait_idle()
 
 
+@pytest.mark.slow
 def test_a_reader_that_stops_is_dropped_and_its_connection_closed() -> None:
     # It reads the first 100 kB of a 4 MB answer, then nothing: after the body timeout the
     # answer is abandoned (the budget given back) and the connection closed, so what it

@@ -197,6 +197,7 @@ def test_a_missing_media_root_refuses_the_app_and_requests_never_see_its_path(
         assert root.name not in response.text
 
 
+@pytest.mark.slow
 def test_media_files_share_the_in_flight_acquisition_budget(tmp_path) -> None:
     # Files are read outside the body budget; all requests' reads share one bound.
     root = tmp_path / "media"
@@ -534,6 +535,7 @@ request_bodies = st.fixed_dictionaries(
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(body=request_bodies | json_values)
+@pytest.mark.slow
 def test_generated_requests_are_never_a_500(gemma, body) -> None:
     response = gemma.client.post(PREPARE, content=json.dumps(body).encode())
     assert response.status_code in {200, 400, 413}, (body, response.text)
@@ -602,6 +604,7 @@ def cyclic_garbage():
 REQUEST_TYPES = {"AudioJob", "EncodedClip", "PreparedRequest", "PreparedBatch", "_PrepareCall"}
 
 
+@pytest.mark.slow
 def test_answered_requests_leave_no_reference_cycles() -> None:
     # An error's traceback holds the request's frames and the task or job holding the
     # error: refused requests would otherwise keep their JSON and clips past the budgets.

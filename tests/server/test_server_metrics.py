@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 
+import pytest
 from serverkit import PREPARE, chat, delta, serving, trickled_upload, wait_until, wav_b64
 
 from audiogate.metrics import REJECTION_REASONS
@@ -99,6 +100,7 @@ def test_effective_prefill_is_the_expanded_prompt_length(gemma) -> None:
     assert gemma.value(name, family="gemma3n") - before == len(body["input_ids"])
 
 
+@pytest.mark.slow
 def test_an_answer_refused_for_the_body_budget_counts_as_memory_limit() -> None:
     # The worker prepares the request, then its 2 MB answer finds no room in the body
     # budget (an upload holds most of it) within the body timeout: the client gets 413,

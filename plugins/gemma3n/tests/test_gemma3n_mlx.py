@@ -49,6 +49,7 @@ def test_edge_lengths_are_what_they_claim() -> None:
 
 
 @pytest.mark.parametrize("samples", [513, 640, 641, 38_784, 38_913, 16_000, 480_000])
+@pytest.mark.slow
 def test_features_mask_and_tail_match_the_numpy_path(host, policy, samples) -> None:
     for name in SIGNALS:
         wave = make_signal(name, samples, RATE)
@@ -114,6 +115,7 @@ def test_plain_clip_features_collate_like_numpy(host) -> None:
 
 
 @pytest.mark.parametrize("samples", [38_913, 480_000])
+@pytest.mark.slow
 def test_feature_polls_are_those_of_the_numpy_path(host, policy, samples) -> None:
     wave = make_signal("clip", samples, RATE)
     plan = host.plan_features(policy, rate_hz=RATE, samples=samples, clip_index=2)
@@ -139,6 +141,7 @@ def test_cancelled_inside_the_block_loop(host, policy, nth) -> None:
 
 
 @pytest.mark.parametrize("samples", [16_000, 480_000])
+@pytest.mark.slow
 def test_memory_stays_within_the_plan(host, policy, samples) -> None:
     assert_memory_within_plan(host, policy, make_signal("clip", samples, RATE), rate_hz=RATE)
 

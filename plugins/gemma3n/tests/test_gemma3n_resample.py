@@ -105,6 +105,7 @@ def _formula_at(x: np.ndarray, fs: int, lo: int, hi: int) -> np.ndarray:
 
 
 @pytest.mark.parametrize("fs", [44_100, 48_000, 8_000, 44_101])
+@pytest.mark.slow
 def test_long_clips_across_blocks_match_the_formula(fs):
     # 30 s: many blocks, periods sliced or gathered, and the clamped right edge.
     n = fs * 30 if fs != 8_000 else 8_000 * 10

@@ -185,6 +185,7 @@ def test_working_bytes_bound_the_measured_scratch(host: FamilyHost, remote) -> N
     assert peak <= plan.feature_bytes + plan.working_bytes
 
 
+@pytest.mark.slow
 def test_thirty_minutes_stay_within_the_working_budget(host: FamilyHost, remote) -> None:
     """A 30-minute clip: features plus block scratch, never its whole complex spectrum."""
     samples = 16_000 * 1_800

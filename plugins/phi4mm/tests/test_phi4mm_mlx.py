@@ -54,6 +54,7 @@ CASES = [
 
 
 @pytest.mark.parametrize(("variant", "rate_hz", "samples"), CASES)
+@pytest.mark.slow
 def test_features_match_the_numpy_path(host, remote, native, variant, rate_hz, samples) -> None:
     policy = remote if variant == "remote" else native
     for name in SIGNALS:
@@ -118,6 +119,7 @@ def test_cancelled_inside_the_block_loop(host, remote, nth) -> None:
 @pytest.mark.parametrize(
     ("rate_hz", "samples"), [(16_000, 16_000), (16_000, 480_000), (8_000, 240_000)]
 )
+@pytest.mark.slow
 def test_memory_stays_within_the_plan(host, remote, rate_hz, samples) -> None:
     wave = make_signal("clip", samples, rate_hz)
     assert_memory_within_plan(host, remote, wave, rate_hz=rate_hz)

@@ -76,6 +76,7 @@ def test_matches_the_original_algorithm(
 
 
 @pytest.mark.parametrize(("rate", "encoding", "channels"), LONG)
+@pytest.mark.slow
 def test_matches_the_original_algorithm_at_60_seconds(
     host: FamilyHost, remote, rate: int, encoding: str, channels: int
 ) -> None:

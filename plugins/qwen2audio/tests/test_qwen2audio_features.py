@@ -60,6 +60,7 @@ def test_window_is_torch_hann_window_bit_for_bit():
 
 
 @pytest.mark.parametrize("samples", LENGTHS)
+@pytest.mark.slow
 def test_broadband_parity_with_the_reference_at_edge_lengths(samples):
     for seed, kind in enumerate(BROADBAND):
         x = make_signal(kind, samples=samples, seed=seed + samples)
@@ -81,6 +82,7 @@ def test_every_signal_equals_the_exact_evaluation_of_the_reference(kind, samples
 
 
 @pytest.mark.parametrize("kind", HARD)
+@pytest.mark.slow
 def test_hard_signals_stay_within_the_reference_float32_noise(kind):
     x = make_signal(kind, samples=116_800, seed=3)
     features, _ = ours(x)
@@ -161,6 +163,7 @@ def test_cancellation_is_polled_every_block():
     assert caught.value.clip_index == 4
 
 
+@pytest.mark.slow
 def test_the_first_extraction_in_a_fresh_process_stays_within_the_plan():
     # Nothing cached by an earlier test: the mel bank is built at import, not inside the
     # first request's blocks (where it was ~0.7 MB over the plan, and could be built twice).

@@ -46,6 +46,7 @@ def test_edge_lengths_are_what_they_claim() -> None:
 
 
 @pytest.mark.parametrize("samples", [321, 322, 40_760, 40_761, 16_000, 479_999, 480_000])
+@pytest.mark.slow
 def test_features_and_mask_match_the_numpy_path(host, policy, samples) -> None:
     computed = whisper_geometry(samples).computed_frames
     for name in SIGNALS:

@@ -82,6 +82,7 @@ def test_collated_names_and_dtypes_are_what_forward_takes(qwen_host, policy, tok
 
 
 @pytest.mark.parametrize("lengths", [[16_000], [16_000, 7_777]])
+@pytest.mark.slow
 def test_the_model_accepts_our_inputs(qwen_host, policy, tokenizer, model, lengths):
     batch, prompt = prepare(qwen_host, policy, tokenizer, lengths)
     out = forward(model, batch, list(prompt.input_ids))
@@ -90,6 +91,7 @@ def test_the_model_accepts_our_inputs(qwen_host, policy, tokenizer, model, lengt
 
 
 @pytest.mark.parametrize("delta", [-1, 1])
+@pytest.mark.slow
 def test_an_off_by_one_total_is_caught_by_the_model(qwen_host, policy, tokenizer, model, delta):
     batch, prompt = prepare(qwen_host, policy, tokenizer, [16_000, 7_777])
     ids = list(prompt.input_ids)

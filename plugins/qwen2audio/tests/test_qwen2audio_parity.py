@@ -40,6 +40,7 @@ CASES = [
 
 
 @pytest.mark.parametrize(("rate", "subtype", "channels", "seconds"), CASES)
+@pytest.mark.slow
 def test_wav_parity_with_the_processor(
     qwen_host, policy, tokenizer, processor, tmp_path, rate, subtype, channels, seconds
 ):
