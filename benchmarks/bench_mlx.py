@@ -10,9 +10,9 @@ faster), and the largest feature difference between the two.
 
 The MLX device is the GPU where there is one (Apple silicon's Metal, or a CUDA build of
 MLX), else the CPU; ``--device`` forces one. On Linux with ``mlx[cpu]`` the MLX backend is
-a correctness backend, not a performance one: its CPU GEMM is far slower than OpenBLAS
-(``reference-extractors.md`` §7), and Phi-4 MM's and Gemma 3n's float-float FFT is
-hundreds of elementwise ops per pass (``docs/mlx.md``). On Apple silicon or CUDA the
+a correctness backend, not a performance one: its CPU GEMM is far slower than OpenBLAS,
+and Phi-4 MM's and Gemma 3n's float-float FFT is hundreds of elementwise ops per pass
+(``docs/mlx.md``). On Apple silicon or CUDA the
 same run shows the device's speed, with nothing to change here.
 
 Timings are medians of runs taken in alternating rounds after a warm-up; tests never

@@ -23,7 +23,7 @@ and 10 min, 16 and 48 kHz; the verdict is on the median ratio, the best-time one
 beside it), and the peak memory traced while audiogate runs (``tracemalloc``: numpy's
 buffers are traced, BLAS and pocketfft internals are not; the run happens in a fresh
 thread so that the per-thread block scratch counts). The policy refuses 10 min at 48 kHz
-in its preflight (the seed's polyphase work bound allows about 9.2 min at factor 3); that
+in its preflight (mlxcel's ``MAX_POLYPHASE_WORK_UNITS`` allows about 9.2 min at factor 3); that
 row times the same resampler and extractor without the preflight. A last row processes a
 30-minute 16 kHz clip and compares its peak with the policy's 512 MiB waveform working
 budget. Last, the floors at 30 s: our decimator alone and the float64 FFT alone (in our

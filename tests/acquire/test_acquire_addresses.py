@@ -135,7 +135,7 @@ def test_each_prefix_is_refused_at_both_edges_and_its_neighbours_are_public(net)
 @pytest.mark.parametrize(
     "address",
     [
-        # The seed's neighbour list, spelled out.
+        # mlxcel's neighbour list (src/server/media_net_tests.rs), spelled out.
         "1.0.0.0",
         "9.255.255.255",
         "11.0.0.0",

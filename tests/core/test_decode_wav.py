@@ -127,7 +127,7 @@ def test_golden_pcm16_stereo_extremes_are_not_clamped():
 
 
 def test_negative_zero_frames_decode_to_positive_zero():
-    # The seed's accumulator starts at 0.0, and so does numpy's mean: -0.0 + 0.0 == +0.0.
+    # mlxcel's decode_wav accumulator starts at 0.0, and so does numpy's mean: -0.0 + 0.0 == +0.0.
     data = build_wav(np.array([[-0.0, -0.0], [-0.0, 0.0]], np.float32), encoding="f32")
     _, out = run(data)
     assert not np.signbit(out).any()
@@ -703,7 +703,7 @@ def test_structural_errors_come_before_the_rate_policy():
 @pytest.mark.parametrize(
     ("data", "error", "got"),
     [
-        # The seed's §2.3: zero check, minimum rate, maximum rate, then the encoding,
+        # mlxcel's inspect_wav order: zero check, minimum rate, maximum rate, then the encoding,
         # empty data and partial frames.
         (riff(_fmt(rate_hz=500_000, block_align=4, byte_rate=2_000_000), DATA), LimitError, None),
         (riff(_fmt(rate_hz=500_000, bits=24), DATA), LimitError, None),

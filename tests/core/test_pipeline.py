@@ -318,8 +318,9 @@ def test_the_first_failing_check_in_seed_order_is_reported(toy_host) -> None:
 
 
 def test_request_source_totals_come_before_the_plan_and_the_per_clip_cap(toy_host) -> None:
-    # Clip 1 breaks the request's source duration (seed step 7), the per-clip normalized
-    # cap (step 9); then with a 12 kHz clip 1, the toy's resample plan (step 8) too.
+    # Clip 1 breaks the request's source duration and the per-clip normalized cap; then,
+    # as a 12 kHz clip, the toy's resample plan too. mlxcel's preprocess_wav_refs checks
+    # the source duration first, then the plan, then the per-clip cap.
     policy = toy_policy(max_source_duration_us_per_request=1_400_000, max_samples_per_clip=12_000)
     request = [clip(tone(samples=8_000), ordinal=1), clip(tone(samples=16_000), ordinal=2)]
     with pytest.raises(LimitError, match="source duration per request") as info:

@@ -13,7 +13,8 @@ from audiogate.policy import read_checkpoint_configs
 MIB = 1 << 20
 FAMILIES = ("phi4mm", "gemma3n", "qwen2audio")
 
-# families.md, verbatim: the pinned defaults a checkpoint that declares nothing gets.
+# The pinned defaults a checkpoint that declares nothing gets: mlxcel's phi4mm() and gemma3n()
+# (src/audio/preprocessing_policy.rs), the Qwen2-Audio serving guide (docs/provenance.md).
 PINNED_TABLES = {
     "phi4mm": {
         "revision": "93f923e1a7727d1c4f446756212d9d3e8fcc5d81",

@@ -1,13 +1,13 @@
-"""Which IP addresses a media URL may reach: public ones (seed §12.2 ``is_public_address``).
+"""Which IP addresses a media URL may reach: public ones (mlxcel ``is_public_address``).
 
 A deny-list of named ranges, written out here rather than taken from ``ipaddress``'s
 ``is_private``/``is_global`` (whose tables change between Python versions):
 
-* IPv4: the seed's list — unspecified ``0/8``, private ``10/8``, ``172.16/12``,
-  ``192.168/16``, CGNAT ``100.64/10``, loopback ``127/8``, link-local ``169.254/16``
-  (cloud metadata), ``192.0.0/24``, the three documentation nets, benchmarking
-  ``198.18/15``, multicast ``224/4``, reserved ``240/4`` and broadcast.
-* IPv6: the seed's list — ``::``, ``::1``, IPv4-compatible ``::/96``, unique-local
+* IPv4: mlxcel's list (``src/server/media_net.rs``) — unspecified ``0/8``, private
+  ``10/8``, ``172.16/12``, ``192.168/16``, CGNAT ``100.64/10``, loopback ``127/8``,
+  link-local ``169.254/16`` (cloud metadata), ``192.0.0/24``, the three documentation
+  nets, benchmarking ``198.18/15``, multicast ``224/4``, reserved ``240/4`` and broadcast.
+* IPv6: mlxcel's list — ``::``, ``::1``, IPv4-compatible ``::/96``, unique-local
   ``fc00::/7``, link-local ``fe80::/10``, multicast ``ff00::/8``, documentation
   ``2001:db8::/32`` — plus deprecated site-local ``fec0::/10``, discard-only ``100::/64``,
   Teredo ``2001::/32`` (tunnels to an obfuscated IPv4 address we cannot judge), the

@@ -42,7 +42,8 @@ ORIGIN_BYTES: Final = "bytes"
 #: A content part too malformed to say which kind of source it declares.
 ORIGIN_PART: Final = "content part"
 
-#: Read size of files and the unit of cancellation checks (the seed's 64 KiB).
+#: Read size of files and the unit of cancellation checks (mlxcel's 64 KiB,
+#: ``read_local_bytes_with_limit_cancel`` in ``src/server/media.rs``).
 CHUNK_BYTES: Final = 64 * 1024
 
 

@@ -1,6 +1,7 @@
 """Local files: request paths confined to a media root, and the CLI's own paths.
 
-A request's ``file://`` URL or bare path (seed §12.1, llama.cpp's ``--media-path``):
+A request's ``file://`` URL or bare path (mlxcel ``src/server/media_root.rs``,
+llama.cpp's ``--media-path``):
 
 1. refused unless a media root is configured;
 2. the name is validated (:func:`validate_media_name`): no ``..``, no percent-encoded
@@ -53,7 +54,7 @@ __all__ = [
 #: Longest accepted name in UTF-8 bytes (llama.cpp ``fs_validate_filename``).
 MAX_NAME_BYTES: Final = 255
 
-#: The refusal when no media root is configured (the seed's sentence, adapted).
+#: The refusal when no media root is configured (mlxcel's ``NO_MEDIA_ROOT_MESSAGE``, adapted).
 NO_MEDIA_ROOT_MESSAGE: Final = (
     "file:// URLs and local paths are not allowed unless a media root is configured "
     "(AcquisitionPolicy.media_root)"

@@ -2,10 +2,11 @@
 
 Strict means the standard alphabet only (no URL-safe ``-``/``_``, no whitespace or line
 breaks), padding required, ``=`` only at the end, and canonical trailing bits (``QR==`` is
-refused: only ``QQ==`` encodes that byte), like the seed's Rust ``STANDARD`` engine.
+refused: only ``QQ==`` encodes that byte), like the Rust ``STANDARD`` engine of mlxcel's
+``decode_data_uri_with_limit`` (``src/server/media.rs``).
 
 Order: the character count is checked against ``ceil(max/3)*4`` before anything else
-(the seed's preflight), then the exact decoded size (known from the length and padding)
+(mlxcel's preflight), then the exact decoded size (known from the length and padding)
 against the byte cap, and only then is anything decoded, in slices so a cancellation is
 noticed and other threads run.
 """

@@ -2,8 +2,8 @@
 
 :class:`AcquisitionPolicy` is built once by whoever embeds audiogate (a server, the CLI)
 and narrowed per request with :meth:`AcquisitionPolicy.narrowed` once the model family is
-known. Absolute ceilings (the seed's ``DEFAULT_MAX_AUDIO_INPUTS`` and
-``ABSOLUTE_MAX_AUDIO_PAYLOAD_SIZE``) can be lowered, never raised.
+known. Absolute ceilings (mlxcel's ``DEFAULT_MAX_AUDIO_INPUTS`` and
+``ABSOLUTE_MAX_AUDIO_PAYLOAD_SIZE``, ``src/server/media.rs``) can be lowered, never raised.
 
 The private-address escape hatch :data:`PRIVATE_MEDIA_URLS_ENV` is read **once**, when
 this module is imported, into :data:`ALLOW_PRIVATE_MEDIA_URLS`; that constant is only the
@@ -45,11 +45,11 @@ IPAddress: TypeAlias = IPv4Address | IPv6Address
 #: Strings are accepted and parsed as addresses.
 Resolver: TypeAlias = Callable[[str, int], Awaitable[Sequence[IPAddress | str]]]
 
-#: Most clips one request may carry (seed ``DEFAULT_MAX_AUDIO_INPUTS``).
+#: Most clips one request may carry (mlxcel ``DEFAULT_MAX_AUDIO_INPUTS``).
 ABSOLUTE_MAX_CLIPS: Final = 16
-#: Most encoded bytes per clip and per request (seed ``ABSOLUTE_MAX_AUDIO_PAYLOAD_SIZE``).
+#: Most encoded bytes per clip and per request (mlxcel ``ABSOLUTE_MAX_AUDIO_PAYLOAD_SIZE``).
 ABSOLUTE_MAX_BYTES: Final = 500 * 1024 * 1024
-#: Most redirects one URL may follow (seed ``http_image_client``).
+#: Most redirects one URL may follow (mlxcel ``http_image_client``).
 ABSOLUTE_MAX_REDIRECTS: Final = 5
 
 #: The environment variable that admits private addresses for media URLs.

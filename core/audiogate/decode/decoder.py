@@ -149,7 +149,8 @@ def check_rate(rate_hz: int, limits: DecodeLimits, *, clip_index: int) -> None:
     """The policy's rate checks (minimum, maximum, allowed set), in that order.
 
     WAV headers run them right after the zero channel/rate check and before the format
-    checks, as the seed's §2.3 does, so a clip at a refused rate gets the rate error.
+    checks, as mlxcel's ``inspect_wav`` does (``src/audio/preprocessing_wav.rs``), so a clip
+    at a refused rate gets the rate error.
 
     :raises DecodeError: ``rate_below_minimum`` or ``rate_not_allowed``.
     :raises LimitError: source sample rate over its cap.

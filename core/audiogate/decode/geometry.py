@@ -139,7 +139,8 @@ class DecodeLimits:
     :param max_duration_us: longest clip, in microseconds of source audio.
     :param max_frames: most source sample frames per clip.
     :param refuse_all_zero: after decoding, refuse a clip whose every sample is exactly
-        0.0 (the seed's zero-signal refusal; not a silence detector).
+        0.0 (the Qwen2-Audio serving guide's zero-signal refusal; not a silence
+        detector).
     :raises ValueError: a field is out of range or ``max_rate_hz < min_rate_hz``.
     """
 

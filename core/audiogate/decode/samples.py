@@ -1,8 +1,8 @@
 """Vectorised, blockwise downmix of interleaved samples to one clamped float32 channel.
 
-The arithmetic is the seed's (mlxcel ``decode_wav``): each frame's channels are summed
-in float64 in channel order starting from ``0.0``, divided by the channel count, clamped
-to ``[-1, 1]`` and stored as float32. That is also exactly what
+The arithmetic is mlxcel's (``decode_wav``, ``src/audio/preprocessing_wav.rs``): each
+frame's channels are summed in float64 in channel order starting from ``0.0``, divided by
+the channel count, clamped to ``[-1, 1]`` and stored as float32. That is also exactly what
 ``x.astype(float64).mean(axis=1)`` computes, so NumPy is a bit-exact oracle. Two
 consequences worth knowing:
 

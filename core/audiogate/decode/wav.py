@@ -1,7 +1,7 @@
 """RIFF/WAVE header walk: the geometry of a clip from its header, without touching samples.
 
-Stricter than the seed decoder (mlxcel ``inspect_wav``, see
-``reference/mlxcel-audio-boundary.md`` §2 and §17), on purpose:
+Stricter than mlxcel's decoder (``inspect_wav`` in ``src/audio/preprocessing_wav.rs``;
+docs/provenance.md), on purpose:
 
 * the RIFF size field must match the buffer exactly (``riff_size + 8 == len``);
 * every chunk is walked to the end of the buffer, trailing chunks included, so the
@@ -13,14 +13,14 @@ Stricter than the seed decoder (mlxcel ``inspect_wav``, see
   not checked, since writers disagree about it;
 * duplicate ``fmt `` or ``data`` chunks are refused instead of "last/first wins";
 * ``block_align`` and ``byte_rate`` are cross-checked;
-* ``WAVE_FORMAT_EXTENSIBLE`` is unwrapped (the seed refuses it) when it is exactly the
+* ``WAVE_FORMAT_EXTENSIBLE`` is unwrapped (mlxcel refuses it) when it is exactly the
   40-byte form with ``cbSize`` 22, ``wValidBitsPerSample`` equal to the container bits
   and a PCM (16-bit) or IEEE-float (32-bit) sub-format GUID. The channel mask is not
   checked: it only names speaker positions, and every channel is averaged anyway.
 
-The caller's rate policy (minimum, maximum, allowed rates) runs where the seed's §2.3
-puts it: right after the zero channel/rate check and before the encoding checks, empty
-data and partial frames. The other policy limits (channels, frames, duration) are
+The caller's rate policy (minimum, maximum, allowed rates) runs where mlxcel's ``inspect_wav``
+puts it: right after the zero channel/rate check and before the encoding checks, empty data
+and partial frames. The other policy limits (channels, frames, duration) are
 applied by the caller, :func:`audiogate.decode.inspect`, once the header is valid.
 """
 
@@ -36,7 +36,7 @@ from audiogate.errors import DecodeError, EmptyAudioError
 
 __all__ = ["MAX_CHUNKS", "inspect_wav"]
 
-#: Most chunks walked after the 12-byte RIFF header (the seed's ``MAX_WAV_CHUNKS``).
+#: Most chunks walked after the 12-byte RIFF header (mlxcel's ``MAX_WAV_CHUNKS``).
 MAX_CHUNKS: Final = 256
 
 _RIFF_HEADER_BYTES: Final = 12

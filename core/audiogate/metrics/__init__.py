@@ -1,4 +1,4 @@
-"""Prometheus metrics of the audio boundary (the seed's §14 series, renamed).
+"""Prometheus metrics of the audio boundary (mlxcel's ``metrics_audio.rs`` series, renamed).
 
 Every series carries a ``family`` label. Rejection reasons are mutually exclusive and
 always exported (zero until used), so summing the family is safe; there is no

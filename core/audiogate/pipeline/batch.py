@@ -19,8 +19,9 @@ __all__ = ["PreparedBatch", "PreparedClip", "RequestTotals"]
 
 @attrs.frozen(kw_only=True)
 class PreparedClip:
-    """One clip's owned waveform, features and accounting (families.md "Common ground").
+    """One clip's owned waveform, features and accounting.
 
+    The accounting follows mlxcel's ``OwnedAudioWaveform`` (``src/audio/preprocessing.rs``).
     Durations are microseconds; ``effective_rate_hz`` is the rate the frontend treats the
     normalized waveform as. When a truncating policy cut the clip, ``processed_duration_us``
     is less than ``received_duration_us``.

@@ -1,14 +1,15 @@
 """Admission before allocation: every budget of a request is checked from headers alone.
 
-Order (the seed's §5, so clients see the same first error): cancellation; no clips; clip
-count; then per clip: ordinal, empty, encoded bytes per clip and per request, header
-geometry (rate, channels, per-clip duration), source samples and duration per request,
-the family's resample plan (output length, rate, work), normalized samples per clip and
-per request, feature frames per clip and per request; then retained waveform bytes,
-waveform working bytes and prepared-result bytes. Limits are request aggregates, never
-a per-clip value multiplied by the clip count.
+Order (mlxcel's ``preprocess_wav_refs`` in ``src/audio/preprocessing.rs``, so clients see
+the same first error): cancellation; no clips; clip count; then per clip: ordinal, empty,
+encoded bytes per clip and per request, header geometry (rate, channels, per-clip
+duration), source samples and duration per request, the family's resample plan (output
+length, rate, work), normalized samples per clip and per request, feature frames per clip
+and per request; then retained waveform bytes, waveform working bytes and prepared-result
+bytes (mlxcel checks the last only after the features). Limits are request aggregates,
+never a per-clip value multiplied by the clip count.
 
-In truncate mode (a family's opt-in, not in the seed) the request's source totals are
+In truncate mode (a family's opt-in, not in mlxcel) the request's source totals are
 charged after the plan, for the part of each clip that is kept: a clip cut at the
 per-clip limit counts as that limit's duration, not as what was received (and not as
 the few extra source frames its resampler reads past the cut).
@@ -112,7 +113,7 @@ def _charge_source(
     policy: AudioPolicy, geometry: ClipGeometry, samples: int, duration_us: int, index: int
 ) -> tuple[int, int]:
     """Add one clip's source frames and duration to the request totals and check both
-    (the seed's steps 6 and 7); returns the new totals."""
+    (mlxcel's source-samples and duration checks); returns the new totals."""
     samples += geometry.frames
     _check(samples, policy.max_source_samples_per_request, "source samples per request", index)
     duration_us += geometry.duration_us

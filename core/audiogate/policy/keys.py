@@ -5,9 +5,9 @@ builds the policy, the JSON schema the family ships (``audiogate schema FAMILY``
 the wording of start-up errors. Keys a family does not declare are ignored; real
 configs carry hundreds.
 
-Lookup rule (the seed's §3.4): the processor file shadows ``config.json``. For each key,
-the first file that contains *any* of its paths wins, and within that file the first
-path in list order wins.
+Lookup rule (mlxcel's, ``src/audio/preprocessing_policy.rs``): the processor file shadows
+``config.json``. For each key, the first file that contains *any* of its paths wins, and
+within that file the first path in list order wins.
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ __all__ = [
     "standard_keys",
 ]
 
-#: Our own bounds live under the first; checkpoints prepared for the seed system use the second.
+#: Our own bounds live under the first; checkpoints prepared for mlxcel use the second
+#: (``src/audio/preprocessing_policy.rs``; ``seed_name`` below is mlxcel's key name).
 LIMIT_NAMESPACES: Final = ("audiogate_audio_limits", "mlxcel_audio_limits")
 
 _UNSET: Final = object()

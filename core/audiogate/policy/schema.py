@@ -29,7 +29,8 @@ SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
 def _is_strict_integer(_checker: Any, instance: Any) -> bool:
     # JSON has one number type; jsonschema counts 5.0 as an integer. A config value of
-    # 5.0 for a sample count is a mistake worth refusing, as the seed's u64 parse does.
+    # 5.0 for a sample count is a mistake worth refusing, as mlxcel's ``as_u64`` parse does
+    # (``src/audio/preprocessing_policy.rs``).
     return isinstance(instance, int) and not isinstance(instance, bool)
 
 

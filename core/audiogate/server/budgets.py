@@ -21,7 +21,8 @@ __all__ = [
 ]
 
 MIB: Final = 1 << 20
-#: The acquisition ceiling of one request's encoded audio (the seed's 500 MiB, §11).
+#: The acquisition ceiling of one request's encoded audio (mlxcel's
+#: ``ABSOLUTE_MAX_AUDIO_PAYLOAD_SIZE``, 500 MiB, ``src/server/media.rs``; docs/provenance.md).
 ABSOLUTE_MAX_AUDIO_REQUEST_BYTES: Final = 500 * MIB
 #: Room for the prompt text and the JSON around the base64 audio.
 JSON_OVERHEAD_BYTES: Final = 2 * MIB

@@ -1,7 +1,7 @@
 """Tiny randomly initialised transformers models that consume audiogate's output.
 
 Each keeps the family's real special-token ids and vocabulary size, and shrinks
-everything else (``tiny-models.md``), so a test can run the real model code's
+everything else (the configs below), so a test can run the real model code's
 placeholder checks on our ``input_ids`` and collated features in milliseconds. Needs
 torch and transformers (test dependencies); no weights are downloaded.
 """

@@ -4,7 +4,7 @@ Where each stage lives (the file map every shipped family shares), one module a 
 
 * ``policy``: pinned constants (30 s, 188 soft tokens, token ids), checkpoint keys, ``spec()``.
 * ``geometry``: samples → frames → tokens, the USM framing constants (≤ 512 samples: refused).
-* ``resample``: ``plan_resample`` / ``resample``: the seed's float32 linear resampler.
+* ``resample``: ``plan_resample`` / ``resample``: mlxcel's float32 linear resampler.
 * ``melbank``: the HTK mel bank (125–7600 Hz, triangles in Hz) and its sparse projection.
 * ``logmel``: the numpy USM log-mel kernel (blocked, per-thread scratch), within 1e-6 of the FE.
 * ``mlx_logmel``: the kernel and the batch in MLX (only for ``feature_backend="mlx"``).

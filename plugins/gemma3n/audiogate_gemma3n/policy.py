@@ -2,9 +2,9 @@
 
 Pinned constants live here once, next to their source: transformers revision
 ``181beb3ba4c47098ed8cbc97ee250d1d45ae0107`` (``Gemma3nAudioFeatureExtractor``,
-``Gemma3nProcessor``) and ``Gemma3nConfig`` defaults, as the seed system pins them
-(``mlxcel-audio-boundary.md`` §3.2). The frontend's own constants and frame arithmetic
-live in :mod:`audiogate_gemma3n.geometry`.
+``Gemma3nProcessor``) and ``Gemma3nConfig`` defaults, as mlxcel pins them
+(``gemma3n()`` in ``src/audio/preprocessing_policy.rs``; docs/provenance.md). The
+frontend's own constants and frame arithmetic live in :mod:`audiogate_gemma3n.geometry`.
 
 Over-long audio is refused by default (``overflow = "reject"``). The opt-in
 ``audiogate_audio_limits.overflow = "truncate"`` keeps the first ``max_samples_per_clip``

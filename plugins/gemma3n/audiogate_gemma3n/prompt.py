@@ -15,10 +15,11 @@ replaces every ``<audio_soft_token>`` with the full block (``full_audio_sequence
   can only come from user text and is refused.
 * **Plain prompt** (text only): the placeholder is the processor's own,
   ``<audio_soft_token>``, one per clip, replaced in order. With no placeholder at all the
-  blocks go, in clip order, inside the user turn just before its ``<end_of_turn>`` (the
-  seed's rule): the last ``<start_of_turn>user`` turn's ``<end_of_turn>`` (or the end of
-  the text if that turn is still open); without turn markers, before the first
-  ``<end_of_turn>``; without either, at the end of the text (all of it is the user's).
+  blocks go, in clip order, inside the user turn just before its ``<end_of_turn>``
+  (mlxcel's ``expand_gemma3n_audio_tokens``): the last ``<start_of_turn>user`` turn's
+  ``<end_of_turn>`` (or the end of the text if that turn is still open); without turn
+  markers, before the first ``<end_of_turn>``; without either, at the end of the text (all
+  of it is the user's).
   Any other count is a "placeholder mismatch"; ``<start_of_audio>`` / ``<end_of_audio>``
   typed by the user are refused.
 

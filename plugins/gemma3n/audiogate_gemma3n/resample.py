@@ -1,14 +1,14 @@
-"""Gemma 3n's deterministic linear resampler to 16 kHz (the seed's ``"linear"`` policy).
+"""Gemma 3n's deterministic linear resampler to 16 kHz (mlxcel's ``"linear"`` policy).
 
 For ``n`` source samples at ``fs`` Hz: ``len = ceil(n·16000/fs)``; output ``i`` reads
 ``pos = i·fs``, ``left = pos // 16000``, ``frac = (pos % 16000) / 16000`` and gives
 ``a + (b - a)·frac`` with ``a = x[min(left, n-1)]``, ``b = x[min(left+1, n-1)]``, all in
 float32, integer index arithmetic in int64; the right edge clamps to the last sample. At
-``fs = 16000`` the samples are copied unchanged. Golden (seed): ``[1, -1, 0]`` at 8 kHz
+``fs = 16000`` the samples are copied unchanged. Golden (mlxcel's test): ``[1, -1, 0]`` at 8 kHz
 gives ``[1, 0, -1, -0.5, 0, 0]``.
 
 There is **no anti-aliasing filter**: downsampling from a high rate folds everything above
-8 kHz back into the band. This is kept for parity with the seed system (its
+8 kHz back into the band. This is kept for parity with mlxcel (its
 ``preprocessing_wav.rs::resample``); ``Gemma3nAudioFeatureExtractor`` itself assumes
 16 kHz input and does not resample at all.
 

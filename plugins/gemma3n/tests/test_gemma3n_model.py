@@ -1,6 +1,6 @@
 """A tiny random ``Gemma3nForConditionalGeneration`` consumes our features and token ids.
 
-Built from a small config (``tiny-models.md`` §2) with the real special-token ids; the
+Built from a small config (``audiogate.testing.tiny_models``) with the real special-token ids; the
 timm vision tower cannot be imported against the CPU torch, so the shared builder
 (``audiogate.testing.tiny_models``) stubs it during construction only. Everything
 that touches audio is the real model code, including its placeholder-count check.

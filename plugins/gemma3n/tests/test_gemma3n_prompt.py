@@ -84,7 +84,7 @@ def test_text_only_form_without_a_tokenizer(policy):
 
 
 def test_plain_prompt_placeholders_expand_in_order(host, policy, tokenizer):
-    # The seed's shape: [10, A, 20, A, 106] -> each A becomes wrapper + BOA + A*n + EOA + wrapper.
+    # mlxcel's test: [10, A, 20, A, 106] -> each A becomes wrapper + BOA + A*n + EOA + wrapper.
     text = "<start_of_turn>user\nx<audio_soft_token>y<audio_soft_token><end_of_turn>\n"
     clips = slots(2)
     expanded = host.expand_prompt(policy, [TextSegment(text)], clips, tokenizer)
@@ -114,7 +114,7 @@ def test_without_placeholders_blocks_go_before_the_last_user_turns_end(host, pol
     ("text", "anchor"),
     [
         ("Describe this.", len("Describe this.")),  # no turn markers: the whole text is the user's
-        ("ab<end_of_turn>cd", 2),  # the seed test [1, 2, 106, 3]
+        ("ab<end_of_turn>cd", 2),  # mlxcel's test [1, 2, 106, 3]
         ("<start_of_turn>user\nopen turn", len("<start_of_turn>user\nopen turn")),
     ],
 )

@@ -1,4 +1,4 @@
-"""Gemma 3n's linear resampler: seed golden, the pinned float32 formula, plans, cancellation."""
+"""Gemma 3n's linear resampler: mlxcel's golden, the pinned float32 formula, plans, cancellation."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from audiogate_gemma3n.resample import (
 
 
 def pinned_formula(x: np.ndarray, fs: int) -> np.ndarray:
-    """The seed's resampler written out literally, one output at a time in float32."""
+    """mlxcel's resampler written out literally, one output at a time in float32."""
     n = len(x)
     if fs == 16_000:
         return x.copy()
@@ -132,7 +132,7 @@ def test_identity_is_an_independent_read_only_copy(host: FamilyHost, policy: Aud
 
 
 def test_no_anti_aliasing_is_documented_behaviour():
-    # A 12 kHz tone at 48 kHz folds to 4 kHz (16 - 12): kept for parity with the seed.
+    # A 12 kHz tone at 48 kHz folds to 4 kHz (16 - 12): kept for parity with mlxcel.
     t = np.arange(48_000) / 48_000
     out = linear_resample(np.sin(2 * np.pi * 12_000 * t).astype(np.float32), in_rate_hz=48_000)
     spectrum = np.abs(np.fft.rfft(out))

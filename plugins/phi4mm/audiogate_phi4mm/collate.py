@@ -8,7 +8,7 @@ and a mask marking real frames. The names follow the variant's model forward
 * native (``Phi4MultimodalForCausalLM``): ``audio_input_features``,
   ``audio_embed_sizes`` and ``audio_attention_mask``. The mask is always included, also
   for one clip, where the reference omits it; the model accepts it either way
-  (``tiny-models.md`` §1).
+  (the tiny-model test, ``plugins/phi4mm/tests/test_phi4mm_model.py``).
 * remote code (``Phi4MMForCausalLM`` of ``modeling_phi4mm.py``, whose ``forward`` takes no
   other names): ``input_audio_embeds``, ``audio_embed_sizes``, and
   ``audio_attention_mask`` only for more than one clip, exactly as its

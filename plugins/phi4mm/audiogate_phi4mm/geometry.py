@@ -134,8 +134,9 @@ def clip_geometry(
     """Frames, tokens and the feature shape of ``samples`` samples at ``rate_hz``.
 
     A clip needs at least one full analysis frame: 400 samples at 16 kHz, 200 at 8 kHz.
-    (The seed system requires two frames; the reference processors produce one frame
-    for exactly one window of audio, and ``families.md`` pins one.)
+    (mlxcel requires two frames, ``src/audio/phi4mm/feature_extractor.rs``; Phi-4 MM remote
+    code and transformers' ``Phi4MultimodalFeatureExtractor`` produce one frame for exactly
+    one window of audio, and so does audiogate.)
 
     :raises FeatureError: fewer samples than one frame, or a rate the frontend refuses.
     """

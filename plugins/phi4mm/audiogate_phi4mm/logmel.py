@@ -1,8 +1,8 @@
 """The SpeechLib log-mel kernel of Phi-4 MM (numpy), blockwise with per-thread scratch.
 
 Source: ``Phi4MMAudioFeatureExtractor._extract_spectrogram`` / ``_extract_features`` of
-the remote-code ``processing_phi4mm.py`` (``reference-extractors.md`` §2.1), and
-``Phi4MultimodalFeatureExtractor`` of transformers 5.24 for the native variant (§2.2);
+the remote-code ``processing_phi4mm.py`` (revision ``93f923e1``), and
+``Phi4MultimodalFeatureExtractor`` of transformers 5.24 for the native variant;
 framing in :mod:`audiogate_phi4mm.geometry`:
 
 * Per frame, SpeechLib pre-emphasis in float32 (``y[0] = x[0] - 0.97·x[0]``,

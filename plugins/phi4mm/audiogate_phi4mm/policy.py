@@ -2,8 +2,8 @@
 
 Pinned constants live here once, next to their source: the remote-code
 ``Phi4MMProcessor`` of microsoft/Phi-4-multimodal-instruct at revision
-``93f923e1a7727d1c4f446756212d9d3e8fcc5d81`` (``processing_phi4mm.py``), as the seed
-system pins them (``mlxcel-audio-boundary.md`` §3.2).
+``93f923e1a7727d1c4f446756212d9d3e8fcc5d81`` (``processing_phi4mm.py``), as mlxcel
+pins them (``phi4mm()`` in ``src/audio/preprocessing_policy.rs``; docs/provenance.md).
 
 Two checkpoint variants share these bounds and differ in their frontend:
 

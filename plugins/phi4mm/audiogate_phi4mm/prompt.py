@@ -1,7 +1,7 @@
 """Phi-4 MM placeholder rules and expansion, for both checkpoint variants.
 
-Remote code (``processing_phi4mm.py``; the seed's ``prepare_phi4mm_prompt_tokens``,
-``mlxcel-audio-boundary.md`` §9.1): the user writes ``<|audio_1|>`` … ``<|audio_n|>``,
+Remote code (``processing_phi4mm.py``; mlxcel's ``prepare_phi4mm_prompt_tokens``,
+``src/multimodal/phi4mm_prompt.rs``): the user writes ``<|audio_1|>`` … ``<|audio_n|>``,
 exactly once each and in order (synthesised after ``<|user|>`` when the prompt has none);
 each becomes the clip's ``ceil(T/8)`` copies of ``<|endoftext11|>`` (id 200011). Images
 are ``<|image_k|>``, kept in order, each one ``<|endoftext10|>`` (id 200010; images are

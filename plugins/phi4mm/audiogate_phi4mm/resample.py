@@ -8,7 +8,7 @@ processor's SpeechLib integer-ratio resampler.
 
 Source: ``Phi4MMAudioFeatureExtractor._extract_spectrogram`` in ``processing_phi4mm.py``
 (microsoft/Phi-4-multimodal-instruct @ ``93f923e1``), kept quirk for quirk because the
-checkpoint was trained on it (``mlxcel-audio-boundary.md`` §4.1):
+checkpoint was trained on it (as mlxcel's ``phi4mm_resample_cancellable`` does):
 
 * ``fs in {8000, 16000}``: unchanged.
 * ``fs > 16000``: ``resample_poly(x, 1, fs // 16000)``, then *called* 16 kHz. So 22.05 and
@@ -17,9 +17,9 @@ checkpoint was trained on it (``mlxcel-audio-boundary.md`` §4.1):
 * ``fs < 8000``: refused.
 
 The polyphase filter is SciPy's: ``firwin(20·down + 1, 1/down, window=("kaiser", 5.0))``
-with the output phase of ``resample_poly``. The preflight bounds of the seed (§4.2) hold
-before anything is allocated: factor at most 12, ``ceil(n/down)·(20·down + 1)`` work
-units at most 536,870,912.
+with the output phase of ``resample_poly``. mlxcel's preflight bounds
+(``src/audio/preprocessing_resample.rs``) hold before anything is allocated: factor at
+most 12, ``ceil(n/down)·(20·down + 1)`` work units at most 536,870,912.
 
 The filter runs as BLAS products instead of SciPy's scalar loop: outputs are grouped
 ``P`` at a time, so a block of input, reshaped into rows of ``P·down`` samples, times a
@@ -78,9 +78,9 @@ __all__ = [
 
 #: The algorithm name in plans and in ``resampling_algorithm`` config keys.
 ALGORITHM: Final = "scipy_polyphase_integer"
-#: The seed's ``MAX_PHI4MM_DOWNSAMPLE_FACTOR`` (192 kHz // 16 kHz).
+#: mlxcel's ``MAX_PHI4MM_DOWNSAMPLE_FACTOR`` (192 kHz // 16 kHz).
 MAX_DOWNSAMPLE_FACTOR: Final = 12
-#: The seed's ``MAX_POLYPHASE_WORK_UNITS``: output samples × filter taps.
+#: mlxcel's ``MAX_POLYPHASE_WORK_UNITS``: output samples × filter taps.
 MAX_POLYPHASE_WORK_UNITS: Final = 512 * 1024 * 1024
 #: ``resample_poly``'s default window is ``("kaiser", 5.0)``.
 KAISER_BETA: Final = 5.0

@@ -71,7 +71,10 @@ def wav_bytes(data: np.ndarray, rate_hz: int, encoding: str) -> bytes:
 
 
 def sine(samples: int, rate_hz: int, *, frequency_hz: float = 440.0, amplitude: float = 0.25):
-    """The seed's golden input: ``amplitude·sin(2π·f·n/rate)`` as float32."""
+    """``amplitude·sin(2π·f·n/rate)`` as float32.
+
+    mlxcel's golden input (``src/audio/phi4mm/feature_extractor.rs`` tests).
+    """
     n = np.arange(samples)
     return (amplitude * np.sin(2 * np.pi * frequency_hz * n / rate_hz)).astype(np.float32)
 

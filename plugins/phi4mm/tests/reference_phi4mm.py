@@ -1,6 +1,6 @@
 """The original Phi-4 MM audio frontend, restated as the test oracle.
 
-Restated step by step from ``reference-extractors.md`` §2.1 (the remote-code
+Restated step by step from the Phi-4 MM remote code (the
 ``processing_phi4mm.py`` of microsoft/Phi-4-multimodal-instruct, revision
 ``93f923e1a7727d1c4f446756212d9d3e8fcc5d81``: ``speechlib_mel``,
 ``Phi4MMAudioFeatureExtractor._extract_spectrogram`` / ``_extract_features`` /

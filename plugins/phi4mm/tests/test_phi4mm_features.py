@@ -65,7 +65,7 @@ def test_plan_counts_frames_and_tokens_with_one_formula(
 def test_shorter_than_one_frame_is_a_typed_error(
     host: FamilyHost, request, variant: str, rate: int, samples: int, minimum: int
 ) -> None:
-    # families.md pins one frame (the seed required two): 400 samples give one frame.
+    # One frame, as in both reference processors (mlxcel required two): 400 samples give one.
     policy = request.getfixturevalue(variant)
     for n in (0, 1, samples):
         with pytest.raises(FeatureError) as info:
@@ -85,7 +85,7 @@ def test_rates_outside_the_frontend_are_refused(host: FamilyHost, remote, native
 def test_speechlib_bank_equals_the_original_and_pins_the_seed_entries() -> None:
     bank = speechlib_mel_bank()
     np.testing.assert_array_equal(bank, speechlib_mel(16000, 512, 80, fmax=7690))
-    flat = bank.T.reshape(-1)  # the seed indexes the [257, 80] layout
+    flat = bank.T.reshape(-1)  # mlxcel's test indexes the [257, 80] layout
     assert flat[80] == pytest.approx(0.57565, abs=1e-5)
     assert flat[100 * 80 + 54] == pytest.approx(0.6164795, abs=1e-6)
     assert flat[256 * 80 + 79] == 0.0

@@ -4,9 +4,9 @@ The remote-code model is not in transformers; its native port is the same networ
 remote-code batches go to it under the port's names
 (:func:`audiogate.testing.tiny_models.native_phi4mm_inputs`).
 
-A tiny randomly initialised model (``tiny-models.md`` §1: real vocabulary and token ids,
-32-wide audio tower, a tiny vision tower) runs a forward pass on 1, 2 and 3 clips: the
-model's own check (``index_put`` in ``modeling_phi4_multimodal.py``) raises when the
+A tiny randomly initialised model (``audiogate.testing.tiny_models``: real vocabulary and
+token ids, 32-wide audio tower, a tiny vision tower) runs a forward pass on 1, 2 and 3
+clips: the model's own check (``index_put`` in ``modeling_phi4_multimodal.py``) raises when the
 number of 200011 positions differs from the sum of ``audio_embed_sizes``.
 """
 

@@ -89,7 +89,7 @@ def test_matches_the_original_algorithm_at_60_seconds(
 def test_frame_counts_keep_the_time_stretch_of_the_integer_ratio_rule(
     host: FamilyHost, remote, rate: int, frames: int
 ) -> None:
-    """One second at these rates gives the original's frame counts, not ~98 (§3)."""
+    """One second at these rates gives the original's frame counts, not the ~98 of soxr."""
     data = wav_bytes(signal(rate, rate), rate, "pcm16")
     _, plan, _ = _through_audiogate(host, remote, data)
     assert plan.frames == frames

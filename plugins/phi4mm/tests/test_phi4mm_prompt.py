@@ -1,4 +1,4 @@
-"""Placeholder rules and expansion (``mlxcel-audio-boundary.md`` §9.1), both variants.
+"""Placeholder rules and expansion (mlxcel ``src/multimodal/phi4mm_prompt.rs``), both variants.
 
 Tokenizers are stand-ins with Phi-4's real special-token ids and the checkpoint's chat
 template (``build_stand_in_tokenizer``); the invariants checked everywhere: tokenizing

@@ -2,7 +2,8 @@
 
 Where each stage lives (the file map every shipped family shares), one module a line:
 
-* ``policy``: pinned constants (the seed's rates, 30 s, 750 rows), checkpoint keys, ``spec()``.
+* ``policy``: pinned constants (the Qwen2-Audio serving guide's rates, 30 s, 750 rows),
+  checkpoint keys, ``spec()``.
 * ``geometry``: samples → Whisper frames → pooled rows (``whisper_geometry``, the window).
 * ``resample``: ``plan_resample`` / ``resample``: 16 kHz as is, 44.1 and 48 kHz via soxr HQ.
 * ``melbank``: the Slaney mel bank of the Whisper frontend and its sparse form.

@@ -40,8 +40,8 @@ def feature_bytes(geometry: WhisperGeometry) -> int:
     """Bytes of one clip's prepared result.
 
     The 128 × 3000 float32 features, the 3000-frame bool mask, and one 4096-float32 row
-    (16,384 B) per pooled token: the seed's downstream row capacity ("An audio feature
-    row costs 16384 bytes"), which the projected encoder output occupies.
+    (16,384 B) per pooled token: the Qwen2-Audio serving guide's row capacity ("An audio
+    feature row costs 16384 bytes"), which the projected encoder output occupies.
     """
     return math.prod(FEATURE_SHAPE) * 4 + MAX_FRAMES + geometry.tokens * ROW_BYTES
 

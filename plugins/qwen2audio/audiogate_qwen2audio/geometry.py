@@ -79,7 +79,7 @@ def whisper_geometry(samples: int) -> WhisperGeometry:
     # 160t - 200 < N (frames 0 and 1 also reflect samples 1..200 of the clip).
     computed = min(MAX_FRAMES, -(-(samples + N_FFT // 2) // HOP)) if samples else 0
     tokens = audio_tokens(valid)
-    # 480,000 samples → 3000 frames → 750 rows: the seed's row cap cannot be exceeded.
+    # 480,000 samples → 3000 frames → 750 rows: the Qwen2-Audio serving guide's cap holds.
     assert tokens <= MAX_ROWS, (samples, tokens)
     return WhisperGeometry(
         samples=samples, valid_frames=valid, computed_frames=computed, tokens=tokens

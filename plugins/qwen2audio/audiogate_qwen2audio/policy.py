@@ -1,7 +1,7 @@
 """Qwen2-Audio: pinned policy defaults, recognized keys and the family spec.
 
-Source rules from the seed ``003_b4bc0aaf81808af3.txt`` (rates, channels, 30 s per
-source, more than 320 samples, exact all-zero refusal, 750 rows of 16,384 bytes); the
+Source rules from the Qwen2-Audio serving guide (docs/provenance.md: rates, channels, 30 s
+per source, more than 320 samples, exact all-zero refusal, 750 rows of 16,384 bytes); the
 frontend is ``WhisperFeatureExtractor(feature_size=128)`` with ``Qwen2AudioProcessor``
 as shipped by Qwen/Qwen2-Audio-7B-Instruct (its framing constants in
 :mod:`audiogate_qwen2audio.geometry`) (``preprocessor_config.json``: 16 kHz,
@@ -57,14 +57,16 @@ REVISION: Final = "Qwen/Qwen2-Audio-7B-Instruct@transformers-5.24.0"
 MODEL_TYPES: Final = ("qwen2_audio",)
 
 MIB: Final = 1 << 20
-#: The seed: "Supported rates are 16000, 44100 and 48000 Hz, with one or two channels."
+#: The serving guide: "Supported rates are 16000, 44100 and 48000 Hz, with one or two
+#: channels."
 SOURCE_RATES_HZ: Final = (16_000, 44_100, 48_000)
 MAX_CHANNELS: Final = 2
 MAX_SECONDS: Final = 30
-#: The seed: a source must produce one pooled row, "more than 320 canonical samples".
+#: The serving guide: a source must produce one pooled row, "more than 320 canonical
+#: samples".
 MIN_SAMPLES: Final = 321
 MAX_CLIPS: Final = 16
-#: The seed: each pooled row is 4096 float32 values of downstream capacity.
+#: The serving guide: each pooled row is 4096 float32 values of downstream capacity.
 ROW_BYTES: Final = 4096 * 4
 AUDIO_TOKEN: Final = "<|AUDIO|>"
 AUDIO_BOS_TOKEN: Final = "<|audio_bos|>"
@@ -95,10 +97,11 @@ PINNED: Final = AudioPolicy(
     # and metadata chunks.
     max_encoded_bytes_per_clip=16 * MIB,
     max_frames_per_clip=MAX_FRAMES,
-    # 16 clips, as for the other families: the seed caps sources per request only through
-    # the device profile, not per prompt.
+    # 16 clips, as for the other families: the serving guide bounds sources only through
+    # its common media profile, not per prompt.
     max_clips=MAX_CLIPS,
-    # The seed's combined media profile shares 64 MiB of source bytes.
+    # The serving guide's reference combined configuration gives its media profile 64 MiB
+    # of shared source bytes.
     max_encoded_bytes_per_request=64 * MIB,
     # Aggregates of 16 maximal clips (30 s each at the highest allowed rate).
     max_source_samples_per_request=MAX_CLIPS * MAX_SECONDS * max(SOURCE_RATES_HZ),

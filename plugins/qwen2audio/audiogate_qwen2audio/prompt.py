@@ -23,9 +23,9 @@ Two inputs reach :func:`expand_prompt`:
 
 With no clips (a text-only chat request) the same rules leave the text as it is, and
 refuse any reference. Raw ``<|AUDIO|>``, ``<|audio_bos|>`` or ``<|audio_eos|>`` in text
-that no resolved source accounts for is refused (the seed: "Raw trained audio markers
-are refused without resolved sources"), as are image parts (Qwen2-Audio has no image
-input).
+that no resolved source accounts for is refused (the Qwen2-Audio serving guide:
+"Raw trained audio markers are refused without resolved sources"), as are image parts
+(Qwen2-Audio has no image input).
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Content-digest source references in plain prompts: ``[audio:<64 lowercase hex>]``.
 
-The seed (``003_b4bc0aaf81808af3.txt``): "Replace SHA256 with the displayed 64 lowercase
-hexadecimal characters. Several audio references can appear in one prompt, in order.
-[...] Missing, malformed, retired or inaccessible sources refuse the complete prompt."
+The Qwen2-Audio serving guide (docs/provenance.md): "Replace SHA256 with the displayed
+64 lowercase hexadecimal characters. Several audio references can appear in one prompt,
+in order. [...] Missing, malformed, retired or inaccessible sources refuse the complete prompt."
 Anything that starts like a reference (``[audio:`` in any letter case) must be a
 well-formed one; the digest is the SHA-256 of the clip's encoded source bytes.
 """

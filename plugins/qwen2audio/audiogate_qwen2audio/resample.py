@@ -3,7 +3,8 @@
 soxr HQ over the complete clip, then zero-padded to ``ceil(n·16000/rate)`` samples
 (librosa's ``fix_length``; transformers' soundfile ``load_audio`` does the same), so the
 normalized length, and with it the frame mask and the token count, equal the
-reference's. Only the seed's three rates are accepted.
+reference's. Only the three rates of the Qwen2-Audio serving guide are accepted
+(docs/provenance.md).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ ALGORITHM = "soxr_hq"
 
 def _allowed(policy: AudioPolicy) -> tuple[int, ...]:
     allowed = policy.allowed_source_rates_hz or SOURCE_RATES_HZ
-    # A checkpoint may narrow the seed's rates, never widen them.
+    # A checkpoint may narrow the serving guide's rates, never widen them.
     return tuple(rate for rate in allowed if rate in SOURCE_RATES_HZ)
 
 

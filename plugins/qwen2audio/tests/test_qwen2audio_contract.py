@@ -13,7 +13,7 @@ MODELS = Path(__file__).resolve().parents[3] / "examples" / "models"
 class TestQwen2AudioContract(FamilyContract):
     family = "qwen2audio"
     plugins = (family_plugin,)
-    # Exactly the rates the policy admits (the seed's 16, 44.1 and 48 kHz).
+    # Exactly the rates the policy admits (the Qwen2-Audio serving guide's 16, 44.1 and 48 kHz).
     sample_rates_hz = (16_000, 44_100, 48_000)
     model_dir = MODELS / "qwen2-audio-7b-instruct"
     user_placeholder = "[audio:{sha256}]"

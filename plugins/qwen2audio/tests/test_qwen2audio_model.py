@@ -1,7 +1,7 @@
 """Our collated inputs and expanded ids in a tiny random ``Qwen2AudioForConditionalGeneration``.
 
 The real model code checks that the total number of ``<|AUDIO|>`` positions equals the
-encoder's pooled rows, so an off-by-one total raises (tiny-models.md §3). It cannot see a
+encoder's pooled rows, so an off-by-one total raises. It cannot see a
 count moved from one clip to another; the expansion tests pin per-clip counts.
 """
 

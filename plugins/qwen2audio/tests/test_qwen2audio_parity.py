@@ -1,5 +1,5 @@
 """WAV files at 16, 44.1 and 48 kHz through the whole pipeline, against the reference loader
-and ``Qwen2AudioProcessor``; and every source refusal of the seed.
+and ``Qwen2AudioProcessor``; and every source refusal of the Qwen2-Audio serving guide.
 
 Reference path: transformers' ``load_audio(backend="soundfile")`` (soundfile decode, mean
 downmix, soxr HQ, ``ceil`` length: ``librosa.load(sr=16000)``), then the processor.
@@ -143,7 +143,7 @@ def test_two_clips_of_different_rates_in_one_request(qwen_host, policy, processo
     assert batch.totals.tokens == 125
 
 
-# --- the seed's source refusals, through the pipeline ------------------------------------
+# --- the serving guide's source refusals, through the pipeline ---------------------------
 
 
 def _run(qwen_host, policy, data):

@@ -16,7 +16,7 @@ from audiogate.policy import build_schema, load_packaged_schema
 from audiogate.testing.audio import wav_bytes
 from audiogate_qwen2audio.policy import POLICY_KEYS, ROW_BYTES
 
-#: Qwen/Qwen2-Audio-7B-Instruct preprocessor_config.json (reference-extractors.md §1).
+#: Qwen/Qwen2-Audio-7B-Instruct preprocessor_config.json (examples/models/README.md).
 PREPROCESSOR = {
     "chunk_length": 30,
     "feature_extractor_type": "WhisperFeatureExtractor",

@@ -12,11 +12,11 @@ from audiogate_qwen2audio.melbank import slaney_mel_filters, whisper_mel_matrix
 @pytest.mark.parametrize(
     ("samples", "frames", "tokens"),
     [
-        (321, 3, 1),  # the seed's minimum: more than 320 samples, one pooled row
+        (321, 3, 1),  # the serving guide's minimum: more than 320 samples, one row
         (800, 5, 1),  # 0.05 s
         (16_000, 100, 25),  # 1 s
         (116_800, 730, 182),  # 7.3 s
-        (480_000, 3000, 750),  # 30 s: the seed's 750 rows
+        (480_000, 3000, 750),  # 30 s: the serving guide's 750 rows
     ],
 )
 def test_documented_counts(samples, frames, tokens):
