@@ -166,7 +166,7 @@ def test_each_prefix_is_refused_at_both_edges_and_its_neighbours_are_public(net)
         "fe7f:ffff::",
     ],
 )
-def test_the_seeds_neighbours_are_public(address):
+def test_mlxcels_neighbours_are_public(address):
     assert refusal(address) is None
 
 

@@ -67,7 +67,7 @@ def test_an_absolute_looking_path_is_concatenated_not_joined(root):
         read(root, str(root.parent / "secret.wav"))
 
 
-def test_without_a_root_local_files_are_refused_with_the_seed_sentence():
+def test_without_a_root_local_files_are_refused_with_mlxcels_sentence():
     with pytest.raises(SourceRefused) as caught:
         read_media_file(None, "ok.wav", ctx())
     assert caught.value.detail == NO_MEDIA_ROOT_MESSAGE

@@ -19,7 +19,7 @@ from audiogate.acquire import (
 from audiogate.acquire.policy import env_flag
 
 
-def test_defaults_are_the_seed_ceilings_and_everything_risky_is_off():
+def test_defaults_are_mlxcels_ceilings_and_everything_risky_is_off():
     policy = AcquisitionPolicy()
     assert policy.max_clips == 16
     assert policy.max_bytes_per_clip == policy.max_bytes_per_request == 500 * 1024 * 1024
@@ -102,7 +102,7 @@ def test_narrowed_takes_the_stricter_family_limits():
         ("enabled", False),
     ],
 )
-def test_env_flag_accepts_exactly_the_seed_words(value, on):
+def test_env_flag_accepts_exactly_mlxcels_words(value, on):
     assert env_flag(value) is on
 
 

@@ -308,7 +308,7 @@ def test_aggregates_are_request_totals_not_per_clip_multiples(toy_host) -> None:
     assert (info.value.actual, info.value.maximum) == (64_000, 50_000)
 
 
-def test_the_first_failing_check_in_seed_order_is_reported(toy_host) -> None:
+def test_the_first_failing_check_in_mlxcels_order_is_reported(toy_host) -> None:
     # Clip 0 breaks "duration samples" (checked after the request encoded bytes); clip 1
     # would break the encoded-bytes cap, but clip 0 is refused first.
     policy = toy_policy(max_samples_per_clip=10_000, max_encoded_bytes_per_request=70_000)

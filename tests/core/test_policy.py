@@ -152,7 +152,7 @@ BAD_VALUES = [
     ("above pinned", {"feature_extractor": {"max_length": 10**9}}, "pinned maximum"),
     ("zero clips", {"audiogate_audio_limits": {"max_clips": 0}}, "from 1 to"),
     ("too many clips", {"audiogate_audio_limits": {"max_clips": 17}}, "pinned maximum"),
-    ("seed namespace", {"mlxcel_audio_limits": {"max_clips": 17}}, "pinned maximum"),
+    ("mlxcel namespace", {"mlxcel_audio_limits": {"max_clips": 17}}, "pinned maximum"),
     ("channels", {"feature_extractor": {"channels": 2}}, "must be exactly 1"),
     ("dtype", {"feature_extractor": {"dtype": "float32"}}, "must be exactly 'f32'"),
     (
@@ -229,7 +229,7 @@ def test_lower_bounds_take_effect_and_seed_namespace_is_read(host: FamilyHost, m
     )
 
 
-def test_our_namespace_takes_precedence_over_the_seeds(host: FamilyHost, model_dir) -> None:
+def test_our_namespace_takes_precedence_over_mlxcels(host: FamilyHost, model_dir) -> None:
     policy = host.load_model_policy(
         model_dir(
             "gemma3n",

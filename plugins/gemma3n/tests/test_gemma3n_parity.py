@@ -114,7 +114,7 @@ def test_batches_equal_the_reference_batch(host, policy, left_policy, reference,
     assert not mask.flags.writeable
 
 
-def test_seed_golden_left_padded_batch_mask(host, left_policy, reference):
+def test_mlxcel_golden_left_padded_batch_mask(host, left_policy, reference):
     # mlxcel's golden (src/audio/gemma3n/feature_extractor.rs tests): 16,000 and 8,000
     # samples give 97 frames; clip 2's first 50 are padding.
     _, batch = ours(host, left_policy, [mix(16_000), mix(8_000, seed=3)])

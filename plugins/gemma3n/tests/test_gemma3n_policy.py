@@ -30,7 +30,7 @@ def _parse(host: FamilyHost, model: dict[str, object], processor: dict[str, obje
     )
 
 
-def test_pinned_defaults_are_the_seed_contract(policy: AudioPolicy):
+def test_pinned_defaults_are_mlxcels(policy: AudioPolicy):
     assert policy.family == "gemma3n"
     assert policy.revision == "181beb3ba4c47098ed8cbc97ee250d1d45ae0107"
     assert policy.target_rate_hz == 16_000

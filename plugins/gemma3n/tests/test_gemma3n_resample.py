@@ -36,7 +36,7 @@ def pinned_formula(x: np.ndarray, fs: int) -> np.ndarray:
     return out
 
 
-def test_seed_golden_downmixed_8k_stereo():
+def test_mlxcel_golden_downmixed_8k_stereo():
     # Stereo float 8 kHz [2, 0, -2, 0, 0.5, -0.5] -> mono [1, -1, 0] (core decoder) -> 16 kHz.
     mono = np.array([1.0, -1.0, 0.0], dtype=np.float32)
     out = linear_resample(mono, in_rate_hz=8_000)
@@ -46,7 +46,7 @@ def test_seed_golden_downmixed_8k_stereo():
     assert linear_resample(mono, in_rate_hz=8_000).tolist() == out.tolist()  # deterministic
 
 
-def test_seed_golden_through_the_host(host: FamilyHost, policy: AudioPolicy):
+def test_mlxcel_golden_through_the_host(host: FamilyHost, policy: AudioPolicy):
     plan = host.plan_resample(policy, source_rate_hz=8_000, source_samples=3, clip_index=0)
     assert (plan.algorithm, plan.output_rate_hz, plan.output_samples) == ("linear", 16_000, 6)
     assert plan.detail["anti_aliasing"] is False

@@ -82,7 +82,7 @@ def test_rates_outside_the_frontend_are_refused(host: FamilyHost, remote, native
         host.plan_features(native, rate_hz=8_000, samples=16_000, clip_index=0)
 
 
-def test_speechlib_bank_equals_the_original_and_pins_the_seed_entries() -> None:
+def test_speechlib_bank_equals_the_original_and_pins_the_mlxcel_entries() -> None:
     bank = speechlib_mel_bank()
     np.testing.assert_array_equal(bank, speechlib_mel(16000, 512, 80, fmax=7690))
     flat = bank.T.reshape(-1)  # mlxcel's test indexes the [257, 80] layout
@@ -114,7 +114,7 @@ def _extract(host: FamilyHost, policy, waveform: np.ndarray, rate: int, cancel=N
     )
 
 
-def test_seed_golden_1600_samples_of_440hz(host: FamilyHost, remote) -> None:
+def test_mlxcel_golden_1600_samples_of_440hz(host: FamilyHost, remote) -> None:
     """``deterministic_waveform_matches_pinned_speechlib_features`` (tolerance 2e-3)."""
     plan, clip = _extract(host, remote, sine(1_600, 16_000), 16_000)
     assert (plan.frames, plan.tokens) == (8, 1)
@@ -122,7 +122,7 @@ def test_seed_golden_1600_samples_of_440hz(host: FamilyHost, remote) -> None:
     assert clip.features[7, 79] == pytest.approx(8.648406, abs=2e-3)
 
 
-def test_seed_golden_24khz_is_relabelled_to_148_frames(host: FamilyHost, remote) -> None:
+def test_mlxcel_golden_24khz_is_relabelled_to_148_frames(host: FamilyHost, remote) -> None:
     """``pinned_processor_relabels_24khz_before_feature_extraction``."""
     x = readonly(sine(24_000, 24_000))
     resample = host.plan_resample(

@@ -118,7 +118,7 @@ def test_matches_resample_poly_on_float64_and_float32_input(down: int) -> None:
         (3, [0.0039218343, 0.042409703, 0.08486806, 0.12377945]),
     ],
 )
-def test_seed_polyphase_goldens(down: int, golden: list[float]) -> None:
+def test_mlxcel_polyphase_goldens(down: int, golden: list[float]) -> None:
     """``neutral_polyphase_matches_pinned_scipy_reference`` (SciPy 1.15.2, 2e-6)."""
     x = sine(64, 48_000)
     ours = decimate(x, down=down, clip_index=0, cancel=NEVER)

@@ -43,7 +43,7 @@ CONFIG = {
 }
 
 
-def test_pinned_policy_is_the_seeds(policy):
+def test_pinned_policy_is_the_serving_guides(policy):
     assert policy.allowed_source_rates_hz == (16_000, 44_100, 48_000)
     assert policy.max_source_channels == 2
     assert policy.refuse_all_zero is True
@@ -125,7 +125,7 @@ def test_resample_plans_use_librosa_lengths(qwen_host, policy, rate, samples, ou
 
 
 @pytest.mark.parametrize("rate", [8_000, 11_025, 22_050, 24_000, 32_000, 44_101, 96_000])
-def test_rates_outside_the_seeds_three_are_refused(qwen_host, policy, rate):
+def test_rates_outside_the_guides_three_are_refused(qwen_host, policy, rate):
     with pytest.raises(DecodeError) as caught:
         qwen_host.plan_resample(policy, source_rate_hz=rate, source_samples=1000, clip_index=2)
     assert caught.value.code == "rate_not_allowed"
