@@ -15,29 +15,38 @@ INSTALL_INPUTS := pyproject.toml plugins/phi4mm/pyproject.toml plugins/gemma3n/p
 	plugins/qwen2audio/pyproject.toml requirements/test.txt Makefile
 
 $(BIN)/python:
+	@echo "==> Creating $(VENV) with $(PYTHON)"
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 
 install: $(VENV)/.installed
+	@echo "==> $(VENV) is ready (reinstalled only when one of these changes: $(INSTALL_INPUTS))"
 install-test: $(VENV)/.installed-test
+	@echo "==> $(VENV) is ready for the tests (reinstalled only when an install input changes)"
 
 # The packages are editable installs: code changes need no reinstall, so each stamp is
 # remade only when an install input changed (or the venv is new).
 $(VENV)/.installed: $(BIN)/python $(INSTALL_INPUTS)
-	$(PIP) install --quiet $(PACKAGES) "transformers==5.24.0" "jinja2==3.1.6"
+	@echo "==> Installing audiogate, the three family plugins and transformers (about 2 minutes the first time)"
+	$(PIP) install --progress-bar on $(PACKAGES) "transformers==5.24.0" "jinja2==3.1.6"
 	@touch $@
 
 # torch only for the reference processors and tiny models; the CPU wheel, never CUDA.
 $(VENV)/.installed-test: $(BIN)/python $(INSTALL_INPUTS)
-	$(PIP) install --quiet "torch==2.13.0"
-	$(PIP) install --quiet $(PACKAGES) -r requirements/test.txt
+	@echo "==> Installing torch (the CPU wheel) for the reference processors and tiny models"
+	$(PIP) install --progress-bar on "torch==2.13.0"
+	@echo "==> Installing audiogate, the three family plugins and the test tools"
+	$(PIP) install --progress-bar on $(PACKAGES) -r requirements/test.txt
 	@touch $@ $(VENV)/.installed
 
 # The main job on bundled examples: a real speech clip through Gemma 3n's pinned defaults,
 # then the full chat path (template, sentinels, expansion) on a bundled checkpoint.
 demo: install
+	@echo "==> The installed families"
 	$(BIN)/audiogate families
+	@echo "==> A bundled speech clip through Gemma 3n's pinned defaults"
 	$(BIN)/audiogate prepare --family gemma3n --audio examples/audio/speech_16k.wav
+	@echo "==> Two clips through the chat path of a bundled Phi-4 MM checkpoint"
 	$(BIN)/audiogate prepare --model examples/models/phi-4-multimodal-instruct \
 		--audio examples/audio/speech_16k.wav --audio examples/audio/speech_44k1_stereo.wav \
 		--prompt "Summarize what is said."
