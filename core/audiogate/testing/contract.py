@@ -41,6 +41,7 @@ import inspect
 import json
 import threading
 import tracemalloc
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -59,6 +60,7 @@ from audiogate.errors import (
     FeatureError,
     LimitError,
     PlaceholderError,
+    PluginError,
     PolicyError,
     PreprocessCancelled,
 )
@@ -123,6 +125,9 @@ _UNDECLARED_LIMIT_NAMES: Final = (
 )
 #: What planning one clip may allocate (traced): plans run at admission, unreserved.
 PLAN_BYTES: Final = 1 << 20
+#: Common rates one hertz off a round one, where a ratio-based planner meets large or
+#: prime factors (besides the target plus one and the highest admitted rate less one).
+AWKWARD_RATES_HZ: Final = (7_999, 11_024, 16_001, 22_049, 44_101, 47_999, 48_001, 95_999)
 #: Python objects a call allocates besides its arrays (frames, small tuples, the plan).
 OBJECT_SLACK_BYTES: Final = 16 << 10
 
@@ -1035,15 +1040,20 @@ class FamilyContract:
         :data:`PLAN_BYTES` traced (plans run at admission, before any reservation) and
         resampled within the plan's declared working bytes."""
         host, policy = contract_host, contract_policy
-        rates = {policy.max_source_rate_hz - 1, policy.target_rate_hz + 1}
+        rates = {policy.max_source_rate_hz - 1, policy.target_rate_hz + 1, *AWKWARD_RATES_HZ}
         problems: list[str] = []
-        for rate in sorted(r for r in rates if policy.min_source_rate_hz <= r):
+        admitted = range(policy.min_source_rate_hz, policy.max_source_rate_hz + 1)
+        for rate in sorted(r for r in rates if r in admitted):
             samples = 2 * rate + 1
             with _traced() as peak:
                 try:
                     plan = host.plan_resample(
                         policy, source_rate_hz=rate, source_samples=samples, clip_index=0
                     )
+                except PluginError as error:
+                    # A plugin's crash is a 500 in production, never a refusal.
+                    problems.append(f"planning {rate} Hz crashed: {error}")
+                    continue
                 except AudioGateError:
                     continue
             if peak[0] > PLAN_BYTES:
@@ -1244,7 +1254,11 @@ class FamilyContract:
     ) -> None:
         """Digital silence, DC, a full-scale square wave, a tiny signal and clipped noise
         give finite float32 features (a log without a floor turns silence into -inf, and
-        the model's output into NaN), or a typed refusal; the input is left as it was."""
+        the model's output into NaN), or a typed refusal; the input is left as it was.
+        numpy's floating-point warnings are ignored here, so the verdict is the same
+        whatever the caller's warning filters (under ``filterwarnings = error`` the
+        warning would otherwise surface as a crash, and without it as -inf); a plugin's
+        crash (:class:`~audiogate.errors.PluginError`) is never taken for a refusal."""
         host, policy = contract_host, contract_policy
         rate = policy.target_rate_hz
         samples = min(max(rate, policy.min_samples_per_clip), policy.max_samples_per_clip)
@@ -1261,10 +1275,15 @@ class FamilyContract:
             wave = readonly(values.astype(np.float32))
             before = wave.tobytes()
             try:
-                plan = host.plan_features(policy, rate_hz=rate, samples=samples, clip_index=0)
-                features = host.extract_features(
-                    policy, plan, wave, rate_hz=rate, clip_index=0, cancel=NEVER
-                )
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", RuntimeWarning)
+                    plan = host.plan_features(policy, rate_hz=rate, samples=samples, clip_index=0)
+                    features = host.extract_features(
+                        policy, plan, wave, rate_hz=rate, clip_index=0, cancel=NEVER
+                    )
+            except PluginError as error:
+                problems.append(f"{name}: the plugin crashed: {error}")
+                continue
             except AudioGateError:
                 continue  # a typed refusal (e.g. of an all-zero signal) is the family's call
             problems.extend(f"{name}: {p}" for p in _feature_problems(features))

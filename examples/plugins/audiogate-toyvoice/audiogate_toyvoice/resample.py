@@ -36,8 +36,10 @@ ROLLOFF: Final = 0.9
 KAISER_BETA: Final = 8.6
 #: Filter phases at most (``up`` of the reduced ratio). The bank is built when a clip is
 #: planned, at admission, before any reservation: a rate such as 95,999 Hz (``up`` =
-#: 16,000) would build hundreds of megabytes there. Every common rate needs at most 640.
-MAX_PHASES: Final = 1_024
+#: 16,000) would build hundreds of megabytes there, and 11,024 Hz (``up`` = 1,000) about
+#: 3 MB. Every common rate needs at most 640 (11,025 Hz); the contract suite's awkward
+#: rates check the rest are refused or planned small.
+MAX_PHASES: Final = 640
 
 
 def _ratio(source_rate_hz: int, target_rate_hz: int) -> tuple[int, int]:
