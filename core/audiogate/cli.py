@@ -348,13 +348,16 @@ def _cmd_prepare(args: argparse.Namespace, host: FamilyHost, out: TextIO) -> int
 # --- serve (the reference HTTP server; see docs/server.md) ----------------------------
 
 
-def _add_serve_parser(sub: Any) -> None:
-    from audiogate.server.options import add_serve_arguments
-
+def _add_serve_parser(sub: Any, *, arguments: bool) -> None:
     p = sub.add_parser(
         "serve", help="serve POST /v1/audio/prepare, /metrics and /healthz (Starlette on uvicorn)"
     )
-    add_serve_arguments(p)
+    if arguments:
+        # Its defaults come from the server's and the worker's limits, whose modules import
+        # prometheus_client and the acquisition (httpx): only for ``serve`` itself.
+        from audiogate.server.options import add_serve_arguments
+
+        add_serve_arguments(p)
     p.set_defaults(handler=_cmd_serve)
 
 
@@ -368,8 +371,12 @@ def _cmd_serve(args: argparse.Namespace, host: FamilyHost, out: TextIO) -> int:
 # --- parser --------------------------------------------------------------------------
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser (also used to generate the CLI reference)."""
+def build_parser(*, serve_arguments: bool = True) -> argparse.ArgumentParser:
+    """The argument parser (also used to generate the CLI reference).
+
+    :param serve_arguments: give ``serve`` its arguments (``False``: its name and help
+        only, for a command line that runs another command).
+    """
     parser = argparse.ArgumentParser(
         prog="audiogate",
         description="Strict, budgeted audio input preprocessing for multimodal LLMs.",
@@ -419,7 +426,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("family", metavar="FAMILY")
     p.set_defaults(handler=_cmd_schema)
 
-    _add_serve_parser(sub)
+    _add_serve_parser(sub, arguments=serve_arguments)
     return parser
 
 
@@ -429,7 +436,9 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None) -> 
     # transformers advises at import that PyTorch is missing; the CLI only needs its
     # tokenizers, so the advice is noise here (set the variable to 0 to see it).
     os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
-    args = build_parser().parse_args(argv)
+    words = sys.argv[1:] if argv is None else list(argv)
+    command = next((word for word in words if not word.startswith("-")), None)
+    args = build_parser(serve_arguments=command in {None, "serve"}).parse_args(words)
     try:
         host = create_host()
         code: int = args.handler(args, host, out)

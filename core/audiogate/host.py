@@ -20,8 +20,6 @@ import attrs
 import numpy as np
 import numpy.typing as npt
 import pluggy
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError
 
 from audiogate import hookspecs
 from audiogate.cancel import CancelToken
@@ -29,6 +27,7 @@ from audiogate.errors import AudioGateError, PluginError, PolicyError
 from audiogate.family import FAMILY_NAME_RE, FamilySpec, RegisteredFamily
 from audiogate.policy import AudioPolicy, CheckpointConfigs, read_checkpoint_configs
 from audiogate.policy.model import ValueSource
+from audiogate.policy.schema import build_schema
 from audiogate.records import (
     ClipFeatures,
     ClipSlot,
@@ -464,6 +463,9 @@ class FamilyHost:
 
 @functools.lru_cache(maxsize=64)
 def _schema_text_problem(text: str) -> str | None:
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import SchemaError
+
     try:
         Draft202012Validator.check_schema(json.loads(text))
     except SchemaError as exc:
@@ -471,20 +473,46 @@ def _schema_text_problem(text: str) -> str | None:
     return None
 
 
-def _schema_problem(schema: Mapping[str, Any]) -> str | None:
-    """Whether ``schema`` is a valid JSON schema, cached by its text: hosts are created
-    often, and a metaschema check takes tens of milliseconds."""
+_KINDS: Final = frozenset({"integer", "string", "boolean"})
+
+
+def _generated(spec: FamilySpec, text: str) -> bool:
+    """Whether ``text`` is :func:`~audiogate.policy.build_schema` of the spec's keys (what
+    every shipped family registers), whose keys give it only valid fragments."""
+    keys_fit = all(
+        key.kind in _KINDS
+        and isinstance(key.description, str)
+        and all(b is None or type(b) is int for b in (key.minimum, key.maximum))
+        and (key.enum is None or isinstance(key.enum, tuple))
+        for key in spec.keys
+    )
+    if not keys_fit or not isinstance(spec.schema.get("title"), str):
+        return False
     try:
-        text = json.dumps(schema, sort_keys=True, default=dict)
+        built = build_schema(spec.name, spec.keys, title=spec.schema["title"])
+        return json.dumps(built, sort_keys=True, default=dict) == text
+    except (TypeError, ValueError):
+        return False
+
+
+def _schema_problem(spec: FamilySpec) -> str | None:
+    """Whether the spec's schema is a valid JSON schema. A schema generated from the key
+    table is one by construction; any other is checked against the metaschema, cached by
+    its text (the check imports jsonschema and takes tens of milliseconds, and hosts are
+    created often)."""
+    try:
+        text = json.dumps(spec.schema, sort_keys=True, default=dict)
     except (TypeError, ValueError) as exc:
         return f"not JSON: {exc}"
+    if _generated(spec, text):
+        return None
     return _schema_text_problem(text)
 
 
 def _spec_problems(spec: FamilySpec) -> Iterator[str]:
     """Mistakes in a family's key table and schema that would otherwise surface as untyped
     errors when the first checkpoint is parsed."""
-    problem = _schema_problem(spec.schema)
+    problem = _schema_problem(spec)
     if problem is not None:
         yield f"schema is not a valid JSON schema: {problem}"
     fields = {f.name for f in attrs.fields(AudioPolicy)}

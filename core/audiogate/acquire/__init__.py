@@ -14,11 +14,12 @@ model.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from audiogate.acquire.acquire import acquire_bytes, acquire_parts, acquire_paths
 from audiogate.acquire.addresses import refusal
 from audiogate.acquire.clip import EncodedClip
 from audiogate.acquire.held import ACQUIRED_BYTES_LIMIT, AcquiredBytes
-from audiogate.acquire.net import create_media_client, system_resolver
 from audiogate.acquire.policy import (
     ABSOLUTE_MAX_BYTES,
     ABSOLUTE_MAX_CLIPS,
@@ -29,6 +30,9 @@ from audiogate.acquire.policy import (
     IPAddress,
     Resolver,
 )
+
+if TYPE_CHECKING:
+    from audiogate.acquire.net import create_media_client, system_resolver
 
 __all__ = [
     "ABSOLUTE_MAX_BYTES",
@@ -49,3 +53,12 @@ __all__ = [
     "refusal",
     "system_resolver",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # The URL client imports httpx: only for the callers that ask for it.
+    if name in {"create_media_client", "system_resolver"}:
+        from audiogate.acquire import net
+
+        return getattr(net, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -35,10 +35,9 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import attrs
-import httpx
 
 from audiogate.acquire.clip import EncodedClip
 from audiogate.acquire.context import (
@@ -60,19 +59,18 @@ from audiogate.acquire.files import (
     validate_media_name,
 )
 from audiogate.acquire.inline import data_uri_payload, decode_base64
-from audiogate.acquire.net import (
-    FETCH_DISABLED_MESSAGE,
-    check_hop,
-    create_media_client,
-    fetch_url,
-)
 from audiogate.acquire.parts import DeclaredSource, declare_parts
 from audiogate.acquire.policy import AcquisitionPolicy
 from audiogate.acquire.sniff import check_declared_format
-from audiogate.acquire.urls import parse_media_url
 from audiogate.cancel import NEVER, CancelToken, Checkpoint
 from audiogate.decode.geometry import WAV, SourceFormat
 from audiogate.errors import AcquisitionError, LimitError
+
+if TYPE_CHECKING:
+    import httpx
+
+# The URL modules (and httpx, tens of milliseconds) are imported by the first URL part:
+# bytes, data URIs and files never need them.
 
 __all__ = ["acquire_bytes", "acquire_parts", "acquire_paths"]
 
@@ -120,6 +118,9 @@ async def _in_thread(work: Callable[[ClipContext], _T], ctx: ClipContext) -> _T:
 def _precheck(source: DeclaredSource, policy: AcquisitionPolicy) -> None:
     # The checks that need no I/O, so a doomed request reads nothing at all.
     if source.origin == ORIGIN_URL:
+        from audiogate.acquire.net import FETCH_DISABLED_MESSAGE, check_hop
+        from audiogate.acquire.urls import parse_media_url
+
         if not policy.allow_url_fetch:
             raise SourceRefused(FETCH_DISABLED_MESSAGE)
         check_hop(parse_media_url(source.value), policy)
@@ -139,6 +140,8 @@ async def _read_source(
 ) -> bytes:
     value = source.value
     if source.origin == ORIGIN_URL:
+        from audiogate.acquire.net import fetch_url
+
         return await fetch_url(value, ctx, policy=policy, client=client())
     if source.origin == ORIGIN_FILE:
         root = policy.media_root
@@ -194,6 +197,8 @@ async def acquire_parts(
         if client is not None:
             return client
         if not owned:
+            from audiogate.acquire.net import create_media_client
+
             owned.append(create_media_client())
         return owned[0]
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
 
 __all__ = ["REJECTION_REASONS", "AudioMetrics"]
 
@@ -40,6 +41,9 @@ class AudioMetrics:
     def __init__(
         self, registry: CollectorRegistry | None = None, *, families: Iterable[str] = ()
     ) -> None:
+        # Imported by the first metrics object: a CLI run or a gate without a worker has none.
+        from prometheus_client import CollectorRegistry, Counter, Gauge
+
         self.registry = registry if registry is not None else CollectorRegistry()
         r = self.registry
         label = ["family"]

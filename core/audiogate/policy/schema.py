@@ -6,14 +6,15 @@ regenerates it and compares (tox's pattern), so the schema cannot drift from the
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
-
-from jsonschema import Draft202012Validator, validators
-from jsonschema.exceptions import ValidationError
+from typing import TYPE_CHECKING, Any
 
 from audiogate.policy.keys import LIMIT_NAMESPACES, PolicyKey
+
+if TYPE_CHECKING:
+    from jsonschema.exceptions import ValidationError
 
 __all__ = [
     "SCHEMA_DIALECT",
@@ -34,10 +35,16 @@ def _is_strict_integer(_checker: Any, instance: Any) -> bool:
     return isinstance(instance, int) and not isinstance(instance, bool)
 
 
-_StrictValidator: Any = validators.extend(  # type: ignore[no-untyped-call]
-    Draft202012Validator,
-    type_checker=Draft202012Validator.TYPE_CHECKER.redefine("integer", _is_strict_integer),
-)
+@functools.cache
+def _strict_validator() -> Any:
+    # jsonschema is imported when a config file is first validated, not with the package:
+    # listing families or preparing under pinned defaults never needs it.
+    from jsonschema import Draft202012Validator, validators
+
+    return validators.extend(  # type: ignore[no-untyped-call]
+        Draft202012Validator,
+        type_checker=Draft202012Validator.TYPE_CHECKER.redefine("integer", _is_strict_integer),
+    )
 
 
 def _split(pointer: str) -> list[str]:
@@ -92,7 +99,7 @@ def iter_schema_errors(
     schema: Mapping[str, Any], document: Any
 ) -> Iterator[tuple[str, Any, ValidationError]]:
     """Yield ``(json_pointer, value, error)`` for each violation, in document order."""
-    validator = _StrictValidator(schema)
+    validator = _strict_validator()(schema)
     errors = sorted(
         validator.iter_errors(document),
         key=lambda e: (

@@ -24,7 +24,6 @@ from typing import Final
 
 import numpy as np
 import numpy.typing as npt
-import soxr
 
 from audiogate.cancel import NEVER, CancelToken, Checkpoint
 from audiogate.dsp.identity import plan_identity, resample_identity
@@ -105,6 +104,8 @@ class SoxrStream:
         self._received = 0
         self._emitted = 0
         self._finished = False
+        import soxr  # on first use: planning and the identity never need it
+
         # libsoxr with equal rates still filters; the identity must stay exact.
         self._stream = (
             None
@@ -201,6 +202,8 @@ def _resample_blocks(
     if 0 < n <= SOXR_BLOCK_SAMPLES and in_rate_hz != out_rate_hz:
         # One block: python-soxr's one-call path is that same single stream, without a
         # ResampleStream's setup and second call (~30 µs, a tenth of a 1 s clip's frontend).
+        import soxr
+
         whole = soxr.resample(source, in_rate_hz, out_rate_hz, SOXR_QUALITY)
         cancel.check(Checkpoint.RESAMPLE, clip_index)
         return readonly(_fit(whole, output_samples, fixed=fixed, clip_index=clip_index))

@@ -1,7 +1,9 @@
 """The ``audiogate.families`` entry point of Gemma 3n: its hook implementations.
 
 Each hook returns ``None`` for another family's policy and otherwise delegates to one
-function of the module named after its stage (the file map in :mod:`audiogate_gemma3n`).
+function of the module named after its stage (the file map in :mod:`audiogate_gemma3n`),
+imported on the hook's first call: loading the plugin registers the family without
+importing its numerics.
 """
 
 from __future__ import annotations
@@ -25,7 +27,6 @@ from audiogate.records import (
     PromptSegment,
     ResamplePlan,
 )
-from audiogate_gemma3n import collate, features, prompt, resample
 from audiogate_gemma3n.policy import FAMILY, spec
 
 __all__ = [
@@ -52,6 +53,8 @@ def audiogate_plan_resample(
     """Plan the linear resampler (or the identity at 16 kHz)."""
     if policy.family != FAMILY:
         return None
+    from audiogate_gemma3n import resample
+
     return resample.plan_resample(
         policy, source_rate_hz=source_rate_hz, source_samples=source_samples, clip_index=clip_index
     )
@@ -68,6 +71,8 @@ def audiogate_resample(
     """Run a ``"linear"`` or ``"identity"`` plan."""
     if policy.family != FAMILY:
         return None
+    from audiogate_gemma3n import resample
+
     return resample.resample(policy, plan, samples, clip_index=clip_index, cancel=cancel)
 
 
@@ -78,6 +83,8 @@ def audiogate_plan_features(
     """Frames, 188 tokens and the encoder's real token count."""
     if policy.family != FAMILY:
         return None
+    from audiogate_gemma3n import features
+
     return features.plan_features(policy, rate_hz=rate_hz, samples=samples, clip_index=clip_index)
 
 
@@ -93,6 +100,8 @@ def audiogate_extract_features(
     """USM log-mel features ``[shape=(T, 128)]``."""
     if policy.family != FAMILY:
         return None
+    from audiogate_gemma3n import features
+
     return features.extract_features(
         policy, plan, waveform, rate_hz=rate_hz, clip_index=clip_index, cancel=cancel
     )
@@ -105,6 +114,8 @@ def audiogate_collate_features(
     """``input_features`` and ``input_features_mask`` as the FE batches them."""
     if policy.family != FAMILY:
         return None
+    from audiogate_gemma3n import collate
+
     return collate.collate_features(policy, clips)
 
 
@@ -118,4 +129,6 @@ def audiogate_expand_prompt(
     """Per clip: ``\\n\\n<start_of_audio>`` + 188 soft tokens + ``<end_of_audio>\\n\\n``."""
     if policy.family != FAMILY:
         return None
+    from audiogate_gemma3n import prompt
+
     return prompt.expand_prompt(policy, segments, clips, tokenizer)

@@ -1,7 +1,9 @@
 """The ``audiogate.families`` entry point of Phi-4 Multimodal: its hook implementations.
 
 Each hook returns ``None`` for another family's policy and otherwise delegates to one
-function of the module named after its stage (the file map in :mod:`audiogate_phi4mm`).
+function of the module named after its stage (the file map in :mod:`audiogate_phi4mm`),
+imported on the hook's first call: loading the plugin registers the family without
+importing its numerics.
 """
 
 from __future__ import annotations
@@ -25,7 +27,6 @@ from audiogate.records import (
     PromptSegment,
     ResamplePlan,
 )
-from audiogate_phi4mm import collate, features, prompt, resample
 from audiogate_phi4mm.policy import FAMILY, parse_policy, spec
 
 __all__ = [
@@ -61,6 +62,8 @@ def audiogate_plan_resample(
     """The SpeechLib integer-ratio rule, or soxr HQ to 16 kHz for the native variant."""
     if policy.family != FAMILY:
         return None
+    from audiogate_phi4mm import resample
+
     return resample.plan_resample(
         policy, source_rate_hz=source_rate_hz, source_samples=source_samples, clip_index=clip_index
     )
@@ -77,6 +80,8 @@ def audiogate_resample(
     """Run the plan from :func:`audiogate_plan_resample`."""
     if policy.family != FAMILY:
         return None
+    from audiogate_phi4mm import resample
+
     return resample.resample(policy, plan, samples, clip_index=clip_index, cancel=cancel)
 
 
@@ -87,6 +92,8 @@ def audiogate_plan_features(
     """Frames ``(n - win)//hop + 1`` and tokens ``ceil(T/8)`` from one function."""
     if policy.family != FAMILY:
         return None
+    from audiogate_phi4mm import features
+
     return features.plan_features(policy, rate_hz=rate_hz, samples=samples, clip_index=clip_index)
 
 
@@ -102,6 +109,8 @@ def audiogate_extract_features(
     """SpeechLib log-mel ``[shape=(T, 80)]``, blockwise and cancellable."""
     if policy.family != FAMILY:
         return None
+    from audiogate_phi4mm import features
+
     return features.extract_features(
         policy, plan, waveform, rate_hz=rate_hz, clip_index=clip_index, cancel=cancel
     )
@@ -115,6 +124,8 @@ def audiogate_collate_features(
     the variant's model (:func:`audiogate_phi4mm.collate.name_inputs`)."""
     if policy.family != FAMILY:
         return None
+    from audiogate_phi4mm import collate
+
     return collate.collate_features(policy, clips)
 
 
@@ -129,4 +140,6 @@ def audiogate_expand_prompt(
     """``<|audio_N|>`` (remote code) or ``<|audio|>`` (native), expanded per clip."""
     if policy.family != FAMILY:
         return None
+    from audiogate_phi4mm import prompt
+
     return prompt.expand_prompt(policy, segments, clips, tokenizer, chat=chat)

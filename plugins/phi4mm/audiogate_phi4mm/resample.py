@@ -49,7 +49,6 @@ from typing import Final
 
 import numpy as np
 import numpy.typing as npt
-from scipy.signal import firwin
 
 from audiogate.cancel import CancelToken, Checkpoint
 from audiogate.dsp.blocks import block_threads, run_blocks
@@ -199,6 +198,10 @@ def plan_speechlib_resample(
 @cache
 def decimation_filter(down: int) -> npt.NDArray[np.float64]:
     """``resample_poly``'s anti-aliasing FIR for ``up=1`` ``[shape=(20·down + 1,)]``."""
+    # SciPy itself, not numpy's kaiser window (which differs in the last bits), imported
+    # on the first decimation: it costs a process half a second of start-up otherwise.
+    from scipy.signal import firwin
+
     taps = firwin(_taps(down), 1.0 / down, window=("kaiser", KAISER_BETA))
     return readonly(np.asarray(taps, dtype=np.float64))
 

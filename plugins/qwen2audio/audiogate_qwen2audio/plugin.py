@@ -1,7 +1,9 @@
 """The ``audiogate.families`` entry point of Qwen2-Audio: its hook implementations.
 
 Each hook returns ``None`` for another family's policy and otherwise delegates to one
-function of the module named after its stage (the file map in :mod:`audiogate_qwen2audio`).
+function of the module named after its stage (the file map in :mod:`audiogate_qwen2audio`),
+imported on the hook's first call: loading the plugin registers the family without
+importing its numerics.
 """
 
 from __future__ import annotations
@@ -25,7 +27,6 @@ from audiogate.records import (
     PromptSegment,
     ResamplePlan,
 )
-from audiogate_qwen2audio import collate, features, prompt, resample
 from audiogate_qwen2audio.policy import FAMILY, spec
 
 __all__ = [
@@ -52,6 +53,8 @@ def audiogate_plan_resample(
     """16 kHz as is; 44.1 and 48 kHz through soxr HQ at librosa's length; others refused."""
     if policy.family != FAMILY:
         return None
+    from audiogate_qwen2audio import resample
+
     return resample.plan_resample(
         policy, source_rate_hz=source_rate_hz, source_samples=source_samples, clip_index=clip_index
     )
@@ -68,6 +71,8 @@ def audiogate_resample(
     """Run the plan from :func:`audiogate_plan_resample`."""
     if policy.family != FAMILY:
         return None
+    from audiogate_qwen2audio import resample
+
     return resample.resample(policy, plan, samples, clip_index=clip_index, cancel=cancel)
 
 
@@ -78,6 +83,8 @@ def audiogate_plan_features(
     """Whisper frames, pooled rows and prepared-result bytes of one clip."""
     if policy.family != FAMILY:
         return None
+    from audiogate_qwen2audio import features
+
     return features.plan_features(policy, rate_hz=rate_hz, samples=samples, clip_index=clip_index)
 
 
@@ -93,6 +100,8 @@ def audiogate_extract_features(
     """128 × 3000 Whisper log-mel features and the frame mask."""
     if policy.family != FAMILY:
         return None
+    from audiogate_qwen2audio import features
+
     return features.extract_features(
         policy, plan, waveform, rate_hz=rate_hz, clip_index=clip_index, cancel=cancel
     )
@@ -105,6 +114,8 @@ def audiogate_collate_features(
     """``input_features`` and ``feature_attention_mask`` for the model's forward."""
     if policy.family != FAMILY:
         return None
+    from audiogate_qwen2audio import collate
+
     return collate.collate_features(policy, clips)
 
 
@@ -118,4 +129,6 @@ def audiogate_expand_prompt(
     """Chat audio parts or ``[audio:<sha256>]`` references → n × ``<|AUDIO|>`` per clip."""
     if policy.family != FAMILY:
         return None
+    from audiogate_qwen2audio import prompt
+
     return prompt.expand_prompt(policy, segments, clips, tokenizer)
