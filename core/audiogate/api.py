@@ -66,7 +66,7 @@ __all__ = ["AudioGate", "PreparedRequest", "Renderer", "load_tokenizer"]
 
 #: ``renderer(messages) -> prompt text``; by default the tokenizer's chat template.
 Renderer = Callable[[Sequence[Mapping[str, Any]]], str]
-TensorKind = Literal["np", "mlx"]
+TensorKind = Literal["np", "mlx", "pt"]
 
 
 def load_tokenizer(model_dir: str | os.PathLike[str]) -> Any | None:
@@ -150,6 +150,8 @@ class PreparedRequest:
     :param input_ids: the expanded prompt's token ids (empty without a tokenizer).
     :param text: the expanded prompt text where the family has a text form.
     :param audio_spans: per clip, ``(start, stop)`` of its audio positions in ``input_ids``.
+    :param variant: the checkpoint variant the inputs are named for (``policy.variant``):
+        ``"remote_code"`` or ``"native"`` for Phi-4 MM, ``"default"`` for a family with one.
     :param batch: the prepared audio (``None`` for a request without audio).
     :param features: per-clip feature arrays (numpy, or mlx when asked for).
     :param masks: per-clip frame masks (or ``None`` where the family has none).
@@ -161,6 +163,7 @@ class PreparedRequest:
     input_ids: tuple[int, ...]
     text: str | None
     audio_spans: tuple[tuple[int, int], ...]
+    variant: str = "default"
     batch: PreparedBatch | None = attrs.field(repr=False)
     features: tuple[Any, ...] = attrs.field(repr=False)
     masks: tuple[Any, ...] = attrs.field(repr=False)
@@ -328,7 +331,9 @@ class AudioGate:
         placeholders are inserted). Cancelling the awaiting task cancels acquisition and
         processing.
 
-        :param return_tensors: ``"np"`` or ``"mlx"``; by default what the backend computed.
+        :param return_tensors: ``"np"``, ``"mlx"`` or ``"pt"`` (torch tensors, each a copy
+            of its read-only array, which the caller may write to); by default what the
+            backend computed.
         :param progress: ``progress(stage, clip_index, clip_count)`` (in-thread runs only).
         :param feature_backend: ``"numpy"`` or ``"mlx"`` for this call (default: the gate's).
         :raises AudioGateError: a typed error; nothing is silently dropped.
@@ -576,6 +581,7 @@ class AudioGate:
             input_ids=expanded.input_ids,
             text=expanded.text,
             audio_spans=(),
+            variant=self.policy.variant,
             batch=None,
             features=(),
             masks=(),
@@ -595,6 +601,7 @@ class AudioGate:
             input_ids=expanded.input_ids if expanded else (),
             text=expanded.text if expanded else None,
             audio_spans=expanded.audio_spans if expanded else (),
+            variant=policy.variant,
             batch=batch,
             features=tuple(convert(c.features.features) for c in batch.clips),
             masks=tuple(
@@ -647,4 +654,19 @@ def _converter(kind: TensorKind | None) -> Callable[[Any], Any]:
                 f"Linux: pip install 'mlx[cpu]'), or ask for 'np'"
             ) from exc
         return lambda array: mx.array(array)
-    raise ValueError(f"return_tensors must be 'np' or 'mlx', not {kind!r}")
+    if kind == "pt":
+        try:
+            import torch
+        except ImportError as exc:
+            raise PluginError(
+                f"return_tensors='pt' needs torch ({exc}): pip install torch, or ask for 'np'"
+            ) from exc
+        import numpy as np
+
+        def to_torch(array: Any) -> Any:
+            # The arrays are read-only and shared with the batch: from_numpy would warn
+            # and let the model write into them. One copy, owned by the tensor.
+            return torch.from_numpy(np.array(array, copy=True))
+
+        return to_torch
+    raise ValueError(f"return_tensors must be 'np', 'mlx' or 'pt', not {kind!r}")

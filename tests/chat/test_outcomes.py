@@ -109,8 +109,8 @@ def test_a_cancelled_request_counts_once_as_cancelled(gate) -> None:
 
 def test_a_wrong_return_tensors_fails_before_any_work_and_counts_nothing(gate) -> None:
     with pytest.raises(ValueError, match="return_tensors"):
-        gate.prepare(user(audio_part()), return_tensors="pt")  # type: ignore[arg-type]
-    assert counted(gate, lambda: gate.prepare(user(audio_part()), return_tensors="pt")) == {}
+        gate.prepare(user(audio_part()), return_tensors="tf")  # type: ignore[arg-type]
+    assert counted(gate, lambda: gate.prepare(user(audio_part()), return_tensors="tf")) == {}
 
 
 def test_a_text_only_success_is_not_an_audio_request(gate) -> None:
