@@ -39,6 +39,12 @@ def chat_server() -> ModuleType:
     return module
 
 
+def test_every_quoted_excerpt_is_verbatim_in_the_examples(run_tutorial) -> None:
+    text = (ROOT / "docs" / "embedding.md").read_text("utf-8")
+    assert len(run_tutorial.excerpts(text)) >= 5
+    assert run_tutorial.stale_excerpts(text) == []
+
+
 def audio_part(name: str) -> dict:
     data = base64.b64encode((AUDIO / name).read_bytes()).decode()
     return {"type": "input_audio", "input_audio": {"data": data, "format": "wav"}}
@@ -126,3 +132,76 @@ def test_the_model_refuses_misaligned_inputs(chat_server) -> None:
     broken = attrs.evolve(prepared, audio_spans=((start, stop - 1),))
     with pytest.raises(RuntimeError, match="audio positions"):
         chat_server.EchoAudioModel().generate([broken])
+
+
+# --- examples/embedding/generate.py: generate() on a tiny model of each family -----------
+
+
+@pytest.fixture(scope="module")
+def generate_example() -> ModuleType:
+    path = ROOT / "examples" / "embedding" / "generate.py"
+    spec = importlib.util.spec_from_file_location("generate_example", path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["generate_example"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def tiny_models() -> dict:
+    pytest.importorskip("torch")
+    from audiogate.testing.tiny_models import build_tiny_model
+
+    return {family: build_tiny_model(family) for family in ("phi4mm", "gemma3n", "qwen2audio")}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", ["phi4mm", "gemma3n", "qwen2audio"])
+def test_generate_runs_on_a_tiny_model_of_each_family(
+    generate_example, tiny_models, family: str
+) -> None:
+    gate = AudioGate.from_model_dir(generate_example.CHECKPOINTS[family])
+    prepared = generate_example.prepare_speech(gate)
+    model = tiny_models[family]
+    assert type(model).__name__ == generate_example.MODEL_CLASSES[(family, prepared.variant)]
+    new = generate_example.generate(model, prepared, max_new_tokens=3)
+    assert len(new) == 3
+    assert all(0 <= i < model.config.get_text_config().vocab_size for i in new)
+    # The model's own placeholder check sees our ids: one audio position more is refused.
+    start, _ = prepared.audio_spans[0]
+    ids = prepared.input_ids
+    extra = attrs.evolve(prepared, input_ids=(*ids[:start], ids[start], *ids[start:]))
+    with pytest.raises((ValueError, RuntimeError)):
+        generate_example.generate(model, extra, max_new_tokens=1)
+
+
+@pytest.mark.slow
+def test_remote_code_phi4mm_inputs_are_refused_for_the_native_class(
+    generate_example, tiny_models
+) -> None:
+    torch = pytest.importorskip("torch")
+    gate = AudioGate.from_model_dir(ROOT / "examples" / "models" / "phi-4-multimodal-instruct")
+    prepared = generate_example.prepare_speech(gate)
+    assert prepared.variant == "remote_code"
+    native = tiny_models["phi4mm"]
+    with pytest.raises(TypeError, match="Phi4MMForCausalLM"):
+        generate_example.generate(native, prepared)
+    # Why: generate() happens to refuse the unknown names, but the native forward pass
+    # ignores them without an error: its logits are those of no audio input at all.
+    with pytest.raises(ValueError, match="not used by the model"):
+        native.generate(input_ids=torch.tensor([prepared.input_ids]), **prepared.model_inputs)
+    ids = torch.tensor([prepared.input_ids])
+    with torch.no_grad():
+        ignored = native(input_ids=ids, **prepared.model_inputs, logits_to_keep=1).logits
+        without = native(input_ids=ids, logits_to_keep=1).logits
+    assert torch.equal(ignored, without)
+
+
+@pytest.mark.slow
+def test_the_generate_example_runs_as_a_script(generate_example, capsys) -> None:
+    assert generate_example.main([]) == 0
+    out = capsys.readouterr().out
+    assert "phi4mm (native) → Phi4MultimodalForCausalLM" in out
+    assert "qwen2audio (default) → Qwen2AudioForConditionalGeneration" in out
