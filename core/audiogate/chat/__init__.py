@@ -10,10 +10,13 @@ from audiogate.chat.messages import (
     renders_parts,
     require_unicode,
 )
+from audiogate.chat.prompt_text import MAX_PROMPT_TEXT_BYTES, PROMPT_TEXT_LIMIT
 from audiogate.chat.sentinels import SENTINEL_PREFIX, SentinelCodec, parse_rendered
 
 __all__ = [
     "AUDIO_PART_TYPES",
+    "MAX_PROMPT_TEXT_BYTES",
+    "PROMPT_TEXT_LIMIT",
     "SENTINEL_PREFIX",
     "ChatRequestError",
     "FlattenedChat",

@@ -100,6 +100,9 @@ class AudioJob(Generic[T]):
         self._queued = False
         #: Unregisters the worker's cancel callback once the job has left the queue.
         self._unwatch: Callable[[], None] | None = None
+        #: A call job's work (``AudioWorker.submit_call``): run instead of the audio
+        #: stages, and counted by its owner, not the worker.
+        self._work: Callable[[], Any] | None = None
         # A consumer that went away without taking the result still releases everything.
         self._finalizer = weakref.finalize(self, holdings.release)
 

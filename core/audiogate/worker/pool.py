@@ -10,7 +10,7 @@ import functools
 import threading
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 from audiogate.acquire.clip import EncodedClip
@@ -27,7 +27,7 @@ from audiogate.errors import (
 from audiogate.host import FamilyHost
 from audiogate.metrics import AudioMetrics, Completed, record_outcome
 from audiogate.metrics.outcome import worker_admits
-from audiogate.pipeline import preflight, process_request
+from audiogate.pipeline import RequestPlan, preflight, process_request
 from audiogate.policy import AudioPolicy
 from audiogate.worker.job import AudioJob, Finish, Finished, Holdings, Slot
 from audiogate.worker.reservations import Ledger, WorkerLimits
@@ -112,8 +112,12 @@ class AudioWorker:
         *,
         finish: Finish | None = None,
         cancel: CancelToken | None = None,
+        extra_host_bytes: int = 0,
     ) -> AudioJob[Any]:
         """Admit a request: preflight it, reserve its bytes and queue it, or refuse.
+
+        ``extra_host_bytes`` are reserved with the plan's host bytes (what ``finish``
+        needs: the caller's estimate for tokenizing the prompt).
 
         :raises PreprocessCancelled: the token was already cancelled.
         :raises WorkerUnavailableError: the worker is shut down.
@@ -130,7 +134,7 @@ class AudioWorker:
                 raise WorkerUnavailableError("the audio worker is shut down")
             plan = preflight(self.host, policy, clips, cancel=token)
             encoded = plan.encoded_bytes
-            host_bytes = plan.host_bytes
+            host_bytes = plan.host_bytes + extra_host_bytes
             if encoded < 0 or host_bytes < 0:
                 raise SizeOverflowError("the request reservation")
             reservation = self._ledger.reserve(encoded, host_bytes)
@@ -155,16 +159,7 @@ class AudioWorker:
         # awaiting task) withdraws a queued job too, instead of leaving its reservation and
         # queue place until a thread reaches it.
         job.future.add_done_callback(functools.partial(self._withdraw_cancelled, weakref.ref(job)))
-        refusal: AudioGateError | None = None
-        with self._lock:
-            if self._closed.is_set():
-                refusal = WorkerUnavailableError("the audio worker is shut down")
-            elif len(self._pending) >= self.limits.queue_depth:
-                refusal = QueueFullError(
-                    f"the audio queue is full ({self.limits.queue_depth} jobs waiting); retry later"
-                )
-            else:
-                self._enqueue(job)
+        refusal = self._queue_or_refusal(job)
         if refusal is None:
             if token.cancelled:  # cancelled while it was admitted: its callback already ran
                 self._withdraw(job)
@@ -202,9 +197,85 @@ class AudioWorker:
         *,
         finish: Finish | None = None,
         cancel: CancelToken | None = None,
+        extra_host_bytes: int = 0,
     ) -> Any:
         """Submit and await (asyncio API). Cancelling the awaiting task cancels the job."""
-        job = self.submit(policy, clips, finish=finish, cancel=cancel)
+        # No local holds the job: a raised error's traceback keeps this frame.
+        return await self._await_job(
+            self.submit(
+                policy, clips, finish=finish, cancel=cancel, extra_host_bytes=extra_host_bytes
+            )
+        )
+
+    def submit_call(
+        self,
+        policy: AudioPolicy,
+        work: Callable[[], Any],
+        *,
+        host_bytes: int,
+        cancel: CancelToken | None = None,
+    ) -> AudioJob[Any]:
+        """Admit CPU work that is not audio (rendering and tokenizing a prompt): reserve
+        ``host_bytes`` and queue it with the audio jobs, under the same queue depth and
+        byte caps, or refuse. The worker does not count it in the metrics: its owner
+        does (it is one step of a request, or a request without audio).
+
+        :raises PreprocessCancelled: the token was already cancelled.
+        :raises WorkerUnavailableError: the worker is shut down.
+        :raises MemoryLimitError: the host-bytes cap is full.
+        :raises QueueFullError: the job queue is full.
+        """
+        token = cancellable(cancel)
+        token.check(Checkpoint.QUEUE)
+        if self._closed.is_set():
+            raise WorkerUnavailableError("the audio worker is shut down")
+        if host_bytes < 0:
+            raise SizeOverflowError("the call reservation")
+        reservation = self._ledger.reserve(0, host_bytes)
+        plan = RequestPlan(
+            policy=policy,
+            clips=(),
+            encoded_bytes=0,
+            waveform_result_bytes=0,
+            waveform_working_bytes=0,
+            feature_working_bytes=0,
+            prepared_result_bytes=host_bytes,
+        )
+        job: AudioJob[Any] = AudioJob(
+            policy=policy,
+            plan=plan,
+            clips=(),
+            finish=None,
+            cancel=token,
+            holdings=Holdings(reservation),
+        )
+        job._work = work
+        job._unwatch = token.on_cancel(functools.partial(self._withdraw_ref, weakref.ref(job)))
+        job.future.add_done_callback(functools.partial(self._withdraw_cancelled, weakref.ref(job)))
+        refusal = self._queue_or_refusal(job)
+        if refusal is None:
+            if token.cancelled:
+                self._withdraw(job)
+            return job
+        job._unwatch()
+        job._hand_off()
+        raise refusal
+
+    async def call_async(
+        self,
+        policy: AudioPolicy,
+        work: Callable[[], Any],
+        *,
+        host_bytes: int,
+        cancel: CancelToken | None = None,
+    ) -> Any:
+        """:meth:`submit_call` and await ``work()``'s value (asyncio API). Cancelling the
+        awaiting task withdraws a queued call; a running one finishes first."""
+        return await self._await_job(
+            self.submit_call(policy, work, host_bytes=host_bytes, cancel=cancel)
+        )
+
+    async def _await_job(self, job: AudioJob[Any]) -> Any:
         waiter = asyncio.wrap_future(job.future)
         try:
             await asyncio.shield(waiter)
@@ -226,6 +297,18 @@ class AudioWorker:
             del job, waiter
 
     # --- the queue -------------------------------------------------------------------
+
+    def _queue_or_refusal(self, job: AudioJob[Any]) -> AudioGateError | None:
+        """Queue an admitted job, or say why not (closed, or the queue is full)."""
+        with self._lock:
+            if self._closed.is_set():
+                return WorkerUnavailableError("the audio worker is shut down")
+            if len(self._pending) >= self.limits.queue_depth:
+                return QueueFullError(
+                    f"the audio queue is full ({self.limits.queue_depth} jobs waiting); retry later"
+                )
+            self._enqueue(job)
+        return None
 
     def _enqueue(self, job: AudioJob[Any]) -> None:
         """Append a job and wake a thread (call with the lock held)."""
@@ -269,9 +352,10 @@ class AudioWorker:
         """Release a job that left the queue without running and give it ``error``."""
         job._hand_off()
         if job.future.set_running_or_notify_cancel():
-            self.record_failure(job.policy.family, error)
+            if job._work is None:  # a call's owner counts it
+                self.record_failure(job.policy.family, error)
             job.future.set_exception(error)
-        else:
+        elif job._work is None:
             record_outcome(self.metrics, job.policy.family, None)
 
     # --- processing ------------------------------------------------------------------
@@ -318,6 +402,9 @@ class AudioWorker:
         return Slot(self._results)
 
     def _process(self, job: AudioJob[Any]) -> None:
+        if job._work is not None:
+            self._call(job, job._work)
+            return
         family = job.policy.family
         if not job.future.set_running_or_notify_cancel():
             job._hand_off()
@@ -380,6 +467,23 @@ class AudioWorker:
             job._outcome.offer_completion(completed)  # before the owner can see the result
         else:
             completed()
+        job.future.set_result(value)
+
+    def _call(self, job: AudioJob[Any], work: Callable[[], Any]) -> None:
+        """Run a call job (:meth:`submit_call`); its owner counts it."""
+        if not job.future.set_running_or_notify_cancel():
+            job._hand_off()
+            return
+        try:
+            job.cancel_token.check(Checkpoint.QUEUE)
+            value = work()
+        except BaseException as error:
+            job._hand_off()
+            clear_frames(error)
+            future = job.future
+            del job, work
+            future.set_exception(error)
+            return
         job.future.set_result(value)
 
     # --- shutdown --------------------------------------------------------------------
