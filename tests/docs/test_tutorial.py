@@ -80,3 +80,156 @@ def test_the_tutorial_commands_run_as_written(run_tutorial: ModuleType, tmp_path
     """Install the example plugin in a throwaway environment and run every command."""
     problems = run_tutorial.run_tutorial(tmp_path)
     assert not problems, "\n\n".join(problems)
+
+
+def _section(text: str, start: str, stop: str) -> str:
+    return text[text.index(start) : text.index(stop, text.index(start))]
+
+
+def test_the_pinned_defaults_example_names_every_required_policy_field(run_tutorial) -> None:
+    """The quoted ``PINNED`` sets, and the text lists, every field without a default."""
+    import attrs
+
+    from audiogate.policy import AudioPolicy
+
+    required = [f.name for f in attrs.fields(AudioPolicy) if f.default is attrs.NOTHING]
+    text = run_tutorial.TUTORIAL.read_text("utf-8")
+    section = _section(text, "## 3. Pinned defaults", "The per-clip limits")
+    pinned = next(e.code for e in run_tutorial.excerpts(section) if "PINNED" in e.code)
+    assert pinned.rstrip().endswith(")")  # the whole call, not its first lines
+    for name in required:
+        assert f"    {name}=" in pinned, name
+        assert f"`{name}`" in section, name
+    words = {8: "Eight", 15: "Fifteen", 18: "Eighteen"}
+    assert f"{words[len(required)]} fields have no default" in section
+
+
+# (frame_length_samples, frame_hop_samples, pad_multiple_samples, min_samples, frames(n))
+CENTRED_FRAMINGS = {
+    "| as is | 400 | 160 | 1 | 400 |": (400, 160, 1, 400, lambda n: (n - 400) // 160 + 1),
+    "| centred, `1 + n // 160` | 0 | 160 | 1 | 201 |": (0, 160, 1, 201, lambda n: 1 + n // 160),
+    "| `n // 160` | 160 | 160 | 1 | 160 |": (160, 160, 1, 160, lambda n: n // 160),
+    "| `ceil(n / 160)` (": (160, 160, 160, 1, lambda n: -(-n // 160)),
+}
+
+
+def _centred_snippet(run_tutorial, n: int) -> dict:
+    """Run the tutorial's centred-framing snippet on ``n`` samples; its namespace."""
+    import numpy as np
+    from numpy.lib.stride_tricks import sliding_window_view
+
+    text = run_tutorial.TUTORIAL.read_text("utf-8")
+    section = _section(text, "### Centred (Whisper-style) framing", "### The DSP toolkit")
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    namespace = {
+        "np": np,
+        "sliding_window_view": sliding_window_view,
+        "N_FFT": 400,
+        "FRAME_HOP_SAMPLES": 160,
+        "waveform": np.linspace(-1.0, 1.0, n),
+    }
+    exec(code, namespace)
+    return namespace
+
+
+@pytest.mark.parametrize("n", [201, 202, 359, 360, 361, 36_552])
+def test_the_centred_framing_example_frames_what_it_counts(run_tutorial, n: int) -> None:
+    namespace = _centred_snippet(run_tutorial, n)
+    assert namespace["framed"].shape == (namespace["frame_count"](n), 400)
+    assert namespace["frame_count"](n) == 1 + n // 160
+    assert namespace["frame_count"](200) == 0
+    # Frame 0 is centred on sample 0: samples 200..1 mirrored in front of it.
+    np = namespace["np"]
+    waveform = namespace["waveform"]
+    np.testing.assert_array_equal(namespace["framed"][0][:200], waveform[200:0:-1])
+    np.testing.assert_array_equal(namespace["framed"][0][200:], waveform[:200])
+    text = run_tutorial.TUTORIAL.read_text("utf-8")
+    for row in ("| as is (toyvoice) | `(n - 400) // 160 + 1` | 226 |", "| 229 |", "| 228 |"):
+        assert row in text
+
+
+@pytest.mark.slow
+def test_the_centred_framing_example_counts_what_torch_stft_frames(run_tutorial) -> None:
+    """``torch.stft`` with ``center=True`` frames as many rows, and refuses what the
+    snippet refuses."""
+    torch = pytest.importorskip("torch")
+    window = torch.hann_window(400)
+    for n in (201, 202, 359, 360, 361, 36_552):
+        namespace = _centred_snippet(run_tutorial, n)
+        stft = torch.stft(torch.zeros(n), 400, 160, window=window, return_complex=True)
+        assert namespace["frame_count"](n) == stft.shape[1], n
+    with pytest.raises(RuntimeError, match=r"[Pp]adding size"):
+        torch.stft(torch.zeros(200), 400, 160, window=window, return_complex=True)
+
+
+@pytest.mark.parametrize("row", list(CENTRED_FRAMINGS))
+def test_each_framings_policy_settings_estimate_its_frames(run_tutorial, row: str) -> None:
+    """Each row of the tutorial's framing table makes ``estimate_frames`` count exactly
+    its formula from its ``min_samples_per_clip`` on (what the contract suite checks)."""
+    from audiogate.policy import AudioPolicy
+
+    assert row in run_tutorial.TUTORIAL.read_text("utf-8")
+    length, hop, pad, shortest, frames = CENTRED_FRAMINGS[row]
+    policy = AudioPolicy(
+        family="x",
+        revision="r",
+        resampling="soxr_hq",
+        max_duration_seconds=1,
+        max_samples_per_clip=16_000,
+        max_encoded_bytes_per_clip=1,
+        max_frames_per_clip=1,
+        max_encoded_bytes_per_request=1,
+        max_source_samples_per_request=1,
+        max_normalized_samples_per_request=1,
+        max_source_duration_us_per_request=1,
+        max_frames_per_request=1,
+        max_waveform_result_bytes_per_request=1,
+        max_waveform_working_bytes_per_request=1,
+        max_prepared_result_bytes_per_request=1,
+        frame_length_samples=length,
+        frame_hop_samples=hop,
+        pad_multiple_samples=pad,
+        min_samples_per_clip=shortest,
+        placeholder="rows_per_clip",
+    )
+    for n in range(shortest, 2_000):
+        assert policy.estimate_frames(n) == frames(n), n
+    assert frames(shortest) >= 1
+
+
+def test_the_recommended_lint_settings_pass_on_the_example_plugin(
+    run_tutorial, tmp_path: Path
+) -> None:
+    """Section 12's ruff settings (ANN401 ignored: the hook spec's own ``Any``) lint the
+    example package clean. Import grouping (I001) follows where a package lives: in this
+    repository ``audiogate`` sorts as first-party."""
+    import subprocess
+    import sys
+
+    text = run_tutorial.TUTORIAL.read_text("utf-8")
+    section = text[text.index("## 12. Before you publish") :]
+    toml = section.split("```toml\n", 1)[1].split("```", 1)[0]
+    config = tmp_path / "pyproject.toml"
+    config.write_text("\n".join(line.removeprefix("  ") for line in toml.splitlines()))
+    assert '"ANN401"' in config.read_text()
+    example = run_tutorial.ROOT / "examples/plugins/audiogate-toyvoice"
+    result = subprocess.run(
+        [sys.executable, "-m", "ruff", "check", "--config", str(config), "--ignore", "I001", "."],
+        cwd=example,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    # Without the ignore, the hook implementations' own Any is flagged.
+    text = config.read_text()
+    config.write_text(text.replace('"ANN401",', ""))
+    strict = subprocess.run(
+        [sys.executable, "-m", "ruff", "check", "--config", str(config), "--select", "ANN", "."],
+        cwd=example,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert "ANN401" in strict.stdout, strict.stdout + strict.stderr
+    assert "audiogate_toyvoice/plugin.py" in strict.stdout
