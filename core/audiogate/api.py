@@ -21,21 +21,28 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import attrs
 
-from audiogate.acquire import AcquisitionPolicy, acquire_parts
+from audiogate.acquire import AcquisitionPolicy, acquire_parts, acquire_suspends
 from audiogate.cancel import CancelToken, cancellable
 from audiogate.chat import (
+    MAX_PROMPT_TEXT_BYTES,
     ChatRequestError,
     FlattenedChat,
     flatten_messages,
     parse_rendered,
     renders_parts,
     require_unicode,
+)
+from audiogate.chat.prompt_text import (
+    INLINE_RENDER_BYTES,
+    check_prompt_text,
+    prompt_text_limit,
+    text_host_bytes,
 )
 from audiogate.errors import (
     AudioGateError,
@@ -60,13 +67,14 @@ from audiogate.records import (
     PromptSegment,
     TextSegment,
 )
-from audiogate.worker import AudioWorker, Finished
+from audiogate.worker import AudioJob, AudioWorker, Finished
 
 __all__ = ["AudioGate", "PreparedRequest", "Renderer", "load_tokenizer"]
 
 #: ``renderer(messages) -> prompt text``; by default the tokenizer's chat template.
 Renderer = Callable[[Sequence[Mapping[str, Any]]], str]
 TensorKind = Literal["np", "mlx", "pt"]
+_T = TypeVar("_T")
 
 
 def load_tokenizer(model_dir: str | os.PathLike[str]) -> Any | None:
@@ -85,7 +93,9 @@ def load_tokenizer(model_dir: str | os.PathLike[str]) -> Any | None:
     if not check_tokenizer_files(root):
         return None
     try:
-        from transformers import AutoTokenizer, PreTrainedTokenizerFast
+        # Only the fast tokenizer class: ``AutoTokenizer`` imports transformers' model
+        # configuration code and, through it, torch (most of a second).
+        from transformers import PreTrainedTokenizerFast
     except ImportError as exc:
         raise PolicyError(
             f"has tokenizer files, and reading them needs transformers ({exc}); install it "
@@ -96,6 +106,8 @@ def load_tokenizer(model_dir: str | os.PathLike[str]) -> Any | None:
         if (root / "tokenizer.json").exists():
             tokenizer = PreTrainedTokenizerFast.from_pretrained(str(root), local_files_only=True)
         else:
+            from transformers import AutoTokenizer
+
             tokenizer = AutoTokenizer.from_pretrained(
                 str(root), local_files_only=True, trust_remote_code=False
             )
@@ -207,6 +219,10 @@ class AudioGate:
     :param acquisition: ceilings and destination policy for audio sources.
     :param worker: a bounded worker to run the CPU work on (default: the calling thread).
     :param max_prefill_tokens: refuse prompts longer than this (``context_limit``).
+    :param max_prompt_text_bytes: refuse chat messages (or a plain prompt) with more text
+        than this (UTF-8 bytes, ``context_limit``) before any template or tokenizer sees
+        them; lowered to ``max_prefill_tokens`` times the tokenizer's longest token
+        (:func:`audiogate.chat.prompt_text.prompt_text_limit`).
     :param policy_source: shown in summaries (the model directory or ``--family NAME``).
     :param feature_backend: ``"numpy"`` (default) or ``"mlx"`` (``pip install
         'audiogate[mlx]'``); overridable per call.
@@ -224,6 +240,7 @@ class AudioGate:
         max_prefill_tokens: int | None = None,
         policy_source: str = "",
         feature_backend: FeatureBackend = "numpy",
+        max_prompt_text_bytes: int = MAX_PROMPT_TEXT_BYTES,
     ) -> None:
         self.host = host
         self.policy = attrs.evolve(policy, feature_backend=feature_backend)
@@ -233,6 +250,10 @@ class AudioGate:
         self.worker = worker
         self.max_prefill_tokens = max_prefill_tokens
         self.policy_source = policy_source
+        #: The prompt text bytes a request may carry (checked before rendering).
+        self.max_prompt_text_bytes = prompt_text_limit(
+            max_prefill_tokens=max_prefill_tokens, tokenizer=tokenizer, cap=max_prompt_text_bytes
+        )
 
     # --- construction ----------------------------------------------------------------
 
@@ -293,19 +314,26 @@ class AudioGate:
         feature_backend: FeatureBackend | None = None,
     ) -> PreparedRequest:
         """Blocking :meth:`prepare_async` (for CLIs, tests and threaded servers): the chat
-        template renders before the audio is acquired, then the audio is prepared."""
+        template renders before the audio is acquired, then the audio is prepared.
+
+        Without a worker, everything runs in the calling thread, with no event loop or
+        thread of its own (a request with a URL part runs its acquisition on an event loop
+        of its own); with one, the calling thread submits to it and waits. The checks,
+        errors and metrics are :meth:`prepare_async`'s.
+        """
         try:
             asyncio.get_running_loop()
         except RuntimeError:
-            return asyncio.run(
-                self.prepare_async(
+            return _run_blocking(
+                self._prepare_call(
                     messages,
-                    prompt=prompt,
-                    clips=clips,
-                    cancel=cancel,
-                    return_tensors=return_tensors,
-                    progress=progress,
-                    feature_backend=feature_backend,
+                    prompt,
+                    clips,
+                    cancel,
+                    return_tensors,
+                    progress,
+                    feature_backend,
+                    blocking=True,
                 )
             )
         raise RuntimeError("AudioGate.prepare() called inside an event loop; await prepare_async()")
@@ -343,6 +371,31 @@ class AudioGate:
         here before that (template, placeholders, acquisition, a text-only prompt's
         length). A text-only success is not counted (it is not an audio request).
         """
+        return await self._prepare_call(
+            messages,
+            prompt,
+            clips,
+            cancel,
+            return_tensors,
+            progress,
+            feature_backend,
+            blocking=False,
+        )
+
+    async def _prepare_call(
+        self,
+        messages: Sequence[Mapping[str, Any]] | None,
+        prompt: str | None,
+        clips: Sequence[EncodedClip] | None,
+        cancel: CancelToken | None,
+        return_tensors: TensorKind | None,
+        progress: Progress | None,
+        feature_backend: FeatureBackend | None,
+        *,
+        blocking: bool,
+    ) -> PreparedRequest:
+        """:meth:`prepare_async`; ``blocking``: for :meth:`prepare`, every step runs in
+        the calling thread (or waits on the worker) and nothing awaited suspends."""
         if messages is None and prompt is None and clips is None:
             raise TypeError("give chat messages, or a plain prompt and/or clips")
         if messages is not None and prompt is not None:
@@ -358,7 +411,14 @@ class AudioGate:
         with outcome_scope() as outcome:
             try:
                 return await self._prepare(
-                    policy, messages, prompt, clips, cancellable(cancel), convert, progress
+                    policy,
+                    messages,
+                    prompt,
+                    clips,
+                    cancellable(cancel),
+                    convert,
+                    progress,
+                    blocking=blocking,
                 )
             except (Exception, asyncio.CancelledError) as error:
                 if self.worker is not None:
@@ -377,15 +437,27 @@ class AudioGate:
         token: CancelToken,
         convert: Callable[[Any], Any],
         progress: Progress | None,
+        *,
+        blocking: bool,
     ) -> PreparedRequest:
+        text_bytes = 0
         if messages is not None:
+            # Bounded before any template or tokenizer sees it; then rendering and
+            # tokenizing run off the event loop, reserved like audio (see _off_loop).
+            text_bytes = check_prompt_text(messages, self.max_prompt_text_bytes)
             flat = flatten_messages(messages, parts=self._renders_parts)
             if not flat.has_audio:
                 if clips:
                     raise PlaceholderError(
                         f"{len(clips)} clip(s) were given but the messages have no audio part"
                     )
-                return self._text_only(flat, convert)
+                return await self._off_loop(
+                    policy,
+                    functools.partial(self._text_only, flat, convert),
+                    text_bytes,
+                    token,
+                    blocking=blocking,
+                )
             if clips is not None and len(clips) != len(flat.audio_parts):
                 raise PlaceholderError(
                     f"the messages have {len(flat.audio_parts)} audio part(s) but "
@@ -394,7 +466,16 @@ class AudioGate:
             # Rendered before the audio is acquired: the template sees sentinels only, a
             # template that refuses the messages costs no download, and acquired bytes
             # go from the acquisition budget straight to the worker's admission.
-            rendered = self._render(flat.messages)
+            if text_bytes <= INLINE_RENDER_BYTES:
+                rendered = self._render(flat.messages)
+            else:
+                rendered = await self._off_loop(
+                    policy,
+                    functools.partial(self._render, flat.messages),
+                    text_bytes,
+                    token,
+                    blocking=blocking,
+                )
             assert flat.codec is not None
             segments: list[PromptSegment] = parse_rendered(
                 rendered,
@@ -403,6 +484,11 @@ class AudioGate:
             )
             if clips is not None:
                 encoded = list(clips)
+            elif blocking:
+                suspends = acquire_suspends(flat.audio_parts, policy=self.acquisition)
+                acquiring = acquire_parts(flat.audio_parts, policy=self.acquisition, cancel=token)
+                # URLs and files on an event loop of their own; inline audio right here.
+                encoded = asyncio.run(acquiring) if suspends else _run_blocking(acquiring)
             else:
                 encoded = await acquire_parts(
                     flat.audio_parts, policy=self.acquisition, cancel=token
@@ -410,6 +496,7 @@ class AudioGate:
         else:
             encoded = list(clips or ())
             if prompt is not None:
+                text_bytes = check_prompt_text(prompt, self.max_prompt_text_bytes)
                 require_unicode(prompt, "the prompt")
             segments = [TextSegment(prompt)] if prompt is not None else []
 
@@ -422,8 +509,28 @@ class AudioGate:
             return Finished(_Finished(batch, expanded), prefill_tokens=prefill)
 
         finished: _Finished
-        if self.worker is not None:
-            finished = await self.worker.prepare_async(policy, encoded, finish=finish, cancel=token)
+        if blocking:
+            if self.worker is not None:
+                finished = _wait(
+                    self.worker.submit(
+                        policy,
+                        encoded,
+                        finish=finish,
+                        cancel=token,
+                        extra_host_bytes=text_host_bytes(text_bytes),
+                    )
+                )
+            else:
+                batch = prepare_clips(self.host, policy, encoded, cancel=token, progress=progress)
+                finished = finish(batch).value
+        elif self.worker is not None:
+            finished = await self.worker.prepare_async(
+                policy,
+                encoded,
+                finish=finish,
+                cancel=token,
+                extra_host_bytes=text_host_bytes(text_bytes),  # tokenizing the prompt
+            )
         else:
             try:
                 finished = await asyncio.to_thread(
@@ -439,6 +546,35 @@ class AudioGate:
                 token.cancel()
                 raise
         return self._result(policy, finished.batch, finished.expanded, convert)
+
+    async def _off_loop(
+        self,
+        policy: AudioPolicy,
+        work: Callable[[], _T],
+        text_bytes: int,
+        token: CancelToken,
+        *,
+        blocking: bool = False,
+    ) -> _T:
+        """``work()`` (rendering, tokenizing) off the event loop: on the worker, queued
+        with the audio jobs and holding :func:`text_host_bytes` of ``text_bytes`` as
+        in-flight host bytes, or in a thread without a worker (``blocking``: in the
+        calling thread, or waiting on the worker, without suspending)."""
+        if blocking:
+            if self.worker is not None:
+                value: _T = _wait(
+                    self.worker.submit_call(
+                        policy, work, host_bytes=text_host_bytes(text_bytes), cancel=token
+                    )
+                )
+                return value
+            return work()
+        if self.worker is not None:
+            value = await self.worker.call_async(
+                policy, work, host_bytes=text_host_bytes(text_bytes), cancel=token
+            )
+            return value
+        return await asyncio.to_thread(work)
 
     def chat_prompt(self, text: str) -> str:
         """The chat template around one user message ``text``, with the generation prompt.
@@ -611,6 +747,29 @@ class AudioGate:
                 k: convert(v) for k, v in _model_inputs(policy.family, batch, expanded).items()
             },
         )
+
+
+def _run_blocking(coroutine: Coroutine[Any, Any, _T]) -> _T:
+    """Run ``coroutine`` to its end without an event loop: the blocking path of
+    :class:`AudioGate` awaits only coroutines that never suspend."""
+    try:
+        coroutine.send(None)
+    except StopIteration as stop:
+        value: _T = stop.value
+        return value
+    coroutine.close()
+    raise RuntimeError("AudioGate.prepare(): a step of the blocking path suspended")
+
+
+def _wait(job: AudioJob[Any]) -> Any:
+    """A submitted job's value, waited for in the calling thread; an interruption while it
+    waits (Ctrl-C) cancels the job: withdrawn if queued, stopped at its next checkpoint."""
+    try:
+        return job.result()
+    except BaseException:
+        if not job.done():
+            job.cancel()
+        raise
 
 
 def _model_inputs(

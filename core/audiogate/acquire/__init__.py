@@ -16,7 +16,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from audiogate.acquire.acquire import acquire_bytes, acquire_parts, acquire_paths
+from audiogate.acquire.acquire import (
+    acquire_bytes,
+    acquire_parts,
+    acquire_paths,
+    acquire_suspends,
+)
 from audiogate.acquire.addresses import refusal
 from audiogate.acquire.clip import EncodedClip
 from audiogate.acquire.held import ACQUIRED_BYTES_LIMIT, AcquiredBytes
@@ -49,6 +54,7 @@ __all__ = [
     "acquire_bytes",
     "acquire_parts",
     "acquire_paths",
+    "acquire_suspends",
     "create_media_client",
     "refusal",
     "system_resolver",

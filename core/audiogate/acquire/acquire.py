@@ -72,7 +72,7 @@ if TYPE_CHECKING:
 # The URL modules (and httpx, tens of milliseconds) are imported by the first URL part:
 # bytes, data URIs and files never need them.
 
-__all__ = ["acquire_bytes", "acquire_parts", "acquire_paths"]
+__all__ = ["acquire_bytes", "acquire_parts", "acquire_paths", "acquire_suspends"]
 
 _T = TypeVar("_T")
 
@@ -232,6 +232,24 @@ async def acquire_parts(
         for owned_client in owned:
             await owned_client.aclose()
     return clips
+
+
+def acquire_suspends(parts: Sequence[Mapping[str, Any]], *, policy: AcquisitionPolicy) -> bool:
+    """Whether :func:`acquire_parts` of ``parts`` awaits anything: a URL, a media file or
+    inline data long enough to be decoded in a thread. When not, a blocking caller may
+    run it to its end without an event loop (``coroutine.send(None)``).
+
+    Parts that do not parse are refused by :func:`acquire_parts` before it awaits.
+    """
+    try:
+        sources = declare_parts(parts, max_clips=policy.max_clips)
+    except (AcquisitionError, LimitError, SourceRefused):
+        return False
+    return any(
+        source.origin not in {ORIGIN_INLINE, ORIGIN_DATA_URI}
+        or len(source.value) >= _INLINE_THREAD_CHARS
+        for source in sources
+    )
 
 
 def _formats(
