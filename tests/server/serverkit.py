@@ -203,8 +203,10 @@ def serving(
     limits: ServerLimits | None = None,
     acquisition: AcquisitionPolicy | None = None,
     max_prefill_tokens: int | None = None,
+    **gate_options: Any,
 ) -> Iterator[Running]:
-    """Serve an example model directory on an ephemeral loopback port."""
+    """Serve an example model directory on an ephemeral loopback port (``gate_options``
+    go to :class:`AudioGate`: ``renderer``, ``max_prompt_text_bytes``)."""
     host = create_host(load_entry_points=True, plugins=[blocker] if blocker else [])
     metrics = AudioMetrics(server_registry(), families=host.families)
     audio_worker = ServerWorker(host, limits=worker or WorkerLimits(), metrics=metrics)
@@ -215,6 +217,7 @@ def serving(
         worker=audio_worker,
         acquisition=acquisition,
         max_prefill_tokens=max_prefill_tokens,
+        **gate_options,
     )
     app = create_app(gate, limits=limits, served_model=model)
     with (

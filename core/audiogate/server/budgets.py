@@ -57,6 +57,13 @@ class ServerLimits:
         the worker's admission reserves the clips (``None``: four maximal requests of
         encoded audio). A read that does not fit is
         refused (413, ``"in-flight acquired bytes"``).
+    :param header_timeout_s: close a connection whose request head has not arrived this
+        long after it opened or after its previous answer (a JSON 408 when part of a head
+        had arrived).
+    :param max_connections: connections served at once (lowered at start-up to fit under
+        the process's open-file limit); one more is answered 503 and closed.
+    :param min_body_rate: bytes per second a body must average once it has been arriving
+        for ``body_idle_timeout_s`` (else 408); 0 turns the check off.
     """
 
     max_body_bytes: int | None = attrs.field(
@@ -69,6 +76,9 @@ class ServerLimits:
     max_inflight_acquired_bytes: int | None = attrs.field(
         default=None, validator=attrs.validators.optional(attrs.validators.ge(1))
     )
+    header_timeout_s: float = attrs.field(default=10.0, validator=attrs.validators.gt(0))
+    max_connections: int = attrs.field(default=1024, validator=attrs.validators.ge(1))
+    min_body_rate: int = attrs.field(default=32 * 1024, validator=attrs.validators.ge(0))
 
 
 class ServerMetrics:

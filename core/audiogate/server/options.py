@@ -15,6 +15,7 @@ from typing import Any, Final
 
 import attrs
 
+from audiogate.chat.prompt_text import MAX_PROMPT_TEXT_BYTES
 from audiogate.server.budgets import ServerLimits
 from audiogate.worker import WorkerLimits
 
@@ -51,7 +52,11 @@ class ServeOptions:
     :param allow_url_fetch: fetch ``http(s)://`` audio (public addresses only).
     :param threads: worker threads of the bounded worker (``--workers``).
     :param worker: the worker's capacities (``threads`` overrides its thread count).
-    :param limits: body limits.
+    :param limits: body and connection limits.
+    :param max_prefill_tokens: refuse expanded prompts longer than this.
+    :param max_prompt_text_bytes: refuse chat messages with more text than this (UTF-8
+        bytes) before the template renders them; lowered to ``max_prefill_tokens`` times
+        the tokenizer's longest token.
     """
 
     model_dir: Path = attrs.field(converter=Path)
@@ -63,6 +68,9 @@ class ServeOptions:
     worker: WorkerLimits = attrs.field(factory=WorkerLimits)
     limits: ServerLimits = attrs.field(factory=ServerLimits)
     max_prefill_tokens: int | None = None
+    max_prompt_text_bytes: int = attrs.field(
+        default=MAX_PROMPT_TEXT_BYTES, validator=attrs.validators.ge(1)
+    )
     log_level: str = "info"
     access_log: bool = True
 
@@ -75,6 +83,13 @@ def _size(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not a positive size (at least 1 byte)")
     return value
+
+
+def _size_or_zero(text: str) -> int:
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _seconds(text: str) -> float:
@@ -199,7 +214,50 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
             f"{body_timeout:g})"
         ),
     )
+    header_timeout = _default(ServerLimits, "header_timeout_s")
+    p.add_argument(
+        "--header-timeout",
+        type=_seconds,
+        default=header_timeout,
+        metavar="SECONDS",
+        help=(
+            "close a connection whose request head has not arrived this long after it "
+            f"opened or after its last answer (default {header_timeout:g})"
+        ),
+    )
+    max_connections = _default(ServerLimits, "max_connections")
+    p.add_argument(
+        "--max-connections",
+        type=_positive,
+        default=max_connections,
+        metavar="N",
+        help=(
+            "connections served at once, more are answered 503 (default "
+            f"{max_connections}, lowered to fit under the open-file limit)"
+        ),
+    )
+    min_body_rate = _size_text(_default(ServerLimits, "min_body_rate"))
+    p.add_argument(
+        "--min-body-rate",
+        type=_size_or_zero,
+        default=_default(ServerLimits, "min_body_rate"),
+        metavar="SIZE",
+        help=(
+            "bytes per second a body must average once it has been arriving for "
+            f"--body-timeout, else 408 (default {min_body_rate}; 0: off)"
+        ),
+    )
     p.add_argument("--max-prefill-tokens", type=_positive, metavar="N", help="prompt length cap")
+    text_cap = _size_text(_default(ServeOptions, "max_prompt_text_bytes"))
+    p.add_argument(
+        "--max-prompt-text-bytes",
+        type=_size,
+        metavar="SIZE",
+        help=(
+            "refuse messages with more text before rendering them (default "
+            f"{text_cap}, lowered to --max-prefill-tokens times the longest token)"
+        ),
+    )
     p.add_argument(
         "--log-level",
         default=_default(ServeOptions, "log_level"),
@@ -229,8 +287,16 @@ def serve_options(args: argparse.Namespace) -> ServeOptions:
             max_inflight_body_bytes=args.max_inflight_body_bytes,
             max_inflight_acquired_bytes=args.max_inflight_acquired_bytes,
             body_idle_timeout_s=args.body_timeout,
+            header_timeout_s=args.header_timeout,
+            max_connections=args.max_connections,
+            min_body_rate=args.min_body_rate,
         ),
         max_prefill_tokens=args.max_prefill_tokens,
+        **(
+            {"max_prompt_text_bytes": args.max_prompt_text_bytes}
+            if args.max_prompt_text_bytes is not None
+            else {}
+        ),
         log_level=args.log_level,
         access_log=not args.no_access_log,
     )

@@ -15,6 +15,8 @@ import asyncio
 import concurrent.futures
 import contextlib
 import functools
+import math
+import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any, Final, TypeVar
 
@@ -81,6 +83,24 @@ class _Ticket:
     body_read: bool = False
 
 
+class _RatedChunks:
+    """A body's chunks and how fast they arrive: once the body has been arriving for
+    ``grace_s``, it must average ``rate`` bytes per second (0: no minimum)."""
+
+    def __init__(self, chunks: AsyncIterator[bytes], rate: int, grace_s: float) -> None:
+        self.chunks = chunks
+        self.rate = rate
+        self.grace_s = grace_s
+        self.started = time.monotonic()
+        self.received = 0
+
+    def rate_deadline(self) -> float:
+        """When the bytes received so far fall below the minimum rate."""
+        if self.rate <= 0:
+            return math.inf
+        return self.started + self.grace_s + self.received / self.rate
+
+
 class _ClientGone(Exception):
     """The client disconnected; there is nobody to answer."""
 
@@ -118,7 +138,9 @@ class AudioServer:
             gate.acquisition.max_bytes_per_request
         )
         self.server_metrics = ServerMetrics(self.metrics)
+        self.limits = limits
         self.body_idle_timeout_s = limits.body_idle_timeout_s
+        self.min_body_rate = limits.min_body_rate
         self._helper = concurrent.futures.ThreadPoolExecutor(1, "audiogate-server-io")
         self.bodies = ByteBudget(
             limits.max_inflight_body_bytes or 4 * self.max_body_bytes,
@@ -230,7 +252,7 @@ class AudioServer:
                 "the request has both Content-Length and Transfer-Encoding headers"
             )
         async with contextlib.aclosing(request.stream()) as stream:
-            chunks = aiter(stream)
+            chunks = _RatedChunks(aiter(stream), self.min_body_rate, self.body_idle_timeout_s)
             if declared is not None:
                 # h11 has already refused a malformed Content-Length. The preflight only
                 # checks: bytes are held as they arrive, never on the client's word.
@@ -255,18 +277,25 @@ class AudioServer:
                 buffer += chunk
         return buffer
 
-    async def _next_chunk(self, chunks: AsyncIterator[bytes]) -> bytes | None:
+    async def _next_chunk(self, chunks: _RatedChunks) -> bytes | None:
+        idle = self.body_idle_timeout_s
+        wait_s = min(idle, chunks.rate_deadline() - time.monotonic())
         try:
-            async with asyncio.timeout(self.body_idle_timeout_s):
-                return await anext(chunks)
+            async with asyncio.timeout(max(0.0, wait_s)):
+                chunk = await anext(chunks.chunks)
         except StopAsyncIteration:
             return None
         except TimeoutError:
-            raise RequestTimeoutError(
-                f"no request body bytes arrived for {self.body_idle_timeout_s:g} s"
-            ) from None
+            if wait_s < idle:
+                raise RequestTimeoutError(
+                    f"the request body arrives slower than {self.min_body_rate} bytes/s "
+                    f"({chunks.received} bytes in {time.monotonic() - chunks.started:.0f} s)"
+                ) from None
+            raise RequestTimeoutError(f"no request body bytes arrived for {idle:g} s") from None
+        chunks.received += len(chunk)
+        return chunk
 
-    async def _discard(self, chunks: AsyncIterator[bytes]) -> None:
+    async def _discard(self, chunks: _RatedChunks) -> None:
         # A body under the cap refused for a full budget is read and dropped (nothing is
         # kept), so the client, still sending, gets the 413 rather than a reset connection.
         with contextlib.suppress(ClientDisconnect, RequestTimeoutError):

@@ -9,6 +9,7 @@ The options (:class:`ServeOptions`) and their command line are in
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import math
@@ -29,7 +30,9 @@ from audiogate.api import AudioGate
 from audiogate.host import FamilyHost, create_host
 from audiogate.metrics import AudioMetrics
 from audiogate.server.app import ServerWorker, check_media_root, create_app
+from audiogate.server.budgets import ServerLimits
 from audiogate.server.options import ServeOptions, parse_size
+from audiogate.server.protocol import connection_cap, guarded_h11
 
 __all__ = ["ServeOptions", "ServerThread", "build_app", "parse_size", "serve", "server_registry"]
 
@@ -77,9 +80,18 @@ def build_app(options: ServeOptions, *, host: FamilyHost | None = None) -> Starl
         raise
 
 
+def _guarded_protocol(limits: ServerLimits) -> type[asyncio.Protocol]:
+    """The h11 protocol with the head timeout and the connection cap of ``limits``."""
+    return guarded_h11(
+        header_timeout_s=limits.header_timeout_s,
+        max_connections=connection_cap(limits.max_connections),
+    )
+
+
 def _config(app: Starlette, options: ServeOptions) -> uvicorn.Config:
     return uvicorn.Config(
         app,
+        http=_guarded_protocol(options.limits),
         host=options.host,
         port=options.port,
         log_level=options.log_level,
@@ -200,8 +212,16 @@ class ServerThread:
     def __init__(
         self, app: Any, *, host: str = "127.0.0.1", port: int = 0, log_level: str = "warning"
     ) -> None:
+        server = getattr(getattr(app, "state", None), "audiogate", None)
+        limits = server.limits if server is not None else ServerLimits()
         self.config = uvicorn.Config(
-            app, host=host, port=port, log_level=log_level, access_log=False, lifespan="on"
+            app,
+            host=host,
+            port=port,
+            log_level=log_level,
+            access_log=False,
+            lifespan="on",
+            http=_guarded_protocol(limits),
         )
         self.server = uvicorn.Server(self.config)
         self._thread = threading.Thread(target=self.server.run, name="audiogate-uvicorn")

@@ -1,0 +1,223 @@
+"""The connection guard: uvicorn's h11 protocol with a request-head timeout, a cap on
+open connections (below the process's file limit), and malformed HTTP answered in the
+server's JSON error shape.
+
+uvicorn 0.3x-0.5x times out neither a new connection that sends nothing nor a request
+head that stops half-way (its keep-alive timer stops at the first byte), and its
+``limit_concurrency`` answers 503 only once a whole head has arrived: a client that
+opens connections and sends a few bytes on each holds a file descriptor per connection
+until the process runs out (then every ``accept()`` fails and is logged). Here:
+
+* a request head must arrive within ``header_timeout_s`` of the connection (or of the
+  previous answer on a kept-alive connection): else the connection is closed (with a
+  JSON 408 when part of a head had arrived);
+* at most ``max_connections`` connections are served; one over it is answered 503
+  (JSON, ``Connection: close``, ``Retry-After: 1``) as soon as it is accepted, without
+  reading its request, and closed; past a further :data:`OVERFLOW_CONNECTIONS` it is
+  closed at once;
+* malformed HTTP (h11's refusals, and a request with both ``Content-Length`` and
+  ``Transfer-Encoding``, refused before the app runs, whatever its body) is a JSON 400
+  that closes the connection, never uvicorn's plain-text one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import resource
+from collections.abc import Callable
+from typing import Any, Final
+
+import h11
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+__all__ = [
+    "FD_RESERVE",
+    "OVERFLOW_CONNECTIONS",
+    "connection_cap",
+    "guarded_h11",
+    "raw_error",
+]
+
+log = logging.getLogger("audiogate.server")
+
+#: File descriptors kept free of connections for everything else the process opens
+#: (listening sockets, media files, URL fetches, the model's files, logs).
+FD_RESERVE: Final = 128
+#: Connections past the cap that still get their 503 (each lingers about
+#: :data:`_LINGER_S` for it); past this many more they are closed unanswered.
+OVERFLOW_CONNECTIONS: Final = 64
+_LINGER_S: Final = 1.0
+#: Below this soft file limit, start-up warns (and says how to raise it).
+_LOW_FILE_LIMIT: Final = 4096
+
+
+def connection_cap(requested: int) -> int:
+    """The connections to serve: ``requested``, lowered so that they, the overflow and
+    :data:`FD_RESERVE` fit under the process's soft open-file limit (read now). Logs a
+    warning when the limit lowers the cap or is low."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return requested
+    room = max(1, soft - FD_RESERVE - OVERFLOW_CONNECTIONS)
+    cap = min(requested, room)
+    if cap < requested:
+        log.warning(
+            "the open-file limit (ulimit -n) is %d: serving at most %d connections instead "
+            "of %d (--max-connections); raise the limit (the hard limit is %s)",
+            soft,
+            cap,
+            requested,
+            "unlimited" if hard == resource.RLIM_INFINITY else hard,
+        )
+    elif soft < _LOW_FILE_LIMIT:
+        log.warning("the open-file limit (ulimit -n) is low: %d", soft)
+    return cap
+
+
+def raw_error(
+    status: int, phrase: str, kind: str, message: str, *, reason: str | None, **headers: str
+) -> bytes:
+    """A whole HTTP/1.1 answer carrying the server's JSON error shape, closing the
+    connection (written straight to a socket: no request may have been parsed)."""
+    error = {"type": kind, "reason": reason, "message": message, "clip_index": None}
+    body = json.dumps({"error": error}, separators=(",", ":")).encode()
+    lines = [
+        f"HTTP/1.1 {status} {phrase}",
+        "content-type: application/json",
+        f"content-length: {len(body)}",
+        "connection: close",
+        *(f"{name}: {value}" for name, value in headers.items()),
+    ]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("ascii") + body
+
+
+_OVERLOADED: Final = raw_error(
+    503,
+    "Service Unavailable",
+    "ConnectionLimitError",
+    "the server has too many open connections; retry later",
+    reason=None,
+    **{"retry-after": "1"},
+)
+_HEAD_TIMEOUT: Final = "the request head did not arrive in time"
+
+
+class _ProtocolRefusal(h11.RemoteProtocolError):
+    """A request h11 parsed but the server refuses as malformed HTTP."""
+
+
+def _both_lengths(request: h11.Request) -> bool:
+    names = {name.lower() for name, _ in request.headers}
+    return b"content-length" in names and b"transfer-encoding" in names
+
+
+def guarded_h11(*, header_timeout_s: float, max_connections: int) -> type[H11Protocol]:
+    """uvicorn's h11 protocol with the guards of this module (pass it as
+    ``uvicorn.Config(http=...)``)."""
+
+    class GuardedH11Protocol(H11Protocol):
+        _head_timer: asyncio.TimerHandle | None = None
+        _refused = False
+        _refusal: str | None = None
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            excess = len(self.connections) - max_connections
+            if excess > 0:
+                self._refuse_overload(excess)
+                return
+            self._guard_next_event()
+            self._arm_head_timer()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._cancel_head_timer()
+            super().connection_lost(exc)
+
+        def data_received(self, data: bytes) -> None:
+            if self._refused:
+                return  # an over-capacity connection: its request is never read
+            super().data_received(data)
+
+        def handle_events(self) -> None:
+            cycle = self.cycle
+            super().handle_events()
+            if self.cycle is not cycle:  # a request head arrived
+                self._cancel_head_timer()
+
+        def on_response_complete(self) -> None:
+            # Armed first: a pipelined request that the call below starts disarms it.
+            self._arm_head_timer()
+            super().on_response_complete()
+
+        def send_400_response(self, msg: str) -> None:
+            message = self._refusal or f"malformed HTTP request: {msg}"
+            self._refusal = None
+            self._cancel_head_timer()
+            if self.conn.our_state in (h11.IDLE, h11.SEND_RESPONSE):
+                self.transport.write(
+                    raw_error(400, "Bad Request", "BadRequestError", message, reason="waveform")
+                )
+            self.transport.close()
+
+        # --- guards ----------------------------------------------------------------
+
+        def _guard_next_event(self) -> None:
+            parse: Callable[[], Any] = self.conn.next_event
+
+            def next_event() -> Any:
+                try:
+                    event = parse()
+                except h11.RemoteProtocolError as exc:
+                    self._refusal = f"malformed HTTP request: {exc}"
+                    raise
+                if isinstance(event, h11.Request) and _both_lengths(event):
+                    # RFC 9112 §6.1: possible request smuggling. Refused here, before
+                    # h11 reads a body framed one way or the other and before the app
+                    # runs: the answer is this one, and the connection closes.
+                    self._refusal = (
+                        "the request has both Content-Length and Transfer-Encoding headers"
+                    )
+                    raise _ProtocolRefusal(self._refusal)
+                return event
+
+            self.conn.next_event = next_event  # type: ignore[method-assign]
+
+        def _arm_head_timer(self) -> None:
+            self._cancel_head_timer()
+            self._head_timer = self.loop.call_later(header_timeout_s, self._head_timed_out)
+
+        def _cancel_head_timer(self) -> None:
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+                self._head_timer = None
+
+        def _head_timed_out(self) -> None:
+            self._head_timer = None
+            if self.transport.is_closing():
+                return
+            started, _ = self.conn.trailing_data
+            if started and self.conn.their_state is h11.IDLE:
+                message = f"{_HEAD_TIMEOUT} ({header_timeout_s:g} s)"
+                self.transport.write(
+                    raw_error(
+                        408, "Request Timeout", "RequestTimeoutError", message, reason="waveform"
+                    )
+                )
+            self.transport.close()
+
+        def _refuse_overload(self, excess: int) -> None:
+            self._refused = True
+            if excess > OVERFLOW_CONNECTIONS:
+                self.transport.abort()
+                return
+            self.transport.write(_OVERLOADED)
+            # Half-close after the answer and linger briefly, reading and dropping what
+            # the client sends: closing with its request unread would reset the
+            # connection, and the client might never see the 503.
+            if self.transport.can_write_eof():
+                self.transport.write_eof()
+            self.loop.call_later(_LINGER_S, self.transport.close)
+
+    return GuardedH11Protocol
