@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -298,7 +299,7 @@ def _write_npz(path: Path, arrays: dict[str, Any]) -> None:
 def _cmd_prepare(args: argparse.Namespace, host: FamilyHost, out: TextIO) -> int:
     import numpy as np
 
-    from audiogate.acquire import AcquisitionPolicy, acquire_paths
+    from audiogate.acquire import AcquisitionPolicy, acquire_bytes, acquire_paths
     from audiogate.api import AudioGate
 
     if bool(args.family) == bool(args.model):
@@ -308,7 +309,13 @@ def _cmd_prepare(args: argparse.Namespace, host: FamilyHost, out: TextIO) -> int
         gate = AudioGate.from_model_dir(args.model, host=host)
     else:
         gate = AudioGate.from_family(args.family, host=host)
-    clips = acquire_paths(args.audio, policy=AcquisitionPolicy().narrowed(gate.policy))
+    acquisition = AcquisitionPolicy().narrowed(gate.policy)
+    if STDIN in args.audio:
+        clips = acquire_bytes(
+            [_read_stdin(args.audio, acquisition.max_bytes_per_clip)], policy=acquisition
+        )
+    else:
+        clips = acquire_paths(args.audio, policy=acquisition)
     seconds = sum(len(c.data) for c in clips) / 32_000  # rough: 16 kHz PCM16 mono
     bar = _ProgressBar(sys.stderr, enabled=sys.stderr.isatty() and seconds > 5)
     prompt = args.prompt
@@ -339,18 +346,77 @@ def _cmd_prepare(args: argparse.Namespace, host: FamilyHost, out: TextIO) -> int
     else:
         print_summary(summary, out)
         if result.text is not None and args.show_prompt:
-            out.write(f"\nexpanded prompt:\n{result.text}\n")
-        if out_path is not None:
-            out.write(f"wrote {out_path}\n")
+            out.write(f"\nexpanded prompt:\n{fold_repeats(result.text)}\n")
+    if out_path is not None:
+        # Where it went, as an absolute path; on stderr with --json (stdout stays JSON).
+        (sys.stderr if args.json else out).write(f"wrote {out_path.resolve()}\n")
     return EXIT_OK
+
+
+#: ``--audio -``: the clip comes from standard input.
+STDIN: Final = "-"
+
+_REPEATED_TOKEN: Final = re.compile(r"(<[^<>\s]{1,64}>)\1{2,}")
+
+
+def fold_repeats(text: str) -> str:
+    """``text`` with each run of three or more of the same ``<token>`` written once with
+    its count: ``<audio_soft_token> x188`` (for ``--show-prompt``)."""
+    return _REPEATED_TOKEN.sub(
+        lambda m: f"{m.group(1)} x{len(m.group(0)) // len(m.group(1))}", text
+    )
+
+
+def _read_stdin(audio: Sequence[str], max_bytes: int) -> bytes:
+    """The clip on standard input, at most ``max_bytes + 1`` bytes read (one more than the
+    cap: the acquisition refuses it by size instead of reading on).
+
+    :raises _UsageError: ``-`` is combined with files or given twice, or stdin is a terminal.
+    """
+    if list(audio) != [STDIN]:
+        raise _UsageError(
+            "audiogate prepare: --audio - (standard input) is one clip: give it alone, "
+            f"not with {len(audio) - 1} other --audio"
+        )
+    if sys.stdin is None or sys.stdin.isatty():
+        raise _UsageError(
+            "audiogate prepare: --audio - reads a WAV file from standard input: pipe one in"
+        )
+    return sys.stdin.buffer.read(max_bytes + 1)
 
 
 # --- serve (the reference HTTP server; see docs/server.md) ----------------------------
 
 
+SERVE_EPILOG: Final = """\
+endpoints:
+  POST /v1/audio/prepare   chat messages with audio in; token ids and features out
+  GET  /metrics            Prometheus metrics
+  GET  /healthz            200 while the worker runs, 503 once it is closed
+
+request body (JSON): OpenAI-style chat messages with audio parts
+  {"model": "optional name",
+   "messages": [{"role": "user", "content": [
+       {"type": "input_audio", "input_audio": {"data": "<base64 WAV>", "format": "wav"}},
+       {"type": "audio_url", "audio_url": {"url": "data:audio/wav;base64,..."}},
+       {"type": "text", "text": "What is said?"}]}],
+   "audiogate": {"feature_format": "npy", "return_features": true}}
+  audio_url also takes file:// URLs (under --media-path) and http(s):// (--allow-url-fetch).
+
+answer: {"object": "audiogate.prepared", "family", "input_ids", "prefill_positions",
+  "text", "audio_spans", "clips", "totals", "features"}; an error is
+  {"error": {"type", "reason", "message", "clip_index", ...}} with a 4xx/5xx status.
+  See docs/server.md.
+"""
+
+
 def _add_serve_parser(sub: Any, *, arguments: bool) -> None:
     p = sub.add_parser(
-        "serve", help="serve POST /v1/audio/prepare, /metrics and /healthz (Starlette on uvicorn)"
+        "serve",
+        help="serve POST /v1/audio/prepare, /metrics and /healthz (Starlette on uvicorn)",
+        description="Serve the checkpoint's audio preparation over HTTP.",
+        epilog=SERVE_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     if arguments:
         # Its defaults come from the server's and the worker's limits, whose modules import
@@ -403,7 +469,11 @@ def build_parser(*, serve_arguments: bool = True) -> argparse.ArgumentParser:
     p.add_argument("--model", metavar="DIR", help="model directory (config files, tokenizer)")
     p.add_argument("--family", metavar="NAME", help="a family's pinned defaults instead")
     p.add_argument(
-        "--audio", metavar="FILE", action="append", required=True, help="a WAV file (repeatable)"
+        "--audio",
+        metavar="FILE",
+        action="append",
+        required=True,
+        help="a WAV file (repeatable); - reads one clip from standard input",
     )
     p.add_argument(
         "--prompt",
@@ -419,7 +489,11 @@ def build_parser(*, serve_arguments: bool = True) -> argparse.ArgumentParser:
         "work: a directory, or a directory that does not exist, is refused",
     )
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
-    p.add_argument("--show-prompt", action="store_true", help="also print the expanded prompt")
+    p.add_argument(
+        "--show-prompt",
+        action="store_true",
+        help="also print the expanded prompt (runs of a repeated token folded: <tok> x188)",
+    )
     p.set_defaults(handler=_cmd_prepare)
 
     p = sub.add_parser("schema", help="print a family's JSON schema of recognized config keys")
@@ -433,8 +507,9 @@ def build_parser(*, serve_arguments: bool = True) -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None) -> int:
     """Run the CLI; returns the exit code."""
     out = stdout or sys.stdout
-    # transformers advises at import that PyTorch is missing; the CLI only needs its
-    # tokenizers, so the advice is noise here (set the variable to 0 to see it).
+    # transformers advises at import that PyTorch is missing; no command uses torch (only
+    # the tokenizers), so the advice is noise here. Any non-empty value silences it; set
+    # the variable to an empty value to see it.
     os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
     words = sys.argv[1:] if argv is None else list(argv)
     command = next((word for word in words if not word.startswith("-")), None)

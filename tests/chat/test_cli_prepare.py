@@ -87,7 +87,8 @@ def test_a_placeholder_in_the_prompt_places_the_clip_with_a_model_dir(
     assert code == 0, text
     expanded = text.split("expanded prompt:\n", 1)[1]
     before, after = expanded.index("Transcribe"), expanded.index("please.")
-    assert before < expanded.index(marker) < expanded.rindex(marker) < after
+    # --show-prompt folds the clip's run of audio tokens: "<marker> xN".
+    assert before < expanded.index(f"{marker} x") < after
     assert placeholder.format(sha=sha) not in expanded or placeholder == marker
 
 
@@ -196,3 +197,84 @@ def test_usage_errors_exit_2_with_a_message(argv, capsys) -> None:
     code, _ = run(*argv)
     assert code == 2
     assert "give exactly one of" in capsys.readouterr().err
+
+
+def _stdin(monkeypatch, data: bytes) -> None:
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(data)))
+
+
+def test_audio_dash_reads_the_clip_from_stdin(monkeypatch) -> None:
+    base = ["prepare", "--model", str(GEMMA), "--prompt", "Hi", "--json"]
+    _, from_file = run(*base, "--audio", str(SPEECH))
+    _stdin(monkeypatch, SPEECH.read_bytes())
+    code, from_stdin = run(*base, "--audio", "-")
+    assert code == 0
+    assert json.loads(from_stdin)["clips"] == json.loads(from_file)["clips"]
+
+
+def test_audio_dash_is_one_clip_and_needs_a_pipe(monkeypatch, capsys) -> None:
+    _stdin(monkeypatch, SPEECH.read_bytes())
+    code, _ = run("prepare", "--family", "gemma3n", "--audio", "-", "--audio", str(SPEECH))
+    assert code == 2
+    assert "--audio - (standard input) is one clip" in capsys.readouterr().err
+    monkeypatch.setattr("sys.stdin.isatty", lambda: True)
+    code, _ = run("prepare", "--family", "gemma3n", "--audio", "-")
+    assert code == 2
+    assert "pipe one in" in capsys.readouterr().err
+
+
+def test_audio_dash_reads_no_more_than_the_clip_cap(monkeypatch, capsys) -> None:
+    from audiogate.acquire import AcquisitionPolicy
+    from audiogate.api import AudioGate
+
+    cap = AcquisitionPolicy().narrowed(AudioGate.from_family("gemma3n").policy).max_bytes_per_clip
+    stream = io.BytesIO(SPEECH.read_bytes() + bytes(cap))
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(stream))
+    code, _ = run("prepare", "--family", "gemma3n", "--audio", "-")
+    assert code != 0
+    assert stream.tell() == cap + 1  # refused by size, not read to the end
+    assert "audiogate: error:" in capsys.readouterr().err
+
+
+def test_show_prompt_folds_runs_of_a_repeated_audio_token() -> None:
+    code, text = run(
+        "prepare", "--model", str(GEMMA), "--audio", str(SPEECH), "--prompt", "Hi", "--show-prompt"
+    )
+    assert code == 0
+    prompt = text.split("expanded prompt:\n", 1)[1]
+    assert "<start_of_audio><audio_soft_token> x188<end_of_audio>" in prompt
+    assert "<audio_soft_token><audio_soft_token>" not in prompt
+
+
+@pytest.mark.parametrize(
+    ("text", "folded"),
+    [
+        ("a<x><x><x>b", "a<x> x3b"),
+        ("<x><x>", "<x><x>"),  # two stay as they are
+        ("<|AUDIO|>" * 57 + "<y><y><y>", "<|AUDIO|> x57<y> x3"),
+        ("<x><x><x>\n<x>", "<x> x3\n<x>"),
+        ("no tokens", "no tokens"),
+    ],
+)
+def test_fold_repeats(text: str, folded: str) -> None:
+    from audiogate.cli import fold_repeats
+
+    assert fold_repeats(text) == folded
+
+
+def test_json_out_says_where_it_wrote_on_stderr(tmp_path, monkeypatch, capsys) -> None:
+    monkeypatch.chdir(tmp_path)
+    base = ["prepare", "--model", str(GEMMA), "--audio", str(SPEECH), "--json"]
+    code, text = run(*base, "--out", "relative")
+    assert code == 0
+    json.loads(text)  # stdout stays JSON
+    assert f"wrote {tmp_path / 'relative.npz'}" in capsys.readouterr().err
+
+
+def test_the_readme_writes_its_example_features_outside_the_repository() -> None:
+    readme = (REPO / "README.md").read_text("utf-8")
+    outs = [
+        line.split("--out ", 1)[1].split()[0] for line in readme.splitlines() if "--out " in line
+    ]
+    assert outs
+    assert all(Path(out).is_absolute() for out in outs), outs

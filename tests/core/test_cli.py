@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import io
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -289,3 +290,56 @@ def test_sigterm_while_the_server_loads_its_model_exits_130_in_one_line(tmp_path
     assert "Traceback" not in err
     assert err.endswith("audiogate: cancelled (interrupted)\n")
     assert out == ""
+
+
+def test_serve_help_describes_the_endpoints_and_the_request_body(capsys) -> None:
+    with pytest.raises(SystemExit):
+        main(["serve", "--help"])
+    text = capsys.readouterr().out
+    for line in ("POST /v1/audio/prepare", "GET  /metrics", "GET  /healthz"):
+        assert line in text
+    assert '"messages": [{"role": "user", "content": [' in text
+    assert '"input_audio": {"data": "<base64 WAV>", "format": "wav"}' in text
+    assert '"audiogate": {"feature_format": "npy", "return_features": true}' in text
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["families"],
+        ["policy", "examples/models/qwen2-audio-7b-instruct"],
+        [
+            "prepare",
+            "--model",
+            "examples/models/gemma-3n-e4b-it",
+            "--prompt",
+            "Hi",
+            "--audio",
+            "examples/audio/speech_16k.wav",
+        ],
+    ],
+)
+def test_no_command_prints_the_transformers_notice_about_a_missing_torch(argv) -> None:
+    """Without torch, importing transformers advises that PyTorch was not found; no
+    command uses torch, so none prints it (the tokenizers still load)."""
+    pytest.importorskip("transformers")
+    script = (
+        "import sys; sys.modules['torch'] = None\n"  # as if torch were not installed
+        "from audiogate.cli import main; sys.exit(main(sys.argv[1:]))"
+    )
+    root = Path(__file__).resolve().parents[2]
+    env = {k: v for k, v in os.environ.items() if k != "TRANSFORMERS_NO_ADVISORY_WARNINGS"}
+    done = subprocess.run(
+        [sys.executable, "-c", script, *argv], cwd=root, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert "PyTorch" not in done.stderr + done.stdout
+    # The check is real: the same import without the CLI prints it.
+    bare = subprocess.run(
+        [sys.executable, "-c", "import sys; sys.modules['torch'] = None; import transformers"],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert "PyTorch was not found" in bare.stderr
