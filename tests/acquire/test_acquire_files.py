@@ -280,6 +280,43 @@ def test_a_file_rewritten_in_place_while_it_is_read_is_refused(root, big):
         read_media_file(root, "big.wav", ctx(cancel=HookToken(rewrite)))
 
 
+def _rewrite_same_size(path: Path, *, keep_mtime: bool) -> None:
+    """Overwrite ``path`` in place (same inode, same size), new bytes from the start."""
+    before = path.stat()
+    data = path.read_bytes()
+    with path.open("r+b") as f:
+        f.write(bytes(255 - b for b in data[: 2 * CHUNK_BYTES]))
+    if keep_mtime:
+        os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+
+
+def test_a_same_size_rewrite_with_the_mtime_put_back_is_refused(root, big):
+    # Size, mtime and inode are what they were: only the ctime (and the bytes) tell.
+    def rewrite(n, _token):
+        if n == 3:
+            _rewrite_same_size(big, keep_mtime=True)
+
+    with pytest.raises(SourceRefused, match="changed while it was read"):
+        read_media_file(root, "big.wav", ctx(cancel=HookToken(rewrite)))
+
+
+@pytest.mark.parametrize("when", [3, 6], ids=["during-the-read", "during-the-check"])
+def test_a_rewrite_the_timestamps_miss_is_refused_by_the_second_read(root, big, monkeypatch, when):
+    # Timestamps are clock ticks: a rewrite within the tick of the last change leaves
+    # them as they were. Simulated here by a stat check that looks at size and inode only.
+    import audiogate.acquire.files as files
+
+    monkeypatch.setattr(files, "_identity", lambda st: (st.st_size, st.st_ino, st.st_dev))
+
+    def rewrite(n, _token):
+        if n == when:
+            _rewrite_same_size(big, keep_mtime=True)
+
+    with pytest.raises(SourceRefused, match="changed while it was read"):
+        read_media_file(root, "big.wav", ctx(cancel=HookToken(rewrite)))
+    assert read_media_file(root, "big.wav", ctx()) == big.read_bytes()  # unchanged now
+
+
 def test_a_file_replaced_while_it_is_read_is_refused(root, big):
     def replace(n, _token):
         if n == 3:

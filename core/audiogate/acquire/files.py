@@ -16,8 +16,12 @@ llama.cpp's ``--media-path``):
    followed; ``O_NONBLOCK`` keeps a FIFO from blocking the open;
 6. only a regular file is read (``fstat``), its size is checked against the cap first,
    then it is read in 64 KiB chunks under a running cap with a cancel check per chunk;
-7. a file whose size, mtime or inode changes while it is read (``fstat`` before and
-   after, and the name re-checked after) is refused.
+7. a file that changes while it is read is refused: its size, ``st_mtime_ns``,
+   ``st_ctime_ns``, inode and device must be the same before, between and after two
+   reads, the second read must give the same bytes as the first (file timestamps are
+   kernel clock ticks, a few milliseconds apart: a same-size rewrite within one tick
+   leaves them as they were, and ``futimens`` can put the mtime back, though not the
+   ctime), and the name must still lead to the file afterwards.
 
 The CLI's paths (:func:`read_local_path`) skip 1–5 (they are the user's own files and
 may be symlinks) but keep 6 and 7. POSIX only: without ``O_NOFOLLOW`` local files are
@@ -223,8 +227,8 @@ def open_confined(resolved: ResolvedPath) -> tuple[int, int]:
     return fd, parent
 
 
-def _identity(st: os.stat_result) -> tuple[int, int, int, int]:
-    return (st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev)
+def _identity(st: os.stat_result) -> tuple[int, ...]:
+    return (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev)
 
 
 def _read_fd(fd: int, ctx: ClipContext, name: str, restat: Callable[[], os.stat_result]) -> bytes:
@@ -256,7 +260,7 @@ def _read_checked(
             )
         pieces.append(chunk)
     ctx.check_cancel()
-    if total != size or _identity(os.fstat(fd)) != _identity(before):
+    if total != size:
         raise SourceRefused(f"file changed while it was read: {name!r}")
     try:
         now = restat()
@@ -264,7 +268,27 @@ def _read_checked(
         raise SourceRefused(f"file was removed or replaced while it was read: {name!r}") from None
     if (now.st_ino, now.st_dev) != (before.st_ino, before.st_dev):
         raise SourceRefused(f"file was removed or replaced while it was read: {name!r}")
+    if _identity(os.fstat(fd)) != _identity(before):
+        raise SourceRefused(f"file changed while it was read: {name!r}")
+    _verify(fd, pieces, ctx, name)
+    if _identity(os.fstat(fd)) != _identity(before):
+        raise SourceRefused(f"file changed while it was read: {name!r}")
     return b"".join(pieces)
+
+
+def _verify(fd: int, pieces: list[bytes], ctx: ClipContext, name: str) -> None:
+    """Read the file again and compare it with ``pieces``, chunk by chunk (from the page
+    cache, at memory speed; nothing more is held): a rewrite the timestamps missed
+    gives different bytes in one of the two reads."""
+    offset = 0
+    for piece in pieces:
+        ctx.check_cancel()
+        again = os.pread(fd, len(piece), offset)
+        if again != piece:
+            raise SourceRefused(f"file changed while it was read: {name!r}")
+        offset += len(piece)
+    if os.pread(fd, 1, offset):
+        raise SourceRefused(f"file changed while it was read (it grew): {name!r}")
 
 
 def read_media_file(root: Path | None, value: str, ctx: ClipContext) -> bytes:
