@@ -6,7 +6,11 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip --disable-pip-version-check
-PACKAGES := -e . -e plugins/phi4mm -e plugins/gemma3n -e plugins/qwen2audio
+PLUGINS  := -e plugins/phi4mm -e plugins/gemma3n -e plugins/qwen2audio
+# The codecs extra decodes compressed audio (docs/formats.md); the tests also decode
+# WebM and MP4 through codecs-ffmpeg (PyAV), which a deployment opts into itself.
+PACKAGES := -e ".[codecs]" $(PLUGINS)
+TEST_PACKAGES := -e ".[codecs,codecs-ffmpeg]" $(PLUGINS)
 
 .PHONY: demo test test-fast install install-test lint typecheck pytest clean
 
@@ -36,7 +40,7 @@ $(VENV)/.installed-test: $(BIN)/python $(INSTALL_INPUTS)
 	@echo "==> Installing torch (the CPU wheel) for the reference processors and tiny models"
 	$(PIP) install --progress-bar on "torch==2.13.0"
 	@echo "==> Installing audiogate, the three family plugins and the test tools"
-	$(PIP) install --progress-bar on $(PACKAGES) -r requirements/test.txt
+	$(PIP) install --progress-bar on $(TEST_PACKAGES) -r requirements/test.txt
 	@touch $@ $(VENV)/.installed
 
 # The main job on bundled examples: a real speech clip through Gemma 3n's pinned defaults,

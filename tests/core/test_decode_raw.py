@@ -170,7 +170,8 @@ def test_raw_inspect_is_cancellable():
         (("wav", "pcm16"), ValueError),
         (("wav", None, 16_000), ValueError),
         (("wav", None, None, 2), ValueError),
-        (("flac",), ValueError),
+        (("amr",), ValueError),
+        (("flac", "pcm16"), ValueError),
     ],
 )
 def test_source_format_validation(args, error):

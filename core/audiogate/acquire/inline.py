@@ -22,6 +22,7 @@ from audiogate.decode.geometry import SourceFormat
 from audiogate.errors import LimitError, MemoryLimitError
 
 __all__ = [
+    "CONTAINER_MEDIA_SUBTYPES",
     "DECODE_SLICE_CHARS",
     "RAW_MEDIA_SUBTYPES",
     "WAV_MEDIA_SUBTYPES",
@@ -38,6 +39,16 @@ DECODE_SLICE_CHARS: Final = 4 * 1024 * 1024
 
 #: ``audio/<subtype>`` names accepted for a WAV declaration.
 WAV_MEDIA_SUBTYPES: Final = frozenset({"wav", "wave", "x-wav", "vnd.wave", "vnd.wav", "x-pn-wav"})
+#: ``audio/<subtype>`` names accepted for each compressed container's declaration.
+CONTAINER_MEDIA_SUBTYPES: Final = {
+    "mp3": frozenset({"mpeg", "mp3", "x-mp3", "mpeg3", "x-mpeg-3", "mpa"}),
+    "flac": frozenset({"flac", "x-flac"}),
+    "ogg": frozenset({"ogg", "x-ogg", "vorbis", "opus"}),
+    "opus": frozenset({"opus", "ogg", "webm"}),
+    "webm": frozenset({"webm"}),
+    "mp4": frozenset({"mp4", "m4a", "x-m4a", "aac", "x-aac", "mp4a-latm"}),
+    "aiff": frozenset({"aiff", "x-aiff", "aifc", "x-aifc"}),
+}
 #: ``audio/<subtype>`` names accepted for a raw (``pcm16`` / ``f32``) declaration.
 RAW_MEDIA_SUBTYPES: Final = frozenset({"pcm", "x-pcm", "raw", "x-raw"})
 
@@ -139,7 +150,17 @@ def data_uri_payload(uri: str, source_format: SourceFormat) -> int:
         name, eq, value = parameter.partition("=")
         if not eq or not _TOKEN.fullmatch(name) or not _TOKEN.fullmatch(value):
             raise SourceRefused(f"data URI parameter {parameter!r} is not name=value")
-    if source_format.container == "wav":
+    declared = source_format.container
+    if declared in CONTAINER_MEDIA_SUBTYPES:
+        if subtype not in CONTAINER_MEDIA_SUBTYPES[declared]:
+            raise SourceRefused(
+                f"data URI media type audio/{subtype} does not match the declared format "
+                f"{declared} (expected audio/ + one of "
+                f"{sorted(CONTAINER_MEDIA_SUBTYPES[declared])})"
+            )
+    elif declared == "auto":
+        pass
+    elif declared == "wav":
         if subtype not in WAV_MEDIA_SUBTYPES:
             raise SourceRefused(
                 f"data URI media type audio/{subtype} does not match the declared format wav "

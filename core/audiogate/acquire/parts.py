@@ -3,10 +3,13 @@
 Accepted parts (anything else, and any unknown key, is refused):
 
 * ``{"type": "input_audio", "input_audio": {"data": ..., "format": ...}}`` — OpenAI's
-  shape. ``format`` is ``"wav"`` (or ``"wave"``), or — an **audiogate extension** — a
-  headerless raw format ``"pcm16"`` / ``"f32"`` (little-endian, interleaved), which then
-  *requires* integer ``"sample_rate"`` and ``"channels"`` fields next to it. WAV takes its
-  geometry from the header, so those fields are refused with ``wav``.
+  shape. ``format`` is ``"wav"`` (or ``"wave"``), ``"mp3"``, or — **audiogate
+  extensions** — another container (:data:`CONTAINER_FORMATS`: ``flac``, ``ogg``,
+  ``opus``, ``webm``, ``m4a``/``mp4``/``aac``, ``aiff``; docs/formats.md), or a headerless
+  raw format ``"pcm16"`` / ``"f32"`` (little-endian, interleaved), which then *requires*
+  integer ``"sample_rate"`` and ``"channels"`` fields next to it. A container takes its
+  geometry from its header, so those fields are refused with it. The bytes must be what
+  ``format`` declares.
 * ``{"type": "audio_url", "audio_url": {"url": ...}}`` — the vLLM shape. ``format``
   (default ``"wav"``), ``sample_rate`` and ``channels`` may be given as above (audiogate
   extension).
@@ -46,6 +49,7 @@ from audiogate.decode.geometry import WAV, SourceFormat
 from audiogate.errors import AcquisitionError, LimitError
 
 __all__ = [
+    "CONTAINER_FORMATS",
     "FORMAT_NAMES",
     "DeclaredSource",
     "classify_source",
@@ -54,8 +58,26 @@ __all__ = [
     "parse_format",
 ]
 
+#: Declared container names (case-insensitive) → the container the bytes must be.
+CONTAINER_FORMATS: Final[Mapping[str, SourceFormat]] = {
+    "wav": WAV,
+    "wave": WAV,
+    "mp3": SourceFormat("mp3"),
+    "flac": SourceFormat("flac"),
+    "ogg": SourceFormat("ogg"),
+    "oga": SourceFormat("ogg"),
+    "opus": SourceFormat("opus"),
+    "webm": SourceFormat("webm"),
+    "m4a": SourceFormat("mp4"),
+    "mp4": SourceFormat("mp4"),
+    "aac": SourceFormat("mp4"),
+    "aiff": SourceFormat("aiff"),
+    "aif": SourceFormat("aiff"),
+    "aifc": SourceFormat("aiff"),
+}
+
 #: Accepted ``format`` values (case-insensitive).
-FORMAT_NAMES: Final = ("wav", "wave", "pcm16", "f32")
+FORMAT_NAMES: Final = (*CONTAINER_FORMATS, "pcm16", "f32")
 
 _SCHEME: Final = re.compile(r"[A-Za-z][A-Za-z0-9+.-]{0,31}:")
 _BASE64_CHARS: Final = re.compile(r"[A-Za-z0-9+/=]*")
@@ -124,13 +146,13 @@ def parse_format(payload: Mapping[str, Any], *, default: str | None) -> SourceFo
         )
     name = given.lower()
     rate, channels = payload.get("sample_rate"), payload.get("channels")
-    if name in ("wav", "wave"):
+    if name in CONTAINER_FORMATS:
         if rate is not None or channels is not None:
             raise SourceRefused(
-                "sample_rate and channels are only for raw formats (pcm16, f32); "
-                "wav takes them from its header"
+                f"sample_rate and channels are only for raw formats (pcm16, f32); "
+                f"{name} takes them from its header"
             )
-        return WAV
+        return CONTAINER_FORMATS[name]
     return SourceFormat.raw(
         "pcm16" if name == "pcm16" else "f32",
         rate_hz=_positive_int(name, "sample_rate", rate),

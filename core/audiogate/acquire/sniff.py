@@ -1,9 +1,10 @@
 """Compare the declared format with what the first bytes say.
 
 Only a cheap signature check: the strict decoder validates the whole header later. A
-``wav`` declaration needs ``RIFF....WAVE``; a raw declaration must not start with the
-signature of any container (a client that says ``pcm16`` but sends a file would otherwise
-be decoded as noise).
+``wav`` declaration needs ``RIFF....WAVE`` (or RF64/BW64); a compressed container's
+declaration needs that container's signature (``opus``: Ogg or WebM); ``auto`` takes any;
+a raw declaration must not start with the signature of any container (a client that says
+``pcm16`` but sends a file would otherwise be decoded as noise).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 from typing import Final
 
 from audiogate.acquire.context import SourceRefused
-from audiogate.decode.geometry import SourceFormat
+from audiogate.decode.geometry import CONTAINER_LABELS, SourceFormat, sniff_container
 
 __all__ = ["UNKNOWN", "WAVE", "check_declared_format", "sniff"]
 
@@ -40,8 +41,11 @@ _SIGNATURES: Final = (
 
 def sniff(data: bytes) -> str:
     """A short label of the container ``data`` starts with (:data:`UNKNOWN` if none)."""
-    if data[:4] == b"RIFF":
-        return WAVE if data[8:12] == b"WAVE" else "RIFF (not WAVE)"
+    if data[:4] in (b"RIFF", b"RF64", b"BW64"):
+        return WAVE if data[8:12] == b"WAVE" else f"{data[:4].decode()} (not WAVE)"
+    container = sniff_container(memoryview(data))
+    if container is not None:
+        return CONTAINER_LABELS[container]
     for offset, magic, label in _SIGNATURES:
         if data[offset : offset + len(magic)] == magic:
             return label
@@ -54,10 +58,16 @@ def check_declared_format(data: bytes, source_format: SourceFormat) -> None:
     :raises SourceRefused: naming the declared format and what was sniffed.
     """
     found = sniff(data)
-    if source_format.container == "wav":
-        if found != WAVE:
+    declared = source_format.container
+    if declared == "auto":
+        return
+    if declared != "raw":
+        names = ("ogg", "webm") if declared == "opus" else (declared,)
+        expected = [CONTAINER_LABELS[name] for name in names]
+        if found not in expected:
             raise SourceRefused(
-                f"declared format wav does not match the bytes: expected {WAVE}, sniffed {found}"
+                f"declared format {declared} does not match the bytes: expected "
+                f"{' or '.join(expected)}, sniffed {found}"
             )
         return
     if found != UNKNOWN:

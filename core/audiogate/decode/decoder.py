@@ -54,6 +54,22 @@ stable ``code``:
     ``decode`` was given a geometry that does not describe the buffer.
 ``all_zero``
     ``refuse_all_zero`` is set and every decoded sample is exactly 0.0.
+``missing_ds64``
+    an RF64 file whose first chunk is not a ``ds64`` chunk.
+``unknown_container`` / ``format_mismatch``
+    bytes of no accepted container, or not the declared one.
+``malformed_header`` / ``unsupported_codec``
+    a compressed container's header is malformed or names a codec not decoded here
+    (:mod:`audiogate.decode.containers`).
+``codecs_unavailable``
+    the optional codecs for the container are not installed (the message names the
+    extra).
+``decoder_error`` / ``stream_changed`` / ``truncated_stream``
+    the codec refused the stream, its rate or channel count changed mid-way, or a
+    lossless stream ended before the frames its header declares.
+``decoder_crashed`` / ``decoder_timeout`` / ``memory_limit``
+    the decoder process died, ran past its CPU or wall-clock time, or past its address
+    space (:class:`~audiogate.decode.isolation.DecoderFailedError`).
 
 The subclasses carry fixed codes: :class:`~audiogate.errors.EmptyAudioError` is
 ``empty`` (no bytes, empty ``data`` chunk, empty raw source) and
@@ -66,12 +82,15 @@ offending ``frame``). Policy caps raise :class:`~audiogate.errors.LimitError` na
 
 from __future__ import annotations
 
-from typing import Final, TypeAlias
+import struct
+from typing import TYPE_CHECKING, Final, TypeAlias
 
+import attrs
 import numpy as np
 import numpy.typing as npt
 
 from audiogate.cancel import NEVER, CancelToken, Checkpoint
+from audiogate.decode.containers import CONTAINER_LABELS, inspect_container, sniff_container
 from audiogate.decode.geometry import (
     BYTES_PER_SAMPLE,
     WAV,
@@ -80,9 +99,12 @@ from audiogate.decode.geometry import (
     SourceFormat,
 )
 from audiogate.decode.raw import inspect_raw
-from audiogate.decode.samples import downmix_f32, downmix_pcm16
+from audiogate.decode.samples import downmix_encoded, downmix_f32, downmix_pcm16
 from audiogate.decode.wav import inspect_wav
-from audiogate.errors import DecodeError, LimitError, NonFiniteSampleError
+from audiogate.errors import DecodeError, EmptyAudioError, LimitError, NonFiniteSampleError
+
+if TYPE_CHECKING:
+    from audiogate.decode.isolation import DecoderPool
 
 __all__ = ["DECODE_ERROR_CODES", "Buffer", "check_limits", "check_rate", "decode", "inspect"]
 
@@ -120,6 +142,18 @@ DECODE_ERROR_CODES: Final = frozenset(
         "all_zero",
         "empty",
         "non_finite",
+        "missing_ds64",
+        "unknown_container",
+        "format_mismatch",
+        "malformed_header",
+        "unsupported_codec",
+        "codecs_unavailable",
+        "decoder_error",
+        "stream_changed",
+        "truncated_stream",
+        "decoder_crashed",
+        "decoder_timeout",
+        "memory_limit",
     }
 )
 
@@ -227,22 +261,93 @@ def inspect(
     :raises LimitError: the clip exceeds a per-clip cap.
     :raises PreprocessCancelled: ``cancel`` was cancelled.
     """
+    declared = source_format.container
     with _byte_view(data, clip_index) as view:
-        if source_format.container == "raw":
+        if declared == "raw":
             cancel.check(Checkpoint.DECODE, clip_index)
             geometry = inspect_raw(view.nbytes, source_format, clip_index=clip_index)
         else:
-            geometry = inspect_wav(
-                view,
-                clip_index=clip_index,
-                cancel=cancel,
-                check_rate=lambda rate_hz: check_rate(rate_hz, limits, clip_index=clip_index),
-            )
+            container = sniff_container(view) if view.nbytes else None
+            if declared == "wav" or (declared == "auto" and container in (None, "wav")):
+                # The strict RIFF walker: its refusals name what is wrong with a WAV.
+                geometry = inspect_wav(
+                    view,
+                    clip_index=clip_index,
+                    cancel=cancel,
+                    check_rate=lambda rate_hz: check_rate(rate_hz, limits, clip_index=clip_index),
+                )
+            else:
+                cancel.check(Checkpoint.DECODE, clip_index)
+                geometry = _inspect_compressed(view, declared, container, limits, clip_index)
     check_limits(geometry, limits, clip_index=clip_index)
     return geometry
 
 
+def _inspect_compressed(
+    view: memoryview,
+    declared: str,
+    container: str | None,
+    limits: DecodeLimits,
+    clip_index: int,
+) -> ClipGeometry:
+    """The geometry of a compressed clip from its headers (``declared`` is not ``wav``)."""
+    from audiogate.decode.isolation import missing_codecs
+
+    if view.nbytes == 0:
+        raise EmptyAudioError(clip_index=clip_index, detail="no bytes")
+    if container is None or container == "wav":
+        found = "RIFF/WAVE" if container == "wav" else "no accepted container signature"
+        raise DecodeError(
+            f"declared {declared} does not match the bytes: found {found}",
+            clip_index=clip_index,
+            code="format_mismatch" if container == "wav" else "unknown_container",
+        )
+    expected = ("ogg", "webm") if declared == "opus" else (declared,)
+    if declared != "auto" and container not in expected:
+        raise DecodeError(
+            f"declared {declared} does not match the bytes: found {CONTAINER_LABELS[container]}",
+            clip_index=clip_index,
+            code="format_mismatch",
+        )
+    try:
+        header = inspect_container(view, container, clip_index=clip_index)  # type: ignore[arg-type]
+    except (struct.error, IndexError, ValueError, OverflowError) as exc:
+        raise DecodeError(
+            f"malformed {CONTAINER_LABELS[container]} header: {exc}",
+            clip_index=clip_index,
+            code="malformed_header",
+        ) from None
+    if declared == "opus" and header.codec != "opus":
+        raise DecodeError(
+            f"declared opus does not match the bytes: {CONTAINER_LABELS[container]} "
+            f"holding {header.codec}",
+            clip_index=clip_index,
+            code="format_mismatch",
+        )
+    check_rate(header.rate_hz, limits, clip_index=clip_index)
+    missing = missing_codecs(container, clip_index=clip_index)
+    if missing is not None:
+        raise missing
+    geometry = header.geometry(view.nbytes)
+    if not geometry.exact:
+        # An upper bound, not a length: plan for at most what the policy admits, and let
+        # the decoder refuse a stream that turns out longer.
+        cap = geometry.frames
+        if limits.max_frames is not None:
+            cap = min(cap, limits.max_frames)
+        if limits.max_duration_us is not None:
+            cap = min(cap, limits.max_duration_us * geometry.rate_hz // 1_000_000)
+        if cap < geometry.frames:
+            geometry = attrs.evolve(
+                geometry, frames=cap, duration_us=cap * 1_000_000 // geometry.rate_hz
+            )
+    return geometry
+
+
 def _check_geometry(geometry: ClipGeometry, nbytes: int, clip_index: int) -> None:
+    if not geometry.in_process:
+        _check_compressed_geometry(geometry, nbytes, clip_index)
+        return
     fields = (
         geometry.rate_hz,
         geometry.channels,
@@ -277,6 +382,26 @@ def _check_geometry(geometry: ClipGeometry, nbytes: int, clip_index: int) -> Non
         )
 
 
+def _check_compressed_geometry(geometry: ClipGeometry, nbytes: int, clip_index: int) -> None:
+    fields = (geometry.rate_hz, geometry.channels, geometry.frames, geometry.duration_us)
+    consistent = (
+        geometry.container in CONTAINER_LABELS
+        and all(isinstance(v, int) and not isinstance(v, bool) for v in fields)
+        and geometry.rate_hz >= 1
+        and geometry.channels >= 1
+        and geometry.frames >= 1
+        and geometry.data_offset == 0
+        and geometry.data_length == nbytes
+        and geometry.duration_us == geometry.frames * 1_000_000 // geometry.rate_hz
+    )
+    if not consistent:
+        raise DecodeError(
+            f"the geometry does not describe this {nbytes}-byte clip: {geometry!r}",
+            clip_index=clip_index,
+            code="geometry_mismatch",
+        )
+
+
 def decode(
     data: Buffer,
     geometry: ClipGeometry,
@@ -284,6 +409,7 @@ def decode(
     clip_index: int,
     limits: DecodeLimits = _DEFAULT_LIMITS,
     cancel: CancelToken = NEVER,
+    decoders: DecoderPool | None = None,
 ) -> npt.NDArray[np.float32]:
     """Convert the samples ``geometry`` describes into one clamped mono waveform.
 
@@ -297,7 +423,11 @@ def decode(
     :param clip_index: zero-based clip index, named in every error.
     :param limits: the per-clip policy (``refuse_all_zero`` is applied here).
     :param cancel: polled at the ``Decode`` checkpoint before each block.
-    :returns: ``[shape=(geometry.frames,)]`` float32, C-contiguous, read-only.
+    :param decoders: the process pool of compressed clips (default:
+        :func:`~audiogate.decode.isolation.default_pool`); WAV and raw PCM decode here.
+    :returns: ``[shape=(geometry.frames,)]`` float32, C-contiguous, read-only; a
+        compressed clip planned for an upper bound (``geometry.exact`` false) may be
+        shorter.
     :raises NonFiniteSampleError: a float sample is NaN or infinite (first frame named).
     :raises DecodeError: ``geometry_mismatch``, or ``all_zero`` when refused.
     :raises LimitError: ``geometry`` exceeds a per-clip cap in ``limits``.
@@ -308,10 +438,24 @@ def decode(
     check_limits(geometry, limits, clip_index=clip_index)
     cancel.check(Checkpoint.DECODE, clip_index)
 
+    if not geometry.in_process:
+        del view
+        return _decode_compressed(data, geometry, clip_index, limits, cancel, decoders)
+
     out = np.empty(geometry.frames, dtype=np.float32)
     count = geometry.frames * geometry.channels
     bad_frame: int | None = None
-    if geometry.encoding == "pcm16":
+    if geometry.encoding not in ("pcm16", "f32"):
+        bad_frame = downmix_encoded(
+            view,
+            out,
+            encoding=geometry.encoding,
+            data_offset=geometry.data_offset,
+            channels=geometry.channels,
+            clip_index=clip_index,
+            cancel=cancel,
+        )
+    elif geometry.encoding == "pcm16":
         pcm = np.frombuffer(view, dtype="<i2", count=count, offset=geometry.data_offset)
         downmix_pcm16(pcm, out, channels=geometry.channels, clip_index=clip_index, cancel=cancel)
         del pcm
@@ -326,11 +470,44 @@ def decode(
     del view
     if bad_frame is not None:
         raise NonFiniteSampleError(clip_index=clip_index, frame=bad_frame)
+    return _finish(out, limits, clip_index)
+
+
+def _finish(
+    out: npt.NDArray[np.float32], limits: DecodeLimits, clip_index: int
+) -> npt.NDArray[np.float32]:
     if limits.refuse_all_zero and not out.any():
         raise DecodeError(
-            f"every one of its {geometry.frames} decoded samples is exactly 0.0",
+            f"every one of its {out.shape[0]} decoded samples is exactly 0.0",
             clip_index=clip_index,
             code="all_zero",
         )
     out.flags.writeable = False
     return out
+
+
+def _decode_compressed(
+    data: Buffer,
+    geometry: ClipGeometry,
+    clip_index: int,
+    limits: DecodeLimits,
+    cancel: CancelToken,
+    decoders: DecoderPool | None,
+) -> npt.NDArray[np.float32]:
+    from audiogate.decode.isolation import default_pool, missing_codecs
+
+    missing = missing_codecs(geometry.container, clip_index=clip_index)
+    if missing is not None:
+        raise missing
+    pool = decoders if decoders is not None else default_pool()
+    payload = data if isinstance(data, bytes) else bytes(data)
+    out, written = pool.decode(payload, geometry, clip_index=clip_index, cancel=cancel)
+    if written == 0:
+        raise EmptyAudioError(clip_index=clip_index, detail="the stream decoded to no frames")
+    if written < geometry.frames and geometry.exact and not geometry.prefix:
+        raise DecodeError(
+            f"the stream ended after {written} of the {geometry.frames} frames its header declares",
+            clip_index=clip_index,
+            code="truncated_stream",
+        )
+    return _finish(out[:written], limits, clip_index)

@@ -17,22 +17,70 @@ from typing import Any, Final, Literal, TypeAlias
 import attrs
 
 __all__ = [
+    "AUTO",
     "BYTES_PER_SAMPLE",
+    "CONTAINER_LABELS",
+    "DECLARED_CONTAINERS",
+    "PCM_CONTAINERS",
     "WAV",
     "ClipGeometry",
     "Container",
+    "DeclaredContainer",
     "DecodeLimits",
     "Encoding",
     "SourceFormat",
+    "id3_size",
+    "sniff_container",
 ]
 
-Container: TypeAlias = Literal["wav", "raw"]
-Encoding: TypeAlias = Literal["pcm16", "f32"]
+#: What a clip's bytes are: RIFF/WAVE (RF64 included), headerless samples, or a container
+#: that the codecs decode (``audiogate[codecs]``; see docs/formats.md).
+Container: TypeAlias = Literal["wav", "raw", "aiff", "flac", "mp3", "ogg", "webm", "mp4"]
+#: The sample encoding (PCM containers) or the codec (compressed containers).
+Encoding: TypeAlias = Literal[
+    "u8",
+    "pcm16",
+    "pcm24",
+    "pcm32",
+    "f32",
+    "f64",
+    "mulaw",
+    "alaw",
+    "pcm",
+    "flac",
+    "mp3",
+    "vorbis",
+    "opus",
+    "aac",
+]
 
-#: Bytes per sample of each accepted encoding.
-BYTES_PER_SAMPLE: Final[Mapping[str, int]] = MappingProxyType({"pcm16": 2, "f32": 4})
+#: Bytes per sample of each encoding the core decodes in-process (WAV and raw).
+BYTES_PER_SAMPLE: Final[Mapping[str, int]] = MappingProxyType(
+    {"u8": 1, "pcm16": 2, "pcm24": 3, "pcm32": 4, "f32": 4, "f64": 8, "mulaw": 1, "alaw": 1}
+)
 
-_CONTAINERS: Final = ("wav", "raw")
+#: Containers decoded in-process by the core; the others go through the codecs.
+PCM_CONTAINERS: Final = frozenset({"wav", "raw"})
+
+DeclaredContainer: TypeAlias = Literal[
+    "wav", "raw", "auto", "aiff", "flac", "mp3", "ogg", "opus", "webm", "mp4"
+]
+#: What a caller may declare: a container, ``"opus"`` (Ogg or WebM), or ``"auto"`` (sniffed).
+DECLARED_CONTAINERS: Final = (
+    "wav",
+    "raw",
+    "auto",
+    "aiff",
+    "flac",
+    "mp3",
+    "ogg",
+    "opus",
+    "webm",
+    "mp4",
+)
+
+_CONTAINERS: Final = DECLARED_CONTAINERS
+_RAW_ENCODINGS: Final = ("pcm16", "f32")
 
 
 def _is_int(value: object) -> bool:
@@ -49,18 +97,18 @@ def _check_source_format(instance: SourceFormat, _attribute: Any, _value: Any) -
         "rate_hz": instance.rate_hz,
         "channels": instance.channels,
     }
-    if container == "wav":
+    if container != "raw":
         given = sorted(name for name, value in declared.items() if value is not None)
         if given:
             raise ValueError(
-                f"SourceFormat('wav') takes its geometry from the RIFF header; "
+                f"SourceFormat({container!r}) takes its geometry from the header; "
                 f"{', '.join(given)} must be None "
                 f"(got {', '.join(repr(declared[n]) for n in given)})"
             )
         return
-    if instance.encoding not in BYTES_PER_SAMPLE:
+    if instance.encoding not in _RAW_ENCODINGS:
         raise ValueError(
-            f"SourceFormat('raw').encoding must be one of {tuple(BYTES_PER_SAMPLE)}, "
+            f"SourceFormat('raw').encoding must be one of {_RAW_ENCODINGS}, "
             f"not {instance.encoding!r}"
         )
     for name in ("rate_hz", "channels"):
@@ -71,6 +119,58 @@ def _check_source_format(instance: SourceFormat, _attribute: Any, _value: Any) -
             raise TypeError(f"SourceFormat('raw').{name} must be an int, not {value!r}")
 
 
+#: Human names of the containers (messages and docs).
+CONTAINER_LABELS: Final[dict[str, str]] = {
+    "wav": "RIFF/WAVE",
+    "aiff": "AIFF/AIFF-C",
+    "flac": "FLAC",
+    "mp3": "MP3",
+    "ogg": "Ogg",
+    "webm": "WebM/Matroska",
+    "mp4": "MP4/M4A",
+}
+
+
+def id3_size(view: memoryview) -> int:
+    """Bytes of a leading ID3v2 tag (0 if none)."""
+    if view.nbytes < 10 or bytes(view[:3]) != b"ID3":
+        return 0
+    flags = view[5]
+    size = 0
+    for byte in bytes(view[6:10]):
+        size = (size << 7) | (byte & 0x7F)
+    return 10 + size + (10 if flags & 0x10 else 0)
+
+
+def sniff_container(view: memoryview) -> Container | None:
+    """The container ``view`` starts with, or ``None`` (not one audiogate decodes)."""
+    head = bytes(view[:12])
+    if head[:4] in (b"RIFF", b"RF64", b"BW64") and head[8:12] == b"WAVE":
+        return "wav"
+    if head[:4] == b"FORM" and head[8:12] in (b"AIFF", b"AIFC"):
+        return "aiff"
+    if head[:4] == b"fLaC":
+        return "flac"
+    if head[:4] == b"OggS":
+        return "ogg"
+    if head[:4] == b"\x1aE\xdf\xa3":
+        return "webm"
+    if head[4:8] == b"ftyp":
+        return "mp4"
+    if id3_size(view) or _mp3_sync(head):
+        return "mp3"
+    return None
+
+
+def _mp3_sync(head: bytes) -> bool:
+    """An MPEG layer III frame header: sync, a version, a bitrate and a rate index."""
+    if len(head) < 4 or head[0] != 0xFF or head[1] & 0xE0 != 0xE0:
+        return False
+    version, layer = (head[1] >> 3) & 3, (head[1] >> 1) & 3
+    bitrate, rate = head[2] >> 4, (head[2] >> 2) & 3
+    return version != 1 and layer == 1 and bitrate not in (0, 15) and rate != 3
+
+
 @attrs.frozen
 class SourceFormat:
     """What the caller declares about a clip's encoded bytes.
@@ -78,8 +178,12 @@ class SourceFormat:
     ``SourceFormat("wav")`` (:data:`WAV`) reads everything from the RIFF header. A raw
     source is headerless little-endian interleaved samples; build it with
     :meth:`SourceFormat.raw`, which requires the encoding, the rate and the channel count.
+    The compressed containers (``"aiff"``, ``"flac"``, ``"mp3"``, ``"ogg"``, ``"webm"``,
+    ``"mp4"``, and ``"opus"`` for Ogg or WebM Opus) and ``"auto"`` (:data:`AUTO`, any
+    container the bytes start with) also read everything from the header; the bytes must
+    be what is declared.
 
-    :param container: ``"wav"`` or ``"raw"``.
+    :param container: one of :data:`DECLARED_CONTAINERS`.
     :param encoding: raw only: ``"pcm16"`` (signed 16-bit) or ``"f32"`` (IEEE float).
     :param rate_hz: raw only: the declared sample rate in Hz.
     :param channels: raw only: the declared number of interleaved channels.
@@ -87,7 +191,7 @@ class SourceFormat:
     :raises TypeError: ``rate_hz`` or ``channels`` of a raw source is not an ``int``.
     """
 
-    container: Container = attrs.field(validator=_check_source_format)
+    container: DeclaredContainer = attrs.field(validator=_check_source_format)
     encoding: Encoding | None = None
     rate_hz: int | None = None
     channels: int | None = None
@@ -100,6 +204,8 @@ class SourceFormat:
 
 #: The RIFF/WAVE source format; geometry comes from the header.
 WAV: Final[SourceFormat] = SourceFormat("wav")
+#: Any accepted container, recognised from the bytes (docs/formats.md).
+AUTO: Final[SourceFormat] = SourceFormat("auto")
 
 
 def _optional_positive(instance: DecodeLimits, attribute: attrs.Attribute[Any], value: Any) -> None:
@@ -164,15 +270,21 @@ class DecodeLimits:
 class ClipGeometry:
     """The shape of one clip, read from its header (or declared, for raw sources).
 
-    :param container: where it came from (``"wav"`` or ``"raw"``).
-    :param encoding: ``"pcm16"`` or ``"f32"`` (an extensible header is reported by its
-        sub-format).
+    :param container: where it came from (``"wav"``, ``"raw"``, or a compressed container).
+    :param encoding: the sample encoding of a WAV or raw clip (an extensible header is
+        reported by its sub-format), else the codec (``"flac"``, ``"mp3"``, ...).
     :param rate_hz: source sample rate.
     :param channels: interleaved channels.
     :param frames: sample frames (samples per channel).
     :param duration_us: ``frames * 1_000_000 // rate_hz`` (floor).
     :param data_offset: byte offset of the first sample in the buffer.
-    :param data_length: bytes of sample data, ``frames * frame_bytes``.
+    :param data_length: bytes of sample data, ``frames * frame_bytes`` (a compressed
+        clip: the whole buffer).
+    :param exact: ``frames`` is the clip's length; ``False``: an upper bound (a compressed
+        header without an exact length, see docs/formats.md), and the decoded clip may be
+        shorter.
+    :param prefix: only the first ``frames`` are wanted (truncate mode): the decoder stops
+        there instead of refusing a longer stream.
     """
 
     container: Container
@@ -183,8 +295,16 @@ class ClipGeometry:
     duration_us: int
     data_offset: int
     data_length: int
+    exact: bool = True
+    prefix: bool = False
+
+    @property
+    def in_process(self) -> bool:
+        """Decoded by the core in the calling process (WAV and raw PCM)."""
+        return self.container in PCM_CONTAINERS
 
     @property
     def frame_bytes(self) -> int:
-        """Bytes of one interleaved frame (``channels`` × bytes per sample)."""
-        return self.channels * BYTES_PER_SAMPLE[self.encoding]
+        """Bytes of one interleaved frame (``channels`` × bytes per sample); 0 when compressed."""
+        per_sample = BYTES_PER_SAMPLE.get(self.encoding) if self.in_process else None
+        return self.channels * per_sample if per_sample else 0

@@ -13,10 +13,15 @@ docs/provenance.md), on purpose:
   not checked, since writers disagree about it;
 * duplicate ``fmt `` or ``data`` chunks are refused instead of "last/first wins";
 * ``block_align`` and ``byte_rate`` are cross-checked;
+* the encodings are PCM at 8 (unsigned), 16, 24 and 32 bits, IEEE float at 32 and 64
+  bits, and 8-bit A-law and µ-law (mlxcel takes PCM16 and float32 only);
 * ``WAVE_FORMAT_EXTENSIBLE`` is unwrapped (mlxcel refuses it) when it is exactly the
   40-byte form with ``cbSize`` 22, ``wValidBitsPerSample`` equal to the container bits
-  and a PCM (16-bit) or IEEE-float (32-bit) sub-format GUID. The channel mask is not
-  checked: it only names speaker positions, and every channel is averaged anyway.
+  and one of those encodings' sub-format GUIDs. The channel mask is not checked: it only
+  names speaker positions, and every channel is averaged anyway;
+* RF64 (and BW64, its ITU twin) is a RIFF/WAVE whose 32-bit sizes are ``0xFFFFFFFF``:
+  its first chunk must be ``ds64``, whose 64-bit RIFF size must match the buffer exactly
+  and whose 64-bit data size stands in for a ``data`` chunk declaring ``0xFFFFFFFF``.
 
 The caller's rate policy (minimum, maximum, allowed rates) runs where mlxcel's ``inspect_wav``
 puts it: right after the zero channel/rate check and before the encoding checks, empty data
@@ -44,7 +49,10 @@ _CHUNK_HEADER_BYTES: Final = 8
 
 _FORMAT_PCM: Final = 0x0001
 _FORMAT_IEEE_FLOAT: Final = 0x0003
+_FORMAT_ALAW: Final = 0x0006
+_FORMAT_MULAW: Final = 0x0007
 _FORMAT_EXTENSIBLE: Final = 0xFFFE
+_SUB_FORMATS: Final = (_FORMAT_PCM, _FORMAT_IEEE_FLOAT, _FORMAT_ALAW, _FORMAT_MULAW)
 
 _FORMAT_NAMES: Final[dict[int, str]] = {
     0x0001: "PCM",
@@ -59,14 +67,20 @@ _FORMAT_NAMES: Final[dict[int, str]] = {
 
 #: (format or sub-format, bits per sample) → encoding.
 _ENCODINGS: Final[dict[tuple[int, int], Encoding]] = {
+    (_FORMAT_PCM, 8): "u8",
     (_FORMAT_PCM, 16): "pcm16",
+    (_FORMAT_PCM, 24): "pcm24",
+    (_FORMAT_PCM, 32): "pcm32",
     (_FORMAT_IEEE_FLOAT, 32): "f32",
+    (_FORMAT_IEEE_FLOAT, 64): "f64",
+    (_FORMAT_ALAW, 8): "alaw",
+    (_FORMAT_MULAW, 8): "mulaw",
 }
 
 _ACCEPTED: Final = (
-    "format 1 (PCM) at 16 bits, format 3 (IEEE float) at 32 bits, or "
-    "WAVE_FORMAT_EXTENSIBLE (0xFFFE) with a PCM sub-format at 16 bits or an IEEE-float "
-    "sub-format at 32 bits"
+    "format 1 (PCM) at 8, 16, 24 or 32 bits, format 3 (IEEE float) at 32 or 64 bits, "
+    "format 6 (A-law) or 7 (µ-law) at 8 bits, or WAVE_FORMAT_EXTENSIBLE (0xFFFE) with one "
+    "of these as its sub-format"
 )
 
 #: Bytes 4..16 of every KSDATAFORMAT_SUBTYPE_* GUID (xxxxxxxx-0000-0010-8000-00aa00389b71,
@@ -78,6 +92,9 @@ _FMT_EXTENSIBLE_SIZE: Final = 40
 _EXTENSIBLE_CB_SIZE: Final = 22
 
 _U32: Final = struct.Struct("<I")
+_DS64: Final = struct.Struct("<QQQI")
+_SIZE_IN_DS64: Final = 0xFFFFFFFF
+_RF64_MAGICS: Final = (b"RF64", b"BW64")
 _CHUNK: Final = struct.Struct("<4sI")
 _FMT_BASE: Final = struct.Struct("<HHIIHH")
 _FMT_EXTENSION: Final = struct.Struct("<HHI16s")
@@ -131,14 +148,18 @@ def inspect_wav(
         )
     magic = bytes(view[0:4])
     form = bytes(view[8:12])
-    if magic != b"RIFF" or form != b"WAVE":
+    if magic not in (b"RIFF", *_RF64_MAGICS) or form != b"WAVE":
         raise DecodeError(
             f"missing RIFF/WAVE header: got {_show_id(magic)}…{_show_id(form)} "
-            f"at bytes 0..4 and 8..12, expected 'RIFF'…'WAVE'",
+            f"at bytes 0..4 and 8..12, expected 'RIFF'…'WAVE' (or 'RF64'…'WAVE')",
             clip_index=clip_index,
             code="not_riff_wave",
         )
     (riff_size,) = _U32.unpack_from(view, 4)
+    offset = _RIFF_HEADER_BYTES
+    data_size64: int | None = None
+    if magic in _RF64_MAGICS:
+        riff_size, data_size64, offset = _read_ds64(view, riff_size, clip_index=clip_index)
     if riff_size + 8 != size:
         raise DecodeError(
             f"RIFF size field declares {riff_size} bytes after the 8-byte RIFF header "
@@ -149,8 +170,7 @@ def inspect_wav(
 
     fmt: tuple[int, int] | None = None  # (payload offset, payload size)
     data: tuple[int, int] | None = None
-    offset = _RIFF_HEADER_BYTES
-    chunks = 0
+    chunks = 1 if data_size64 is not None else 0
     while offset < size:
         if chunks == MAX_CHUNKS:
             raise DecodeError(
@@ -166,6 +186,8 @@ def inspect_wav(
                 code="truncated_chunk_header",
             )
         chunk_id, declared = _CHUNK.unpack_from(view, offset)
+        if data_size64 is not None and chunk_id == b"data" and declared == _SIZE_IN_DS64:
+            declared = data_size64
         start = offset + _CHUNK_HEADER_BYTES
         end = start + declared
         if end > size:
@@ -237,6 +259,43 @@ def inspect_wav(
     )
 
 
+def _read_ds64(view: memoryview, riff_size: int, *, clip_index: int) -> tuple[int, int, int]:
+    """Check an RF64 header's ``ds64`` chunk; return ``(riff size, data size, next offset)``."""
+    if riff_size != _SIZE_IN_DS64:
+        raise DecodeError(
+            f"RF64 size field is {riff_size}, expected 0xFFFFFFFF (the sizes are in 'ds64')",
+            clip_index=clip_index,
+            code="riff_size_mismatch",
+        )
+    size = view.nbytes
+    start = _RIFF_HEADER_BYTES + _CHUNK_HEADER_BYTES
+    if size < start:
+        raise DecodeError(
+            f"truncated chunk header at byte {_RIFF_HEADER_BYTES}: an RF64 file starts with "
+            f"a 'ds64' chunk",
+            clip_index=clip_index,
+            code="truncated_chunk_header",
+        )
+    chunk_id, declared = _CHUNK.unpack_from(view, _RIFF_HEADER_BYTES)
+    if chunk_id != b"ds64" or declared < _DS64.size:
+        raise DecodeError(
+            f"an RF64 file's first chunk must be a 'ds64' of at least {_DS64.size} bytes, "
+            f"got {_show_id(chunk_id)} of {declared} bytes",
+            clip_index=clip_index,
+            code="missing_ds64",
+        )
+    end = start + declared
+    if end > size:
+        raise DecodeError(
+            f"chunk 'ds64' at byte {_RIFF_HEADER_BYTES} declares {declared} bytes but only "
+            f"{size - start} remain in the buffer",
+            clip_index=clip_index,
+            code="chunk_past_end",
+        )
+    riff_size64, data_size64, _samples, _table = _DS64.unpack_from(view, start)
+    return riff_size64, data_size64, end + (declared & 1)
+
+
 def _parse_fmt(
     view: memoryview,
     fmt: tuple[int, int],
@@ -263,7 +322,7 @@ def _parse_fmt(
     if check_rate is not None:
         check_rate(rate_hz)
 
-    if tag not in (_FORMAT_PCM, _FORMAT_IEEE_FLOAT, _FORMAT_EXTENSIBLE):
+    if tag not in (*_SUB_FORMATS, _FORMAT_EXTENSIBLE):
         raise DecodeError(
             f"unsupported WAV encoding: format {_format_name(tag)} at {bits} bits; "
             f"accepted: {_ACCEPTED}",
@@ -288,11 +347,11 @@ def _parse_fmt(
                 code="bad_cb_size",
             )
         (sub_format,) = _U32.unpack_from(guid)
-        if guid[4:] != _GUID_TAIL or sub_format not in (_FORMAT_PCM, _FORMAT_IEEE_FLOAT):
+        if guid[4:] != _GUID_TAIL or sub_format not in _SUB_FORMATS:
             raise DecodeError(
                 f"unsupported WAVE_FORMAT_EXTENSIBLE sub-format GUID {_guid(guid)}; "
-                f"accepted: PCM (00000001-0000-0010-8000-00aa00389b71) and IEEE float "
-                f"(00000003-0000-0010-8000-00aa00389b71)",
+                f"accepted: PCM (00000001-0000-0010-8000-00aa00389b71), IEEE float "
+                f"(00000003-...), A-law (00000006-...) and µ-law (00000007-...)",
                 clip_index=clip_index,
                 code="unsupported_subformat",
             )

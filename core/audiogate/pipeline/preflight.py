@@ -86,7 +86,9 @@ def _prefix(geometry: ClipGeometry, frames: int) -> ClipGeometry:
         geometry,
         frames=frames,
         duration_us=frames * MICROS_PER_SECOND // geometry.rate_hz,
-        data_length=frames * geometry.frame_bytes,
+        # A compressed clip is decoded from all its bytes and stopped at the prefix.
+        data_length=frames * geometry.frame_bytes if geometry.in_process else geometry.data_length,
+        prefix=not geometry.in_process,
     )
 
 

@@ -3,20 +3,24 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import attrs
 import numpy as np
 
 from audiogate.acquire.clip import EncodedClip
 from audiogate.cancel import NEVER, CancelToken, Checkpoint
 from audiogate.decode import decode
-from audiogate.errors import MemoryLimitError, PluginError
+from audiogate.errors import FeatureError, MemoryLimitError, PluginError
 from audiogate.host import FamilyHost
 from audiogate.pipeline.batch import PreparedBatch, PreparedClip, RequestTotals
-from audiogate.pipeline.plans import RequestPlan
+from audiogate.pipeline.plans import ClipPlan, RequestPlan
 from audiogate.pipeline.preflight import decode_limits, preflight
 from audiogate.policy import MICROS_PER_SECOND, AudioPolicy
 from audiogate.records import readonly
+
+if TYPE_CHECKING:
+    from audiogate.decode.isolation import DecoderPool
 
 __all__ = ["Progress", "prepare_clips", "process_request"]
 
@@ -29,6 +33,44 @@ def _duration_us(samples: int, rate_hz: int) -> int:
     return samples * MICROS_PER_SECOND // rate_hz
 
 
+def _replan(host: FamilyHost, policy: AudioPolicy, clip_plan: ClipPlan, frames: int) -> ClipPlan:
+    """The plan of a compressed clip that decoded to fewer frames than its header's bound.
+
+    Shorter never costs more, so every budget the preflight checked still holds.
+    """
+    index = clip_plan.index
+    geometry = attrs.evolve(
+        clip_plan.geometry,
+        frames=frames,
+        duration_us=frames * MICROS_PER_SECOND // clip_plan.geometry.rate_hz,
+        exact=True,
+    )
+    resample = host.plan_resample(
+        policy, source_rate_hz=geometry.rate_hz, source_samples=frames, clip_index=index
+    )
+    kept = min(resample.output_samples, clip_plan.normalized_samples)
+    if kept < policy.min_samples_per_clip:
+        raise FeatureError(
+            f"{kept} normalized samples at {resample.output_rate_hz} Hz is too short; the "
+            f"family needs at least {policy.min_samples_per_clip}",
+            clip_index=index,
+        )
+    features = host.plan_features(
+        policy, rate_hz=resample.output_rate_hz, samples=kept, clip_index=index
+    )
+    # The stream ended before its bound (or before the truncation point), so this is
+    # the whole clip.
+    return attrs.evolve(
+        clip_plan,
+        geometry=geometry,
+        decode_geometry=geometry,
+        resample=resample,
+        normalized_samples=kept,
+        received_samples=resample.output_samples,
+        features=features,
+    )
+
+
 def process_request(
     host: FamilyHost,
     plan: RequestPlan,
@@ -36,11 +78,17 @@ def process_request(
     *,
     cancel: CancelToken = NEVER,
     progress: Progress | None = None,
+    decoders: DecoderPool | None = None,
 ) -> PreparedBatch:
     """Run a preflighted request and return its immutable batch.
 
     Each clip's decoded source is dropped as soon as it is resampled, so at most one
-    source waveform is alive at a time (what the working budget assumes).
+    source waveform is alive at a time (what the working budget assumes). A compressed
+    clip planned for an upper bound that decodes shorter is planned again for what it
+    holds (never more than the preflight admitted).
+
+    :param decoders: the process pool of compressed clips (default: the process-wide
+        one, :func:`audiogate.decode.isolation.default_pool`).
 
     :raises PreprocessCancelled: at the Decode, Resample or Feature checkpoint.
     :raises PluginError: a family produced something other than it planned.
@@ -57,8 +105,15 @@ def process_request(
             progress("decode", index, count)
         cancel.check(Checkpoint.DECODE, index)
         source = decode(
-            clip.data, clip_plan.decode_geometry, clip_index=index, limits=limits, cancel=cancel
+            clip.data,
+            clip_plan.decode_geometry,
+            clip_index=index,
+            limits=limits,
+            cancel=cancel,
+            decoders=decoders,
         )
+        if source.shape[0] != clip_plan.decode_geometry.frames:
+            clip_plan = _replan(host, policy, clip_plan, source.shape[0])
         if progress:
             progress("resample", index, count)
         cancel.check(Checkpoint.RESAMPLE, index)
@@ -156,7 +211,8 @@ def prepare_clips(
     *,
     cancel: CancelToken = NEVER,
     progress: Progress | None = None,
+    decoders: DecoderPool | None = None,
 ) -> PreparedBatch:
     """Preflight and process a request in the calling thread (CLI, tests, simple servers)."""
     plan = preflight(host, policy, clips, cancel=cancel)
-    return process_request(host, plan, clips, cancel=cancel, progress=progress)
+    return process_request(host, plan, clips, cancel=cancel, progress=progress, decoders=decoders)

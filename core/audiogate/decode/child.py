@@ -1,0 +1,235 @@
+"""The decoder process: compressed clips in, interleaved float32 blocks out.
+
+Run as ``python -m audiogate.decode.child --address-space BYTES`` by
+:class:`~audiogate.decode.isolation.DecoderPool`; never imported by the serving process
+except for :data:`FRAME` and the tags. The codecs (libsndfile through ``soundfile``;
+FFmpeg through PyAV for WebM and MP4) are untrusted C code: this process caps its own
+address space (``RLIMIT_AS``) before importing them, caps its CPU time per clip
+(``RLIMIT_CPU``: ``SIGXCPU`` ends it), writes no core files, and talks to its parent
+only through its standard input and output.
+
+Protocol (all integers little-endian): a request is ``u32`` header length, a JSON header,
+``u64`` data length and the encoded bytes; every answer is a frame, one tag byte and a
+``u64`` payload length: :data:`BLOCK` (interleaved float32 samples), then :data:`DONE`
+(empty), or :data:`ERROR` (JSON ``{"code", "detail"}``).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import struct
+import sys
+from collections.abc import Iterator
+from typing import Any, BinaryIO, Final
+
+__all__ = ["BLOCK", "DONE", "ERROR", "FRAME", "encode_request", "main"]
+
+#: Answer frame header: tag, payload length.
+FRAME: Final = struct.Struct("<cQ")
+BLOCK: Final = b"B"
+DONE: Final = b"D"
+ERROR: Final = b"E"
+
+_REQUEST: Final = struct.Struct("<I")
+_DATA: Final = struct.Struct("<Q")
+
+
+class _Refused(Exception):
+    """A stream this process will not decode: ``code`` and a message for the parent."""
+
+    def __init__(self, code: str, detail: str) -> None:
+        super().__init__(detail)
+        self.code = code
+        self.detail = detail
+
+
+def _read_exact(stream: BinaryIO, count: int) -> bytes | None:
+    chunks = []
+    while count:
+        chunk = stream.read(count)
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        count -= len(chunk)
+    return b"".join(chunks)
+
+
+def _send(out: BinaryIO, tag: bytes, payload: bytes | memoryview = b"") -> None:
+    out.write(FRAME.pack(tag, len(payload)))
+    out.write(payload)
+    if tag != BLOCK:
+        out.flush()
+
+
+def _limit_cpu(seconds: int) -> None:
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    used = usage.ru_utime + usage.ru_stime
+    _soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
+    soft = int(used) + 1 + seconds
+    if hard != resource.RLIM_INFINITY:
+        soft = min(soft, hard)
+    resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+
+
+def _soundfile_blocks(data: bytes, header: dict[str, Any]) -> Iterator[Any]:
+    import numpy as np
+    import soundfile
+
+    try:
+        handle = soundfile.SoundFile(io.BytesIO(data))
+    except soundfile.LibsndfileError as exc:
+        raise _Refused("decoder_error", f"libsndfile refused the stream: {exc}") from None
+    snd, ffi = soundfile._snd, soundfile._ffi
+    with handle:
+        rate = handle.samplerate
+        if header["codec"] == "opus":
+            # Opus decodes at 48 kHz, as FFmpeg does (libsndfile's default is the rate
+            # the encoder was given, from OpusHead).
+            value = ffi.new("int*", 48_000)
+            snd.sf_command(handle._file, _SET_ORIGINAL_SAMPLERATE, value, ffi.sizeof("int"))
+            info = ffi.new("SF_INFO*")
+            snd.sf_command(handle._file, _GET_CURRENT_SF_INFO, info, ffi.sizeof("SF_INFO"))
+            rate = info.samplerate
+        if rate != header["rate_hz"] or handle.channels != header["channels"]:
+            raise _Refused(
+                "stream_changed",
+                f"the decoder opened {handle.channels} channel(s) at {rate} Hz, "
+                f"the header said {header['channels']} at {header['rate_hz']} Hz",
+            )
+        frames = header["block_frames"]
+        buffer = np.empty((frames, handle.channels), dtype=np.float32)
+        pointer = ffi.cast("float*", buffer.ctypes.data)
+        while True:
+            # sf_readf_float directly: soundfile's cached length predates the rate change.
+            count = snd.sf_readf_float(handle._file, pointer, frames)
+            if count <= 0:
+                return
+            yield buffer[:count]
+
+
+_SET_ORIGINAL_SAMPLERATE: Final = 0x1500  # libsndfile's SFC_ codes (sndfile.h)
+_GET_CURRENT_SF_INFO: Final = 0x1002
+
+_SCALES: Final = {"s16": 32768.0, "s32": 2147483648.0, "u8": 128.0}
+
+
+def _pyav_blocks(data: bytes, header: dict[str, Any]) -> Iterator[Any]:
+    import av
+    import numpy as np
+
+    try:
+        container = av.open(io.BytesIO(data), mode="r")
+    except av.FFmpegError as exc:
+        raise _Refused("decoder_error", f"FFmpeg refused the stream: {exc}") from None
+    rate, channels = header["rate_hz"], header["channels"]
+    block = np.empty((header["block_frames"], channels), dtype=np.float32)
+    filled = 0
+    with container:
+        if not container.streams.audio:
+            raise _Refused("decoder_error", "FFmpeg found no audio stream")
+        try:
+            for frame in container.decode(audio=0):
+                if frame.sample_rate != rate or frame.layout.nb_channels != channels:
+                    raise _Refused(
+                        "stream_changed",
+                        f"a frame of {frame.layout.nb_channels} channel(s) at "
+                        f"{frame.sample_rate} Hz in a stream planned as {channels} at {rate} Hz",
+                    )
+                array = frame.to_ndarray()
+                name = frame.format.name
+                array = array.T if frame.format.is_planar else array.reshape(-1, channels)
+                base = name.rstrip("p")
+                if base in _SCALES:
+                    offset = 128.0 if base == "u8" else 0.0
+                    array = (array.astype(np.float64) - offset) / _SCALES[base]
+                samples = array.astype(np.float32, copy=False)
+                start = 0
+                while start < samples.shape[0]:
+                    take = min(samples.shape[0] - start, block.shape[0] - filled)
+                    block[filled : filled + take] = samples[start : start + take]
+                    filled += take
+                    start += take
+                    if filled == block.shape[0]:
+                        yield block
+                        filled = 0
+        except av.FFmpegError as exc:
+            raise _Refused("decoder_error", f"FFmpeg failed while decoding: {exc}") from None
+    if filled:
+        yield block[:filled]
+
+
+def _test_hook(name: str) -> None:
+    """What the isolation tests make a decoder do (the parent sends it, never a client)."""
+    if name == "abort":
+        os.abort()
+    if name == "hang":
+        import time
+
+        time.sleep(3600)
+    if name == "spin":
+        while True:
+            pass
+    if name == "allocate":
+        _hold = bytearray(1 << 40)  # past any address-space cap
+        del _hold
+
+
+def _decode(data: bytes, header: dict[str, Any], out: BinaryIO) -> None:
+    _limit_cpu(header["cpu_seconds"])
+    if header.get("hook"):
+        _test_hook(header["hook"])
+    backend = _pyav_blocks if header["container"] in ("webm", "mp4") else _soundfile_blocks
+    limit = header["max_frames"]
+    sent = 0
+    for block in backend(data, header):
+        # The parent counts and refuses past the plan; stopping one block past it here
+        # only saves work.
+        if sent > limit:
+            break
+        sent += block.shape[0]
+        _send(out, BLOCK, memoryview(block).cast("B"))
+    _send(out, DONE)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Serve decode requests on standard input until it closes."""
+    import resource
+
+    args = sys.argv[1:] if argv is None else argv
+    address_space = int(args[args.index("--address-space") + 1])
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if address_space > 0:
+        resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))
+    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    while True:
+        raw = _read_exact(stdin, _REQUEST.size)
+        if raw is None:
+            return 0
+        (header_length,) = _REQUEST.unpack(raw)
+        header = json.loads(_read_exact(stdin, header_length) or b"{}")
+        (data_length,) = _DATA.unpack(_read_exact(stdin, _DATA.size) or b"\0" * 8)
+        data = _read_exact(stdin, data_length) or b""
+        try:
+            _decode(data, header, stdout)
+        except _Refused as exc:
+            _send(stdout, ERROR, json.dumps({"code": exc.code, "detail": exc.detail}).encode())
+        except MemoryError:
+            _send(stdout, ERROR, b'{"code": "memory_limit", "detail": "out of memory"}')
+        except Exception as exc:
+            detail = f"{type(exc).__name__}: {exc}"[:500]
+            _send(stdout, ERROR, json.dumps({"code": "decoder_error", "detail": detail}).encode())
+        del data
+
+
+def encode_request(header: dict[str, Any], data: bytes) -> list[bytes]:
+    """The frames of one request (for the parent)."""
+    raw = json.dumps(header).encode()
+    return [_REQUEST.pack(len(raw)), raw, _DATA.pack(len(data)), data]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

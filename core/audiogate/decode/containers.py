@@ -1,0 +1,636 @@
+"""Compressed containers: what the bytes are, and their geometry from the headers alone.
+
+Admission before allocation (docs/formats.md): every compressed clip's codec, rate,
+channels and length are read here, in pure Python, from the container's own headers,
+before the codecs (untrusted C code, in a separate process) see a byte. Where the header
+gives no length, the length is bounded from the byte count and the codec's largest
+samples-per-byte ratio, and the clip is planned for that bound (``exact=False``).
+
+What each container must hold:
+
+* **AIFF / AIFF-C**: ``FORM`` sized exactly to the buffer, a ``COMM`` chunk (channels,
+  frames, bits, the 80-bit rate; AIFF-C's compression ``NONE``, ``sowt``, ``fl32``,
+  ``fl64``, ``ulaw`` or ``alaw``) and an ``SSND`` chunk holding every frame;
+* **FLAC**: ``fLaC`` then ``STREAMINFO`` (rate, channels, bits, total samples);
+* **MP3**: an optional ID3v2 tag, then an MPEG layer III frame header; the length from
+  the Xing/Info frame count, else the byte count at the lowest bitrate;
+* **Ogg**: one logical stream whose first packet is ``OpusHead`` or a Vorbis
+  identification header; the length from the last page's granule position;
+* **WebM / Matroska**: one audio track (``A_OPUS`` or ``A_VORBIS``) in ``Tracks`` before
+  the first ``Cluster``; the length from ``Info/Duration`` where there is one;
+* **MP4 / M4A**: one sound track of AAC (``mp4a``) with its ``AudioSpecificConfig``; the
+  length from the sample count (1024 frames per AAC access unit, 2048 with SBR).
+
+Every refusal is a :class:`~audiogate.errors.DecodeError` with one of
+:data:`CONTAINER_ERROR_CODES`.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Callable
+from typing import Final
+
+import attrs
+
+from audiogate.decode.geometry import (
+    CONTAINER_LABELS,
+    ClipGeometry,
+    Container,
+    Encoding,
+    id3_size,
+    sniff_container,
+)
+from audiogate.errors import DecodeError, EmptyAudioError
+
+__all__ = [
+    "CONTAINER_ERROR_CODES",
+    "CONTAINER_LABELS",
+    "StreamHeader",
+    "inspect_container",
+    "sniff_container",
+]
+
+#: The ``code`` of each refusal here.
+CONTAINER_ERROR_CODES: Final = frozenset(
+    {"unknown_container", "malformed_header", "unsupported_codec", "format_mismatch"}
+)
+
+#: Decoded frames one compressed codec frame may add past the header's estimate.
+_SLACK: Final[dict[str, int]] = {"mp3": 1152, "vorbis": 8192, "opus": 5760, "aac": 2048}
+
+
+@attrs.frozen
+class StreamHeader:
+    """What a compressed container's headers say.
+
+    :param frames: the length in frames at ``rate_hz``, or an upper bound (``exact``).
+    """
+
+    container: Container
+    codec: Encoding
+    rate_hz: int
+    channels: int
+    frames: int
+    exact: bool
+
+    def geometry(self, nbytes: int) -> ClipGeometry:
+        """The clip geometry of this stream (the whole buffer is the data)."""
+        return ClipGeometry(
+            container=self.container,
+            encoding=self.codec,
+            rate_hz=self.rate_hz,
+            channels=self.channels,
+            frames=self.frames,
+            duration_us=self.frames * 1_000_000 // self.rate_hz,
+            data_offset=0,
+            data_length=nbytes,
+            exact=self.exact,
+        )
+
+
+def _malformed(container: str, detail: str, clip_index: int) -> DecodeError:
+    return DecodeError(
+        f"malformed {CONTAINER_LABELS[container]} header: {detail}",
+        clip_index=clip_index,
+        code="malformed_header",
+    )
+
+
+def _unsupported(container: str, detail: str, clip_index: int) -> DecodeError:
+    return DecodeError(
+        f"unsupported {CONTAINER_LABELS[container]} stream: {detail}",
+        clip_index=clip_index,
+        code="unsupported_codec",
+    )
+
+
+# --- AIFF ----------------------------------------------------------------------------
+
+_AIFC_CODECS: Final = {b"NONE", b"sowt", b"fl32", b"FL32", b"fl64", b"FL64", b"ulaw", b"alaw"}
+
+
+def _extended(raw: bytes) -> float:
+    """An 80-bit IEEE 754 extended float (AIFF's sample rate)."""
+    exponent = ((raw[0] & 0x7F) << 8) | raw[1]
+    mantissa = int.from_bytes(raw[2:10], "big")
+    if exponent == 0 and mantissa == 0:
+        return 0.0
+    if exponent == 0x7FFF:
+        return math.inf
+    value = math.ldexp(mantissa, exponent - 16383 - 63)
+    return -value if raw[0] & 0x80 else value
+
+
+def _inspect_aiff(view: memoryview, clip_index: int) -> StreamHeader:
+    size = view.nbytes
+    (form_size,) = struct.unpack_from(">I", view, 4)
+    if form_size + 8 != size:
+        raise _malformed(
+            "aiff", f"FORM size declares {form_size + 8} bytes, the buffer holds {size}", clip_index
+        )
+    aifc = bytes(view[8:12]) == b"AIFC"
+    comm: tuple[int, int] | None = None
+    ssnd: tuple[int, int] | None = None
+    offset, chunks = 12, 0
+    while offset < size:
+        chunks += 1
+        if chunks > 256 or offset + 8 > size:
+            raise _malformed("aiff", f"chunk header at byte {offset} is truncated", clip_index)
+        chunk_id, declared = struct.unpack_from(">4sI", view, offset)
+        start, end = offset + 8, offset + 8 + declared
+        if end > size:
+            raise _malformed(
+                "aiff", f"chunk {chunk_id!r} at byte {offset} runs past the end", clip_index
+            )
+        if chunk_id == b"COMM":
+            if comm is not None:
+                raise _malformed("aiff", "duplicate COMM chunk", clip_index)
+            comm = (start, declared)
+        elif chunk_id == b"SSND":
+            if ssnd is not None:
+                raise _malformed("aiff", "duplicate SSND chunk", clip_index)
+            ssnd = (start, declared)
+        offset = end + (declared & 1)
+    if comm is None or ssnd is None:
+        raise _malformed("aiff", "a COMM and an SSND chunk are required", clip_index)
+    start, declared = comm
+    if declared < (22 if aifc else 18):
+        raise _malformed("aiff", f"COMM chunk of {declared} bytes is too short", clip_index)
+    channels, frames, bits = struct.unpack_from(">hIh", view, start)
+    rate = _extended(bytes(view[start + 8 : start + 18]))
+    compression = bytes(view[start + 18 : start + 22]) if aifc else b"NONE"
+    if compression not in _AIFC_CODECS:
+        raise _unsupported("aiff", f"AIFF-C compression {compression!r}", clip_index)
+    if compression in (b"ulaw", b"alaw"):
+        bits = 8
+    elif compression in (b"fl32", b"FL32"):
+        bits = 32
+    elif compression in (b"fl64", b"FL64"):
+        bits = 64
+    if channels < 1 or not math.isfinite(rate) or rate < 1 or rate != int(rate):
+        raise _malformed("aiff", f"{channels} channel(s) at {rate} Hz", clip_index)
+    if not 1 <= bits <= 64:
+        raise _malformed("aiff", f"{bits} bits per sample", clip_index)
+    if frames == 0:
+        raise EmptyAudioError(clip_index=clip_index, detail="the COMM chunk declares 0 frames")
+    ssnd_start, ssnd_size = ssnd
+    if ssnd_size < 8:
+        raise _malformed("aiff", "SSND chunk shorter than its 8-byte header", clip_index)
+    (data_offset,) = struct.unpack_from(">I", view, ssnd_start)
+    needed = frames * channels * ((bits + 7) // 8)
+    if 8 + data_offset + needed > ssnd_size:
+        raise _malformed(
+            "aiff",
+            f"SSND holds {ssnd_size - 8 - data_offset} bytes of samples, {frames} frames of "
+            f"{channels} × {bits} bits need {needed}",
+            clip_index,
+        )
+    return StreamHeader("aiff", "pcm", int(rate), channels, frames, True)
+
+
+# --- FLAC ----------------------------------------------------------------------------
+
+
+def _inspect_flac(view: memoryview, clip_index: int) -> StreamHeader:
+    if view.nbytes < 42:
+        raise _malformed("flac", "shorter than fLaC + STREAMINFO", clip_index)
+    block_type, length = view[4] & 0x7F, int.from_bytes(view[5:8], "big")
+    if block_type != 0 or length != 34:
+        raise _malformed("flac", "the first metadata block is not a 34-byte STREAMINFO", clip_index)
+    info = int.from_bytes(view[8:42], "big")  # 272 bits, most significant first
+    max_block = (info >> 240) & 0xFFFF
+    rate = (info >> 172) & 0xFFFFF
+    channels = ((info >> 169) & 0x7) + 1
+    total = (info >> 128) & 0xFFFFFFFFF
+    if rate == 0:
+        raise _malformed("flac", "STREAMINFO sample rate is 0", clip_index)
+    if total:
+        return StreamHeader("flac", "flac", rate, channels, total, True)
+    # No total in STREAMINFO (a streamed encode): a constant subframe frame is at least
+    # a 6-byte header, 2 bytes per channel and a 2-byte CRC for up to max_block frames.
+    frames_per_byte = max(max_block, 16) / (8 + 2 * channels)
+    return StreamHeader(
+        "flac", "flac", rate, channels, math.ceil(view.nbytes * frames_per_byte), False
+    )
+
+
+# --- MP3 -----------------------------------------------------------------------------
+
+_MP3_RATES: Final = {3: (44100, 48000, 32000), 2: (22050, 24000, 16000), 0: (11025, 12000, 8000)}
+_MP3_KBPS_V1: Final = (0, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320)
+_MP3_KBPS_V2: Final = (0, 8, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 144, 160)
+
+
+@attrs.frozen
+class _Mp3Frame:
+    version: int  # 3 MPEG-1, 2 MPEG-2, 0 MPEG-2.5
+    rate_hz: int
+    channels: int
+    samples: int
+    bytes: int
+
+
+def _mp3_frame(view: memoryview, offset: int) -> _Mp3Frame | None:
+    """The MPEG layer III frame header at ``offset``, or ``None``."""
+    if offset + 4 > view.nbytes:
+        return None
+    (word,) = struct.unpack_from(">I", view, offset)
+    if word >> 21 != 0x7FF:
+        return None
+    version, layer = (word >> 19) & 3, (word >> 17) & 3
+    bitrate_index, rate_index = (word >> 12) & 0xF, (word >> 10) & 3
+    if version == 1 or layer != 1 or bitrate_index in (0, 15) or rate_index == 3:
+        return None
+    kbps = (_MP3_KBPS_V1 if version == 3 else _MP3_KBPS_V2)[bitrate_index]
+    rate = _MP3_RATES[version][rate_index]
+    samples = 1152 if version == 3 else 576
+    padding = (word >> 9) & 1
+    size = (samples // 8) * kbps * 1000 // rate + padding
+    channels = 1 if (word >> 6) & 3 == 3 else 2
+    return _Mp3Frame(version, rate, channels, samples, size)
+
+
+def _inspect_mp3(view: memoryview, clip_index: int) -> StreamHeader:
+    start = id3_size(view)
+    if start >= view.nbytes:
+        raise EmptyAudioError(clip_index=clip_index, detail="an ID3 tag and no MPEG frames")
+    first = _mp3_frame(view, start)
+    following = start + first.bytes if first is not None else 0
+    if first is None or (following < view.nbytes and _mp3_frame(view, following) is None):
+        raise _malformed(
+            "mp3", f"no MPEG layer III frame header at byte {start} (after the ID3 tag)", clip_index
+        )
+    # The Xing/Info tag sits after the side information of the first frame.
+    if first.version == 3:
+        side = 32 if first.channels == 2 else 17
+    else:
+        side = 17 if first.channels == 2 else 9
+    tag = start + 4 + side
+    if bytes(view[tag : tag + 4]) in (b"Xing", b"Info") and tag + 12 <= view.nbytes:
+        (flags,) = struct.unpack_from(">I", view, tag + 4)
+        if flags & 1:
+            (count,) = struct.unpack_from(">I", view, tag + 8)
+            frames = (count + 1) * first.samples + _SLACK["mp3"]
+            return StreamHeader("mp3", "mp3", first.rate_hz, first.channels, frames, False)
+    # No frame count: every frame is at least the lowest bitrate's size.
+    lowest = (first.samples // 8) * (32 if first.version == 3 else 8) * 1000 // first.rate_hz
+    frames = -(-(view.nbytes - start) // lowest) * first.samples
+    return StreamHeader("mp3", "mp3", first.rate_hz, first.channels, frames, False)
+
+
+# --- Ogg -----------------------------------------------------------------------------
+
+_OGG_PAGE: Final = struct.Struct("<4sBBqIIIB")
+
+
+def _ogg_page(view: memoryview, offset: int) -> tuple[int, int, int, int, int] | None:
+    """``(header type, granule, serial, body offset, page end)`` of the page at ``offset``."""
+    if offset + _OGG_PAGE.size > view.nbytes:
+        return None
+    magic, version, kind, granule, serial, _seq, _crc, segments = _OGG_PAGE.unpack_from(
+        view, offset
+    )
+    body = offset + _OGG_PAGE.size + segments
+    if magic != b"OggS" or version != 0 or body > view.nbytes:
+        return None
+    end = body + sum(view[offset + _OGG_PAGE.size : body])
+    if end > view.nbytes:
+        return None
+    return kind, granule, serial, body, end
+
+
+def _inspect_ogg(view: memoryview, clip_index: int) -> StreamHeader:
+    first = _ogg_page(view, 0)
+    if first is None or not first[0] & 0x02:
+        raise _malformed(
+            "ogg", "the first page is truncated or not a beginning-of-stream page", clip_index
+        )
+    _kind, _granule, serial, body, end = first
+    packet = bytes(view[body:end])
+    if packet[:8] == b"OpusHead" and len(packet) >= 19:
+        channels = packet[9]
+        (pre_skip,) = struct.unpack_from("<H", packet, 10)
+        codec: Encoding = "opus"
+        # Opus decodes at 48 kHz (as FFmpeg does); OpusHead's input rate is metadata.
+        rate = granule_rate = 48000
+    elif packet[:7] == b"\x01vorbis" and len(packet) >= 16:
+        channels, rate = packet[11], struct.unpack_from("<I", packet, 12)[0]
+        codec, pre_skip, granule_rate = "vorbis", 0, rate
+    else:
+        raise _unsupported(
+            "ogg", "the first packet is neither OpusHead nor a Vorbis header", clip_index
+        )
+    if channels < 1 or rate < 1:
+        raise _malformed("ogg", f"{channels} channel(s) at {rate} Hz", clip_index)
+    second = _ogg_page(view, end)
+    if second is not None and second[0] & 0x02:
+        raise _unsupported("ogg", "more than one logical stream (multiplexed Ogg)", clip_index)
+    # The last page of the stream: search back from the end (a page is < 65,536 bytes).
+    last_granule = -1
+    window = bytes(view[max(0, view.nbytes - 65_536 - _OGG_PAGE.size) :])
+    position = len(window)
+    base = view.nbytes - len(window)
+    while (position := window.rfind(b"OggS", 0, position)) >= 0:
+        page = _ogg_page(view, base + position)
+        if page is not None and page[4] == view.nbytes and page[2] == serial:
+            last_granule = page[1]
+            break
+    if last_granule > 0:
+        frames = max(last_granule - pre_skip, 0) * rate // granule_rate + _SLACK[codec]
+        return StreamHeader("ogg", codec, rate, channels, frames, False)
+    # No usable granule: Opus carries at most 120 ms per packet of at least one byte,
+    # Vorbis at most 4096 frames (half its largest block).
+    per_byte = 5760 * rate // 48000 if codec == "opus" else 4096
+    return StreamHeader("ogg", codec, rate, channels, view.nbytes * per_byte, False)
+
+
+# --- WebM / Matroska -----------------------------------------------------------------
+
+_EBML: Final = 0x1A45DFA3
+_SEGMENT: Final = 0x18538067
+_INFO: Final = 0x1549A966
+_TRACKS: Final = 0x1654AE6B
+_CLUSTER: Final = 0x1F43B675
+_TRACK_ENTRY: Final = 0xAE
+_UNKNOWN: Final = -1
+
+
+def _vint(view: memoryview, offset: int, *, keep_marker: bool) -> tuple[int, int]:
+    """``(value, length)`` of an EBML variable-length integer; ``_UNKNOWN`` for all ones."""
+    if offset >= view.nbytes:
+        raise ValueError("truncated element")
+    first = view[offset]
+    length = 9 - first.bit_length() if first else 9
+    if length > 8 or offset + length > view.nbytes:
+        raise ValueError(f"bad variable-length integer at byte {offset}")
+    value = int.from_bytes(view[offset : offset + length], "big")
+    if keep_marker:
+        return value, length
+    value &= (1 << (7 * length)) - 1
+    return (_UNKNOWN if value == (1 << (7 * length)) - 1 else value), length
+
+
+def _elements(view: memoryview, start: int, end: int) -> list[tuple[int, int, int]]:
+    """The ``(id, payload start, payload end)`` children in ``view[start:end]``."""
+    children = []
+    offset = start
+    while offset < end:
+        element_id, id_length = _vint(view, offset, keep_marker=True)
+        size, size_length = _vint(view, offset + id_length, keep_marker=False)
+        payload = offset + id_length + size_length
+        stop = end if size == _UNKNOWN else payload + size
+        if stop > end:
+            stop = end  # the last element of a truncated file; only headers are read
+        children.append((element_id, payload, stop))
+        if len(children) > 4096:
+            raise ValueError("more than 4096 elements")
+        offset = stop
+    return children
+
+
+def _uint(view: memoryview, start: int, end: int) -> int:
+    return int.from_bytes(view[start:end], "big") if end - start <= 8 else -1
+
+
+def _float(view: memoryview, start: int, end: int) -> float:
+    if end - start == 4:
+        return float(struct.unpack_from(">f", view, start)[0])
+    if end - start == 8:
+        return float(struct.unpack_from(">d", view, start)[0])
+    return math.nan
+
+
+def _inspect_webm(view: memoryview, clip_index: int) -> StreamHeader:
+    try:
+        top = _elements(view, 0, view.nbytes)
+        if not top or top[0][0] != _EBML:
+            raise ValueError("no EBML header")
+        segment = next(((s, e) for i, s, e in top if i == _SEGMENT), None)
+        if segment is None:
+            raise ValueError("no Segment")
+        scale, duration, tracks = 1_000_000, math.nan, None
+        for element_id, start, end in _segment_children(view, *segment):
+            if element_id == _INFO:
+                for child, s, e in _elements(view, start, end):
+                    if child == 0x2AD7B1:
+                        scale = _uint(view, s, e)
+                    elif child == 0x4489:
+                        duration = _float(view, s, e)
+            elif element_id == _TRACKS:
+                tracks = (start, end)
+            elif element_id == _CLUSTER:
+                break
+        if tracks is None:
+            raise ValueError("no Tracks element before the first Cluster")
+        audio = []
+        for child, s, e in _elements(view, *tracks):
+            if child != _TRACK_ENTRY:
+                continue
+            fields = {i: (a, b) for i, a, b in _elements(view, s, e)}
+            if 0x83 in fields and _uint(view, *fields[0x83]) == 2:
+                audio.append(fields)
+    except ValueError as exc:
+        raise _malformed("webm", str(exc), clip_index) from None
+    if len(audio) != 1:
+        raise _unsupported("webm", f"{len(audio)} audio tracks, expected exactly 1", clip_index)
+    fields = audio[0]
+    codec_id = bytes(view[slice(*fields[0x86])]).rstrip(b"\0") if 0x86 in fields else b""
+    codec: Encoding
+    if codec_id == b"A_OPUS":
+        codec = "opus"
+    elif codec_id == b"A_VORBIS":
+        codec = "vorbis"
+    else:
+        raise _unsupported("webm", f"codec {codec_id!r}; accepted: A_OPUS, A_VORBIS", clip_index)
+    rate, channels = 8000.0, 1
+    if 0xE1 in fields:
+        for child, s, e in _elements(view, *fields[0xE1]):
+            if child == 0xB5:
+                rate = _float(view, s, e)
+            elif child == 0x9F:
+                channels = _uint(view, s, e)
+    if codec == "opus":
+        rate = 48000.0  # Opus always decodes at 48 kHz here (FFmpeg's libopus decoder)
+    if not math.isfinite(rate) or rate < 1 or rate != int(rate) or not 1 <= channels <= 255:
+        raise _malformed("webm", f"{channels} channel(s) at {rate} Hz", clip_index)
+    if math.isfinite(duration) and duration > 0 and scale > 0:
+        frames = math.ceil(duration * scale * rate / 1e9) + _SLACK[codec]
+    else:
+        frames = view.nbytes * (5760 if codec == "opus" else 4096)
+    return StreamHeader("webm", codec, int(rate), channels, frames, False)
+
+
+def _segment_children(view: memoryview, start: int, end: int) -> list[tuple[int, int, int]]:
+    """The Segment's children up to the first Cluster (a Cluster's blocks are not read)."""
+    children = []
+    offset = start
+    while offset < end:
+        element_id, id_length = _vint(view, offset, keep_marker=True)
+        size, size_length = _vint(view, offset + id_length, keep_marker=False)
+        payload = offset + id_length + size_length
+        children.append(
+            (element_id, payload, end if size == _UNKNOWN else min(payload + size, end))
+        )
+        if element_id == _CLUSTER or size == _UNKNOWN or len(children) > 256:
+            break
+        offset = payload + size
+    return children
+
+
+# --- MP4 -----------------------------------------------------------------------------
+
+_AAC_RATES: Final = (
+    96000,
+    88200,
+    64000,
+    48000,
+    44100,
+    32000,
+    24000,
+    22050,
+    16000,
+    12000,
+    11025,
+    8000,
+    7350,
+)
+
+
+def _boxes(view: memoryview, start: int, end: int) -> list[tuple[bytes, int, int]]:
+    boxes = []
+    offset = start
+    while offset + 8 <= end:
+        size, kind = struct.unpack_from(">I4s", view, offset)
+        header = 8
+        if size == 1:
+            if offset + 16 > end:
+                raise ValueError("truncated 64-bit box size")
+            (size,) = struct.unpack_from(">Q", view, offset + 8)
+            header = 16
+        elif size == 0:
+            size = end - offset
+        if size < header or offset + size > end:
+            raise ValueError(f"box {kind!r} at byte {offset} runs past its parent")
+        boxes.append((kind, offset + header, offset + size))
+        if len(boxes) > 4096:
+            raise ValueError("more than 4096 boxes")
+        offset += size
+    return boxes
+
+
+def _find(view: memoryview, start: int, end: int, kind: bytes) -> list[tuple[int, int]]:
+    return [(s, e) for k, s, e in _boxes(view, start, end) if k == kind]
+
+
+def _descriptor(view: memoryview, offset: int, end: int) -> tuple[int, int, int]:
+    """``(tag, payload start, payload end)`` of an MPEG-4 descriptor."""
+    tag = view[offset]
+    size, offset = 0, offset + 1
+    for _ in range(4):
+        if offset >= end:
+            raise ValueError("truncated descriptor")
+        byte = view[offset]
+        offset += 1
+        size = (size << 7) | (byte & 0x7F)
+        if not byte & 0x80:
+            break
+    if offset + size > end:
+        raise ValueError("descriptor runs past its box")
+    return tag, offset, offset + size
+
+
+def _audio_specific_config(view: memoryview, start: int, end: int) -> tuple[int, int, int]:
+    """``(object type, rate, channels)`` from an ``esds`` box's AudioSpecificConfig."""
+    tag, s, e = _descriptor(view, start + 4, end)  # after version and flags
+    if tag != 3:
+        raise ValueError("esds holds no ES descriptor")
+    flags = view[s + 2]
+    # ES_ID, flags, then the optional dependsOn id, URL and OCR stream id.
+    url = 1 + view[s + 3 + (2 if flags & 0x80 else 0)] if flags & 0x40 else 0
+    s += 3 + (2 if flags & 0x80 else 0) + url + (2 if flags & 0x20 else 0)
+    tag, s, e = _descriptor(view, s, e)
+    if tag != 4:
+        raise ValueError("ES descriptor holds no DecoderConfig")
+    if view[s] != 0x40:
+        raise LookupError(f"object type 0x{view[s]:02x} is not MPEG-4 audio (AAC)")
+    tag, s, e = _descriptor(view, s + 13, e)
+    if tag != 5 or e - s < 2:
+        raise ValueError("DecoderConfig holds no AudioSpecificConfig")
+    bits = int.from_bytes(view[s:e][:8].tobytes().ljust(8, b"\0"), "big")
+    object_type, index = bits >> 59, (bits >> 55) & 0xF
+    if index == 15:
+        rate, channels = (bits >> 31) & 0xFFFFFF, (bits >> 27) & 0xF
+    elif index < len(_AAC_RATES):
+        rate, channels = _AAC_RATES[index], (bits >> 51) & 0xF
+    else:
+        raise ValueError(f"AudioSpecificConfig frequency index {index}")
+    return object_type, rate, channels
+
+
+def _inspect_mp4(view: memoryview, clip_index: int) -> StreamHeader:
+    try:
+        moov = _find(view, 0, view.nbytes, b"moov")
+        if len(moov) != 1:
+            raise ValueError(f"{len(moov)} moov boxes, expected 1")
+        sound = []
+        for trak in _find(view, *moov[0], b"trak"):
+            for mdia in _find(view, *trak, b"mdia"):
+                handler = _find(view, *mdia, b"hdlr")
+                if handler and bytes(view[handler[0][0] + 8 : handler[0][0] + 12]) == b"soun":
+                    sound.append(mdia)
+        if len(sound) != 1:
+            raise LookupError(f"{len(sound)} sound tracks, expected exactly 1")
+        (stbl,) = [
+            s for minf in _find(view, *sound[0], b"minf") for s in _find(view, *minf, b"stbl")
+        ][:1] or [(0, 0)]
+        stsd = _find(view, *stbl, b"stsd")
+        stsz = _find(view, *stbl, b"stsz")
+        if not stsd or not stsz:
+            raise ValueError("the sound track has no stsd or stsz box")
+        entries = _boxes(view, stsd[0][0] + 8, stsd[0][1])
+        if len(entries) != 1 or entries[0][0] != b"mp4a":
+            raise LookupError(f"sample entries {[k for k, _, _ in entries]!r}; accepted: one mp4a")
+        _kind, entry, entry_end = entries[0]
+        esds = _find(view, entry + 28, entry_end, b"esds")
+        if not esds:
+            raise ValueError("the mp4a entry has no esds box")
+        object_type, rate, channels = _audio_specific_config(view, *esds[0])
+        (count,) = struct.unpack_from(">I", view, stsz[0][0] + 8)
+    except LookupError as exc:
+        raise _unsupported("mp4", str(exc), clip_index) from None
+    except (ValueError, struct.error, IndexError) as exc:
+        raise _malformed("mp4", str(exc), clip_index) from None
+    if object_type not in (2, 5, 29):
+        raise _unsupported(
+            "mp4", f"AAC object type {object_type}; accepted: LC, HE-AAC (v2)", clip_index
+        )
+    sbr = object_type in (5, 29)
+    if sbr:
+        rate *= 2
+    if channels == 0:
+        channels = 2  # a program config element; FFmpeg reports its channels at decode
+    if count == 0:
+        raise EmptyAudioError(clip_index=clip_index, detail="the sound track holds no samples")
+    frames = count * (2048 if sbr else 1024)
+    return StreamHeader("mp4", "aac", rate, 2 if object_type == 29 else channels, frames, False)
+
+
+_INSPECTORS: Final[dict[str, Callable[[memoryview, int], StreamHeader]]] = {
+    "aiff": _inspect_aiff,
+    "flac": _inspect_flac,
+    "mp3": _inspect_mp3,
+    "ogg": _inspect_ogg,
+    "webm": _inspect_webm,
+    "mp4": _inspect_mp4,
+}
+
+
+def inspect_container(view: memoryview, container: Container, *, clip_index: int) -> StreamHeader:
+    """The stream geometry of a compressed ``container`` from its headers alone.
+
+    :raises DecodeError: ``malformed_header`` or ``unsupported_codec``.
+    :raises EmptyAudioError: the header declares no frames.
+    """
+    return _INSPECTORS[container](view, clip_index)

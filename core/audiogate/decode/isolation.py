@@ -1,0 +1,430 @@
+"""Compressed clips decode in a small pool of separate processes (docs/formats.md).
+
+Each process (:mod:`audiogate.decode.child`) runs one clip at a time under an address
+space cap (``RLIMIT_AS``) and a CPU-time cap per clip (``RLIMIT_CPU``); the parent adds a
+wall-clock deadline. The parent sends the encoded bytes, reads interleaved float32
+blocks back, and downmixes each block straight into the preallocated clip with the same
+arithmetic as WAV (:func:`~audiogate.decode.samples.downmix_f32`), counting frames
+against the plan: a stream longer than planned stops there with a ``LimitError``.
+
+A decoder that dies, hangs or runs out of memory is a :class:`DecoderFailedError` for its
+clip (``decoder_crashed``, ``decoder_timeout``, ``memory_limit``); its process is killed
+and reaped, and the next clip starts a fresh one. Cancellation is polled between blocks
+(and while waiting); a cancelled or refused clip's process is killed too, so no process,
+pipe or buffer outlives the call on any path.
+
+:class:`~audiogate.worker.AudioWorker` owns one pool; without a worker,
+:func:`default_pool` makes one on first use and closes it at exit.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any, Final
+
+import numpy as np
+import numpy.typing as npt
+
+from audiogate.cancel import NEVER, CancelToken, Checkpoint
+from audiogate.decode.child import BLOCK, DONE, ERROR, FRAME, encode_request
+from audiogate.decode.geometry import ClipGeometry
+from audiogate.decode.samples import BLOCK_FRAMES, downmix_f32
+from audiogate.errors import DecodeError, LimitError, NonFiniteSampleError
+
+__all__ = [
+    "DEFAULT_ADDRESS_SPACE_BYTES",
+    "DEFAULT_CPU_SECONDS",
+    "DecoderFailedError",
+    "DecoderPool",
+    "default_pool",
+    "missing_codecs",
+]
+
+#: Address space of one decoder process: the interpreter, numpy and the codec libraries
+#: take about 0.5 GiB of it; the rest is for the decoder's own buffers.
+DEFAULT_ADDRESS_SPACE_BYTES: Final = 2 << 30
+#: CPU seconds one clip may take (a 30-minute MP3 decodes in about 2 s).
+DEFAULT_CPU_SECONDS: Final = 30
+
+_POLL_S: Final = 0.05
+_MAX_ERROR_BYTES: Final = 4096
+
+
+#: The extra that brings each compressed container's codec, and the module it installs.
+_EXTRAS: Final = {
+    "aiff": ("codecs", "soundfile"),
+    "flac": ("codecs", "soundfile"),
+    "mp3": ("codecs", "soundfile"),
+    "ogg": ("codecs", "soundfile"),
+    "webm": ("codecs-ffmpeg", "av"),
+    "mp4": ("codecs-ffmpeg", "av"),
+}
+
+
+def missing_codecs(container: str, *, clip_index: int) -> DecodeError | None:
+    """The refusal for a container whose codec is not installed, else ``None``.
+
+    Looks the module up without importing it (the codecs load only in the decoders).
+    """
+    import importlib.util
+
+    extra, module = _EXTRAS[container]
+    if importlib.util.find_spec(module) is not None:
+        return None
+    note = (
+        " (PyAV's wheels bundle FFmpeg with the GPL x264 and x265 libraries; see docs/formats.md)"
+        if module == "av"
+        else ""
+    )
+    return DecodeError(
+        f"decoding {container} needs the optional codecs, which are not installed: "
+        f"pip install 'audiogate[{extra}]'{note}",
+        clip_index=clip_index,
+        code="codecs_unavailable",
+    )
+
+
+class DecoderFailedError(DecodeError):
+    """The decoder process of a clip crashed, ran out of time or ran out of memory.
+
+    ``code`` is ``decoder_crashed``, ``decoder_timeout`` or ``memory_limit``.
+    """
+
+
+class _Child:
+    """One decoder process and its pipes."""
+
+    def __init__(self, address_space_bytes: int) -> None:
+        env = dict(os.environ)
+        # One thread per decoder: the cap is per process, and a BLAS pool would spend it.
+        env.update(OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+        self.process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "audiogate.decode.child",
+                "--address-space",
+                str(address_space_bytes),
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=env,
+            close_fds=True,
+        )
+
+    def kill(self) -> None:
+        """Kill, reap and close (idempotent)."""
+        process = self.process
+        if process.poll() is None:
+            process.kill()
+        process.wait()
+        for stream in (process.stdin, process.stdout):
+            if stream is not None:
+                stream.close()
+
+
+class DecoderPool:
+    """At most ``processes`` decoder processes, started on demand and reused.
+
+    :param processes: the most clips decoding at once (more wait for a free process).
+    :param address_space_bytes: ``RLIMIT_AS`` of each process (0: none).
+    :param cpu_seconds: ``RLIMIT_CPU`` per clip; the wall-clock deadline is twice it
+        plus 5 s.
+    :param test_hook: makes every decode misbehave (``"abort"``, ``"hang"``, ``"spin"``,
+        ``"allocate"``); for the isolation tests only.
+    """
+
+    def __init__(
+        self,
+        *,
+        processes: int = 2,
+        address_space_bytes: int = DEFAULT_ADDRESS_SPACE_BYTES,
+        cpu_seconds: int = DEFAULT_CPU_SECONDS,
+        test_hook: str | None = None,
+    ) -> None:
+        if processes < 1 or cpu_seconds < 1 or address_space_bytes < 0:
+            raise ValueError(
+                f"DecoderPool needs processes >= 1, cpu_seconds >= 1 and "
+                f"address_space_bytes >= 0 (got {processes}, {cpu_seconds}, "
+                f"{address_space_bytes})"
+            )
+        self.processes = processes
+        self.address_space_bytes = address_space_bytes
+        self.cpu_seconds = cpu_seconds
+        self.wall_seconds = 2 * cpu_seconds + 5
+        self._test_hook = test_hook
+        self._lock = threading.Condition()
+        self._idle: list[_Child] = []
+        self._busy = 0
+        self._closed = False
+
+    @property
+    def live_processes(self) -> int:
+        """Processes started and not yet reaped (idle or decoding)."""
+        with self._lock:
+            return len(self._idle) + self._busy
+
+    def close(self) -> None:
+        """Kill every idle process; busy ones are killed when their clip ends."""
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+            self._lock.notify_all()
+        for child in idle:
+            child.kill()
+
+    def _acquire(self, cancel: CancelToken, clip_index: int) -> _Child:
+        with self._lock:
+            while True:
+                cancel.check(Checkpoint.DECODE, clip_index)
+                if self._closed:
+                    raise DecoderFailedError(
+                        "the decoder pool is closed",
+                        clip_index=clip_index,
+                        code="decoder_crashed",
+                    )
+                if self._idle:
+                    self._busy += 1
+                    return self._idle.pop()
+                if self._busy < self.processes:
+                    self._busy += 1
+                    break
+                self._lock.wait(_POLL_S)
+        try:
+            return _Child(self.address_space_bytes)
+        except BaseException:
+            with self._lock:
+                self._busy -= 1
+                self._lock.notify()
+            raise
+
+    def _release(self, child: _Child, *, healthy: bool) -> None:
+        with self._lock:
+            self._busy -= 1
+            keep = healthy and not self._closed and child.process.poll() is None
+            if keep:
+                self._idle.append(child)
+            self._lock.notify()
+        if not keep:
+            child.kill()
+
+    def decode(
+        self,
+        data: bytes | memoryview,
+        geometry: ClipGeometry,
+        *,
+        clip_index: int,
+        cancel: CancelToken = NEVER,
+    ) -> tuple[npt.NDArray[np.float32], int]:
+        """Decode a compressed clip into a preallocated ``[shape=(geometry.frames,)]`` array.
+
+        :returns: the array and the frames decoded (at most ``geometry.frames``; the rest
+            of the array is unwritten).
+        :raises LimitError: the stream holds more frames than planned (not a prefix).
+        :raises DecoderFailedError: the process crashed, timed out or ran out of memory.
+        :raises DecodeError: the codec refused the stream, or its rate or channel count
+            changed (``stream_changed``).
+        :raises NonFiniteSampleError: a decoded sample is NaN or infinite.
+        :raises PreprocessCancelled: ``cancel`` was cancelled.
+        """
+        out = np.empty(geometry.frames, dtype=np.float32)
+        child = self._acquire(cancel, clip_index)
+        healthy = False
+        try:
+            written = self._run(child, bytes(data), geometry, out, clip_index, cancel)
+            healthy = True
+        except _StopEarly as stop:
+            written = stop.written
+        finally:
+            self._release(child, healthy=healthy)
+        return out, written
+
+    def _run(
+        self,
+        child: _Child,
+        data: bytes,
+        geometry: ClipGeometry,
+        out: npt.NDArray[np.float32],
+        clip_index: int,
+        cancel: CancelToken,
+    ) -> int:
+        header: dict[str, Any] = {
+            "container": geometry.container,
+            "codec": geometry.encoding,
+            "rate_hz": geometry.rate_hz,
+            "channels": geometry.channels,
+            "max_frames": geometry.frames,
+            "block_frames": BLOCK_FRAMES,
+            "cpu_seconds": self.cpu_seconds,
+            "hook": self._test_hook or "",
+        }
+        deadline = time.monotonic() + self.wall_seconds
+        stdin = child.process.stdin
+        assert stdin is not None
+        try:
+            for piece in encode_request(header, data):
+                stdin.write(piece)
+            stdin.flush()
+        except (BrokenPipeError, OSError):
+            raise self._died(child, clip_index) from None
+        channels = geometry.channels
+        max_block_bytes = BLOCK_FRAMES * channels * 4
+        written = 0
+        for tag, payload in self._frames(child, deadline, max_block_bytes, clip_index, cancel):
+            if tag == BLOCK:
+                if len(payload) % (channels * 4):
+                    raise DecoderFailedError(
+                        f"the decoder sent a block of {len(payload)} bytes, not whole "
+                        f"{channels}-channel float32 frames",
+                        clip_index=clip_index,
+                        code="decoder_crashed",
+                    )
+                samples = np.frombuffer(payload, dtype=np.float32)
+                frames = samples.shape[0] // channels
+                room = geometry.frames - written
+                if frames > room:
+                    if not geometry.prefix:
+                        raise LimitError(
+                            "decoded frames per clip (the header understated the length)",
+                            actual=written + frames,
+                            maximum=geometry.frames,
+                            clip_index=clip_index,
+                        )
+                    frames = room
+                    samples = samples[: frames * channels]
+                bad = downmix_f32(
+                    samples,
+                    out[written : written + frames],
+                    channels=channels,
+                    clip_index=clip_index,
+                    cancel=NEVER,
+                )
+                if bad is not None:
+                    raise NonFiniteSampleError(clip_index=clip_index, frame=written + bad)
+                written += frames
+                if geometry.prefix and written == geometry.frames:
+                    # The rest of the stream is not wanted: end this process's clip early.
+                    raise _StopEarly(written)
+            elif tag == DONE:
+                return written
+            else:
+                error = json.loads(payload)
+                code = str(error.get("code", "decoder_error"))
+                detail = str(error.get("detail", ""))[:500]
+                if code == "memory_limit":
+                    raise DecoderFailedError(
+                        f"the decoder ran out of memory (address space cap "
+                        f"{self.address_space_bytes} bytes): {detail}",
+                        clip_index=clip_index,
+                        code="memory_limit",
+                    )
+                raise DecodeError(detail, clip_index=clip_index, code=code)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _frames(
+        self,
+        child: _Child,
+        deadline: float,
+        max_block_bytes: int,
+        clip_index: int,
+        cancel: CancelToken,
+    ) -> Iterator[tuple[bytes, bytes]]:
+        stdout = child.process.stdout
+        assert stdout is not None
+        fd = stdout.fileno()
+        while True:
+            head = self._read(fd, FRAME.size, child, deadline, clip_index, cancel)
+            tag, length = FRAME.unpack(head)
+            limit = max_block_bytes if tag == BLOCK else _MAX_ERROR_BYTES
+            if tag not in (BLOCK, DONE, ERROR) or length > limit:
+                raise DecoderFailedError(
+                    f"the decoder sent a malformed frame ({tag!r}, {length} bytes)",
+                    clip_index=clip_index,
+                    code="decoder_crashed",
+                )
+            yield tag, self._read(fd, length, child, deadline, clip_index, cancel)
+
+    def _read(
+        self,
+        fd: int,
+        count: int,
+        child: _Child,
+        deadline: float,
+        clip_index: int,
+        cancel: CancelToken,
+    ) -> bytes:
+        chunks: list[bytes] = []
+        while count:
+            cancel.check(Checkpoint.DECODE, clip_index)
+            if time.monotonic() > deadline:
+                raise DecoderFailedError(
+                    f"the decoder took longer than {self.wall_seconds} s",
+                    clip_index=clip_index,
+                    code="decoder_timeout",
+                )
+            ready, _, _ = select.select([fd], [], [], _POLL_S)
+            if not ready:
+                continue
+            chunk = os.read(fd, min(count, 1 << 20))
+            if not chunk:
+                raise self._died(child, clip_index)
+            chunks.append(chunk)
+            count -= len(chunk)
+        return b"".join(chunks)
+
+    def _died(self, child: _Child, clip_index: int) -> DecoderFailedError:
+        process = child.process
+        try:
+            status = process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            status = process.returncode
+        if status == -signal.SIGXCPU:
+            return DecoderFailedError(
+                f"the decoder used more than {self.cpu_seconds} s of CPU time",
+                clip_index=clip_index,
+                code="decoder_timeout",
+            )
+        if status == -signal.SIGKILL:
+            return DecoderFailedError(
+                "the decoder was killed (out of memory?)",
+                clip_index=clip_index,
+                code="memory_limit",
+            )
+        return DecoderFailedError(
+            f"the decoder process exited with status {status}",
+            clip_index=clip_index,
+            code="decoder_crashed",
+        )
+
+
+class _StopEarly(Exception):
+    """A prefix is complete; the process is replaced instead of read to the end."""
+
+    def __init__(self, written: int) -> None:
+        super().__init__(written)
+        self.written = written
+
+
+_default: DecoderPool | None = None
+_default_lock = threading.Lock()
+
+
+def default_pool() -> DecoderPool:
+    """The process-wide pool used without a worker (made on first use, closed at exit)."""
+    global _default
+    with _default_lock:
+        if _default is None:
+            _default = DecoderPool()
+            atexit.register(_default.close)
+        return _default
