@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from ipaddress import IPv4Address, IPv6Address, ip_address
+from ipaddress import IPv4Address, IPv6Address, ip_address, ip_network
 
 import pytest
 
 from audiogate.acquire import refusal
 from audiogate.acquire.addresses import (
+    IANA_IPV4,
+    IANA_IPV6,
+    JUDGED_BY_EMBEDDED_IPV4,
     REFUSED_IPV4,
     REFUSED_IPV6,
     embedded_ipv4,
@@ -178,3 +181,49 @@ def test_mapped_addresses_normalize_to_ipv4_and_scopes_are_dropped():
     assert embedded_ipv4(IPv6Address("64:ff9b::a9fe:a9fe")) == IPv4Address("169.254.169.254")
     assert embedded_ipv4(IPv6Address("2002:a9fe:a9fe::1")) == IPv4Address("169.254.169.254")
     assert embedded_ipv4(IPv6Address("2001:4860::1")) is None
+
+
+# --- IANA's special-purpose registries: every entry and its verdict -----------------------
+
+#: The three prefixes the issue (#21) found public before the registries were the table.
+NEWLY_REFUSED = ["2001:2::/48", "2001:10::/28", "2001:20::/28"]
+
+
+def _verdict(prefix: str) -> str:
+    """``refused`` when both edges of ``prefix`` are refused, ``embedded`` for a prefix
+    judged by the IPv4 address it embeds (refused for a private one, public for a public
+    one), ``public`` otherwise."""
+    net = ip_network(prefix)
+    edges = [refusal(net.network_address), refusal(net.broadcast_address)]
+    if str(net) in JUDGED_BY_EMBEDDED_IPV4:
+        offset = {"::ffff:0:0/96": 0, "64:ff9b::/96": 0, "2002::/16": 80}[str(net)]
+        public = IPv6Address(int(net.network_address) | (0x08080808 << offset))
+        private = IPv6Address(int(net.network_address) | (0x7F000001 << offset))
+        return "embedded" if refusal(public) is None and refusal(private) else "wrong"
+    return "refused" if all(edges) else "public"
+
+
+def test_the_tables_hold_every_registry_entry() -> None:
+    assert len(IANA_IPV4) == 26
+    assert len(IANA_IPV6) == 25
+    assert {prefix for prefix, _, _ in IANA_IPV6} >= JUDGED_BY_EMBEDDED_IPV4
+    for prefix in NEWLY_REFUSED:
+        assert prefix in {p for p, _, _ in IANA_IPV6}
+
+
+@pytest.mark.parametrize(
+    ("prefix", "name"),
+    [(prefix, name) for prefix, name, _ in IANA_IPV4 + IANA_IPV6],
+    ids=[prefix for prefix, _, _ in IANA_IPV4 + IANA_IPV6],
+)
+def test_every_registry_entry_is_refused_or_judged_by_its_embedded_ipv4(prefix, name) -> None:
+    expected = "embedded" if prefix in JUDGED_BY_EMBEDDED_IPV4 else "refused"
+    assert _verdict(prefix) == expected, f"{prefix} ({name})"
+
+
+@pytest.mark.parametrize("prefix", NEWLY_REFUSED)
+def test_benchmarking_and_orchid_blocks_are_refused(prefix) -> None:
+    net = ip_network(prefix)
+    middle = IPv6Address(int(net.network_address) + net.num_addresses // 2)
+    for address in (net.network_address, middle, net.broadcast_address):
+        assert refusal(address) is not None
