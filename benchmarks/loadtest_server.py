@@ -49,6 +49,12 @@ SCENARIOS = {
         "target_rps": 100.0,
         "target_p99_ms": 200.0,
     },
+    "gemma-1s": {
+        "model": "gemma-3n-e4b-it",
+        "seconds": [1.0],
+        "concurrency": 8,
+        "server": [],
+    },
     "mixed": {
         "model": "gemma-3n-e4b-it",
         "seconds": [1.0, 2.0, 5.0, 10.0, 20.0, 30.0],
