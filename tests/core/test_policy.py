@@ -60,8 +60,11 @@ PINNED_TABLES = {
     },
     "qwen2audio": {
         "target_rate_hz": 16_000,
-        "allowed_source_rates_hz": (16_000, 44_100, 48_000),
-        "max_source_channels": 2,
+        # librosa.load's rates and channels; the serving guide's are the strict profile.
+        "min_source_rate_hz": 8_000,
+        "max_source_rate_hz": 192_000,
+        "allowed_source_rates_hz": None,
+        "max_source_channels": 8,
         "resampling": "soxr_hq",
         "max_duration_seconds": 30,
         "max_samples_per_clip": 480_000,

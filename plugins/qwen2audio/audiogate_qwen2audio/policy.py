@@ -1,7 +1,11 @@
 """Qwen2-Audio: pinned policy defaults, recognized keys and the family spec.
 
-Source rules from the Qwen2-Audio serving guide (docs/provenance.md: rates, channels, 30 s
-per source, more than 320 samples, exact all-zero refusal, 750 rows of 16,384 bytes); the
+Source rules from the Qwen2-Audio serving guide (docs/provenance.md: 30 s per source, more
+than 320 samples, exact all-zero refusal, 750 rows of 16,384 bytes). Source rates are what
+the reference processor takes through ``librosa.load``: every rate soxr converts (8 to
+192 kHz) and any channel count the core downmixes; the guide's rates and channels
+(16, 44.1 and 48 kHz, one or two channels) are the *strict profile* a deployment may set
+(``strict_source_rates`` and ``max_source_channels: 2``). The
 frontend is ``WhisperFeatureExtractor(feature_size=128)`` with ``Qwen2AudioProcessor``
 as shipped by Qwen/Qwen2-Audio-7B-Instruct (its framing constants in
 :mod:`audiogate_qwen2audio.geometry`) (``preprocessor_config.json``: 16 kHz,
@@ -16,6 +20,7 @@ from typing import Final
 
 from audiogate.family import FamilySpec
 from audiogate.policy import (
+    LIMIT_NAMESPACES,
     AudioPolicy,
     PolicyKey,
     flat_constants,
@@ -48,6 +53,7 @@ __all__ = [
     "REVISION",
     "ROW_BYTES",
     "SOURCE_RATES_HZ",
+    "STRICT_CHANNELS",
     "spec",
 ]
 
@@ -57,10 +63,15 @@ REVISION: Final = "Qwen/Qwen2-Audio-7B-Instruct@transformers-5.24.0"
 MODEL_TYPES: Final = ("qwen2_audio",)
 
 MIB: Final = 1 << 20
-#: The serving guide: "Supported rates are 16000, 44100 and 48000 Hz, with one or two
-#: channels."
+#: The strict profile's rates (``strict_source_rates``), from the serving guide:
+#: "Supported rates are 16000, 44100 and 48000 Hz, with one or two channels."
 SOURCE_RATES_HZ: Final = (16_000, 44_100, 48_000)
-MAX_CHANNELS: Final = 2
+#: The strict profile's channels (a deployment sets ``max_source_channels: 2``).
+STRICT_CHANNELS: Final = 2
+#: Every rate ``librosa.load`` resamples with soxr, as for the other families.
+MIN_SOURCE_RATE_HZ: Final = 8_000
+MAX_SOURCE_RATE_HZ: Final = 192_000
+MAX_CHANNELS: Final = 8
 MAX_SECONDS: Final = 30
 #: The serving guide: a source must produce one pooled row, "more than 320 canonical
 #: samples".
@@ -85,16 +96,15 @@ PINNED: Final = AudioPolicy(
     revision=REVISION,
     target_rate_hz=SAMPLE_RATE_HZ,
     resampling="soxr_hq",
-    min_source_rate_hz=min(SOURCE_RATES_HZ),
-    max_source_rate_hz=max(SOURCE_RATES_HZ),
-    allowed_source_rates_hz=SOURCE_RATES_HZ,
+    min_source_rate_hz=MIN_SOURCE_RATE_HZ,
+    max_source_rate_hz=MAX_SOURCE_RATE_HZ,
     max_source_channels=MAX_CHANNELS,
     refuse_all_zero=True,
     min_samples_per_clip=MIN_SAMPLES,
     max_duration_seconds=MAX_SECONDS,
     max_samples_per_clip=MAX_SAMPLES,
     # 30 s of 48 kHz stereo f32 is 11,520,000 B of samples; 16 MiB leaves room for headers
-    # and metadata chunks.
+    # and metadata chunks (longer or wider PCM sources are compressed or shorter).
     max_encoded_bytes_per_clip=16 * MIB,
     max_frames_per_clip=MAX_FRAMES,
     # 16 clips, as for the other families: the serving guide bounds sources only through
@@ -104,14 +114,15 @@ PINNED: Final = AudioPolicy(
     # of shared source bytes.
     max_encoded_bytes_per_request=64 * MIB,
     # Aggregates of 16 maximal clips (30 s each at the highest allowed rate).
-    max_source_samples_per_request=MAX_CLIPS * MAX_SECONDS * max(SOURCE_RATES_HZ),
+    max_source_samples_per_request=MAX_CLIPS * MAX_SECONDS * MAX_SOURCE_RATE_HZ,
     max_normalized_samples_per_request=MAX_CLIPS * MAX_SAMPLES,
     max_source_duration_us_per_request=MAX_CLIPS * MAX_SECONDS * 1_000_000,
     max_frames_per_request=MAX_CLIPS * MAX_FRAMES,
     # 16 retained 30 s waveforms at 16 kHz are 30,720,000 B.
     max_waveform_result_bytes_per_request=32 * MIB,
-    # Those plus one clip in flight (a 48 kHz source: 5.76 MB decoded, 1 MiB soxr): ~38 MB.
-    max_waveform_working_bytes_per_request=64 * MIB,
+    # Those plus one clip in flight (a 192 kHz source: 23.04 MB decoded, a few MiB of
+    # soxr): ~60 MB.
+    max_waveform_working_bytes_per_request=96 * MIB,
     # 16 maximal clips need 234.5 MiB (see above).
     max_prepared_result_bytes_per_request=256 * MIB,
     # Whisper frames are centred: a clip of N samples has ceil(N/160) valid frames.
@@ -132,6 +143,7 @@ PINNED: Final = AudioPolicy(
         "chat_audio_marker": AUDIO_TOKEN,
         "max_rows_per_clip": MAX_ROWS,
         "row_bytes": ROW_BYTES,
+        "strict_source_rates": False,
     },
 )
 
@@ -139,6 +151,12 @@ POLICY_KEYS: Final = standard_keys(
     PINNED,
     declared_frame_length=N_FFT,
     extra=(
+        PolicyKey(
+            target="options.strict_source_rates",
+            paths=(f"/{LIMIT_NAMESPACES[0]}/strict_source_rates",),
+            kind="boolean",
+            description="the strict profile's rates: only 16000, 44100 and 48000 Hz",
+        ),
         PolicyKey(
             target="options.audio_token_index",
             paths=("/audio_token_index",),

@@ -3,8 +3,9 @@
 soxr HQ over the complete clip, then zero-padded to ``ceil(n·16000/rate)`` samples
 (librosa's ``fix_length``; transformers' soundfile ``load_audio`` does the same), so the
 normalized length, and with it the frame mask and the token count, equal the
-reference's. Only the three rates of the Qwen2-Audio serving guide are accepted
-(docs/provenance.md).
+reference's. Every source rate the policy admits is converted (8 to 192 kHz, as
+``librosa.load`` does); the strict profile (``strict_source_rates``) admits only the
+Qwen2-Audio serving guide's three (docs/provenance.md).
 """
 
 from __future__ import annotations
@@ -26,24 +27,27 @@ __all__ = ["ALGORITHM", "plan_resample", "resample"]
 ALGORITHM = "soxr_hq"
 
 
-def _allowed(policy: AudioPolicy) -> tuple[int, ...]:
-    allowed = policy.allowed_source_rates_hz or SOURCE_RATES_HZ
-    # A checkpoint may narrow the serving guide's rates, never widen them.
-    return tuple(rate for rate in allowed if rate in SOURCE_RATES_HZ)
+def _allowed(policy: AudioPolicy) -> tuple[int, ...] | None:
+    """The rates admitted besides the policy's range (``None``: every rate in it)."""
+    allowed = policy.allowed_source_rates_hz
+    if policy.options.get("strict_source_rates"):
+        allowed = tuple(r for r in (allowed or SOURCE_RATES_HZ) if r in SOURCE_RATES_HZ)
+    return allowed
 
 
 def plan_resample(
     policy: AudioPolicy, *, source_rate_hz: int, source_samples: int, clip_index: int
 ) -> ResamplePlan:
-    """Plan one clip: the identity at 16 kHz, soxr HQ from 44.1 and 48 kHz.
+    """Plan one clip: the identity at 16 kHz, soxr HQ from any other rate.
 
-    :raises DecodeError: ``rate_not_allowed`` for any other source rate.
+    :raises DecodeError: ``rate_not_allowed`` for a rate outside the strict profile
+        (when set) or the policy's allowed rates.
     """
     allowed = _allowed(policy)
-    if source_rate_hz not in allowed:
+    if allowed is not None and source_rate_hz not in allowed:
         raise DecodeError(
-            f"source sample rate {source_rate_hz} Hz is not allowed; allowed rates: "
-            f"{', '.join(str(rate) for rate in allowed)} Hz",
+            f"source sample rate {source_rate_hz} Hz is not allowed by the policy; allowed "
+            f"rates: {', '.join(str(rate) for rate in allowed)} Hz",
             clip_index=clip_index,
             code="rate_not_allowed",
         )

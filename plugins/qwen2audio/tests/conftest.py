@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
 import pytest
 from qwen2audio_helpers import SPECIAL_TOKENS
 
@@ -30,6 +31,19 @@ def qwen_host(host: FamilyHost) -> FamilyHost:
 def policy(qwen_host: FamilyHost) -> AudioPolicy:
     """The pinned Qwen2-Audio policy."""
     return qwen_host.default_policy("qwen2audio")
+
+
+@pytest.fixture
+def strict_policy(policy: AudioPolicy) -> AudioPolicy:
+    """The strict profile a deployment may set: the serving guide's three rates (and the
+    range they span) and one or two channels (docs/provenance.md)."""
+    return attrs.evolve(
+        policy,
+        min_source_rate_hz=16_000,
+        max_source_rate_hz=48_000,
+        max_source_channels=2,
+        options={**policy.options, "strict_source_rates": True},
+    )
 
 
 @pytest.fixture(scope="session")

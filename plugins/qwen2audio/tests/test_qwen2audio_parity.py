@@ -163,16 +163,22 @@ def _run(qwen_host, policy, data):
         (96_000, "source sample rate"),
     ],
 )
-def test_other_rates_are_refused(qwen_host, policy, rate, code):
+def test_the_strict_profile_refuses_other_rates(qwen_host, strict_policy, rate, code):
     with pytest.raises((DecodeError, LimitError)) as caught:
-        _run(qwen_host, policy, canonical_wav(np.full(rate, 0.1), rate_hz=rate))
+        _run(qwen_host, strict_policy, canonical_wav(np.full(rate, 0.1), rate_hz=rate))
     error = caught.value
     assert (error.code if isinstance(error, DecodeError) else error.limit) == code
 
 
-def test_three_channels_are_refused(qwen_host, policy):
+@pytest.mark.parametrize("rate", [8_000, 11_025, 22_050, 24_000, 32_000, 44_099, 96_000, 192_000])
+def test_every_rate_librosa_load_converts_is_taken(qwen_host, policy, rate):
+    # librosa.load(sr=16000) resamples any rate with soxr HQ; so does the default policy.
+    _run(qwen_host, policy, canonical_wav(np.full((rate // 4, 6), 0.1), rate_hz=rate))
+
+
+def test_the_strict_profile_refuses_three_channels(qwen_host, strict_policy):
     with pytest.raises(LimitError) as caught:
-        _run(qwen_host, policy, canonical_wav(np.full((16_000, 3), 0.1), rate_hz=16_000))
+        _run(qwen_host, strict_policy, canonical_wav(np.full((16_000, 3), 0.1), rate_hz=16_000))
     assert (caught.value.limit, caught.value.actual, caught.value.maximum) == (
         "source channels",
         3,

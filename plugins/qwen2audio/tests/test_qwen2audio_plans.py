@@ -44,8 +44,11 @@ CONFIG = {
 
 
 def test_pinned_policy_is_the_serving_guides(policy):
-    assert policy.allowed_source_rates_hz == (16_000, 44_100, 48_000)
-    assert policy.max_source_channels == 2
+    # Rates and channels are librosa.load's (the strict profile narrows them).
+    assert policy.allowed_source_rates_hz is None
+    assert (policy.min_source_rate_hz, policy.max_source_rate_hz) == (8_000, 192_000)
+    assert policy.max_source_channels == 8
+    assert policy.options["strict_source_rates"] is False
     assert policy.refuse_all_zero is True
     assert policy.min_samples_per_clip == 321
     assert policy.max_duration_seconds == 30
@@ -125,13 +128,39 @@ def test_resample_plans_use_librosa_lengths(qwen_host, policy, rate, samples, ou
 
 
 @pytest.mark.parametrize("rate", [8_000, 11_025, 22_050, 24_000, 32_000, 44_101, 96_000])
-def test_rates_outside_the_guides_three_are_refused(qwen_host, policy, rate):
+def test_the_strict_profile_refuses_rates_outside_the_guides_three(qwen_host, strict_policy, rate):
     with pytest.raises(DecodeError) as caught:
-        qwen_host.plan_resample(policy, source_rate_hz=rate, source_samples=1000, clip_index=2)
+        qwen_host.plan_resample(
+            strict_policy, source_rate_hz=rate, source_samples=1000, clip_index=2
+        )
     assert caught.value.code == "rate_not_allowed"
     assert caught.value.clip_index == 2
     assert f"{rate} Hz" in str(caught.value)
     assert "16000, 44100, 48000" in str(caught.value)
+
+
+@pytest.mark.parametrize("rate", [8_000, 11_025, 22_050, 96_000, 192_000])
+def test_any_rate_plans_with_soxr_by_default(qwen_host, policy, rate):
+    plan = qwen_host.plan_resample(policy, source_rate_hz=rate, source_samples=1000, clip_index=0)
+    assert plan.algorithm == "soxr_hq"
+
+
+def test_the_strict_profile_is_a_checkpoint_key(qwen_host, model_dir):
+    from audiogate.policy import LIMIT_NAMESPACES
+
+    strict = qwen_host.load_model_policy(
+        model_dir(
+            "qwen2audio",
+            config={
+                "model_type": "qwen2_audio",
+                LIMIT_NAMESPACES[0]: {"strict_source_rates": True, "max_source_channels": 2},
+            },
+        )
+    )
+    assert strict.options["strict_source_rates"] is True
+    assert strict.max_source_channels == 2
+    with pytest.raises(DecodeError, match="allowed rates: 16000, 44100, 48000 Hz"):
+        qwen_host.plan_resample(strict, source_rate_hz=22_050, source_samples=10, clip_index=0)
 
 
 def test_a_checkpoint_may_narrow_the_rates(qwen_host, policy):
