@@ -73,6 +73,7 @@ def build_app(options: ServeOptions, *, host: FamilyHost | None = None) -> Starl
             worker=worker,
             acquisition=acquisition,
             max_prefill_tokens=options.max_prefill_tokens,
+            max_prompt_text_bytes=options.max_prompt_text_bytes,
         )
         return create_app(gate, limits=options.limits, served_model=options.model_dir.name)
     except BaseException:
