@@ -179,3 +179,23 @@ def test_concurrent_clips_share_a_bounded_pool(flac):
     finally:
         shared.close()
     assert shared.live_processes == 0
+
+
+def test_a_worker_decodes_compressed_clips_in_its_own_pool_and_closes_it(mp3):
+    from toyfamily import ToyFamily, toy_policy
+
+    from audiogate import create_host
+    from audiogate.pipeline import EncodedClip
+    from audiogate.worker import AudioWorker
+
+    host = create_host(load_entry_points=False, plugins=[ToyFamily()])
+    worker = AudioWorker(host)
+    try:
+        clip = EncodedClip(data=mp3, source_format=AUTO, ordinal=1)
+        batch = worker.prepare(toy_policy(), [clip], timeout=60)
+        assert batch.clips[0].source_rate_hz == 16_000
+        assert abs(batch.clips[0].source_samples - 16_000) <= 1_152
+        assert worker.decoders.live_processes == 1
+    finally:
+        worker.close()
+    assert worker.decoders.live_processes == 0

@@ -15,6 +15,7 @@ from typing import Any, Final
 
 from audiogate.acquire.clip import EncodedClip
 from audiogate.cancel import CancelToken, Checkpoint, cancellable
+from audiogate.decode.isolation import DecoderPool
 from audiogate.errors import (
     AudioGateError,
     PluginError,
@@ -60,6 +61,9 @@ class AudioWorker:
         for family in host.families:
             self.metrics.ensure_family(family)
         self._ledger = Ledger(self.limits, self.metrics)
+        #: The processes that decode this worker's compressed clips, one per thread
+        #: (started on first use; docs/formats.md).
+        self.decoders = DecoderPool(processes=self.limits.threads)
         self._results = threading.Semaphore(self.limits.result_depth)
         self._closed = threading.Event()
         # The queue: live jobs only, in order. A job leaves it exactly once, under the
@@ -414,7 +418,13 @@ class AudioWorker:
         try:
             job.cancel_token.check(Checkpoint.QUEUE)
             try:
-                batch = process_request(self.host, job.plan, job.clips, cancel=job.cancel_token)
+                batch = process_request(
+                    self.host,
+                    job.plan,
+                    job.clips,
+                    cancel=job.cancel_token,
+                    decoders=self.decoders,
+                )
             except AudioGateError:
                 raise
             except Exception as exc:
@@ -511,6 +521,7 @@ class AudioWorker:
         del queued
         if wait:  # also when another caller closed it first
             self._join_threads()
+        self.decoders.close()  # idle processes now; a busy one when its clip ends
 
     def _join_threads(self) -> None:
         current = threading.current_thread()
