@@ -31,7 +31,43 @@ __all__ = [
     "SizeOverflowError",
     "WorkerUnavailableError",
     "clear_frames",
+    "clip_number",
 ]
+
+
+def clip_number(clip_index: Any) -> Any:
+    """The one-based number a message shows for a zero-based ``clip_index`` (as the
+    summaries number clips); a template placeholder is shown as ``{clip_index + 1}``."""
+    if isinstance(clip_index, int) and not isinstance(clip_index, bool):
+        return clip_index + 1
+    return f"{str(clip_index)[:-1]} + 1}}"
+
+
+#: What a rule refusing a clip is, by ``DecodeError.code``: a policy limit or something
+#: audiogate does not decode is not "corrupt".
+_DECODE_VERBS: dict[str, str] = {
+    "rate_below_minimum": "is outside the audio policy",
+    "rate_not_allowed": "is outside the audio policy",
+    "all_zero": "is refused by the audio policy",
+    "unsupported_format": "is in a format audiogate does not decode",
+    "unsupported_subformat": "is in a format audiogate does not decode",
+    "unsupported_codec": "is in a format audiogate does not decode",
+    "unknown_container": "is in a format audiogate does not decode",
+    "format_mismatch": "is not in the declared format",
+    "codecs_unavailable": "cannot be decoded here",
+    "decoder_crashed": "could not be decoded",
+    "decoder_timeout": "could not be decoded",
+    "memory_limit": "could not be decoded",
+    "decoder_error": "could not be decoded",
+}
+
+#: Units of the per-clip policy limits, and the scale of a value shown in that unit.
+_LIMIT_UNITS: dict[str, tuple[str, int]] = {
+    "source sample rate": ("Hz", 1),
+    "source channels": ("channels", 1),
+    "source duration per clip": ("s", 1_000_000),
+    "source frames per clip": ("frames", 1),
+}
 
 
 class AudioGateError(Exception):
@@ -123,7 +159,10 @@ class DecodeError(AudioInputError):
     def __init__(self, detail: str, *, clip_index: int, code: str = "corrupt") -> None:
         self.code = code
         self.detail = detail
-        super().__init__(f"audio clip {clip_index} is corrupt: {detail}", clip_index=clip_index)
+        verb = _DECODE_VERBS.get(code, "is corrupt")
+        super().__init__(
+            f"audio clip {clip_number(clip_index)} {verb}: {detail}", clip_index=clip_index
+        )
 
 
 class EmptyAudioError(DecodeError):
@@ -132,7 +171,7 @@ class EmptyAudioError(DecodeError):
     def __init__(self, *, clip_index: int, detail: str = "") -> None:
         AudioInputError.__init__(
             self,
-            f"audio clip {clip_index} is empty" + (f": {detail}" if detail else ""),
+            f"audio clip {clip_number(clip_index)} is empty" + (f": {detail}" if detail else ""),
             clip_index=clip_index,
         )
         self.code = "empty"
@@ -145,7 +184,7 @@ class NonFiniteSampleError(DecodeError):
     def __init__(self, *, clip_index: int, frame: int) -> None:
         AudioInputError.__init__(
             self,
-            f"audio clip {clip_index} contains a non-finite sample at frame {frame}",
+            f"audio clip {clip_number(clip_index)} contains a non-finite sample at frame {frame}",
             clip_index=clip_index,
         )
         self.code = "non_finite"
@@ -162,7 +201,9 @@ class AcquisitionError(AudioInputError):
     def __init__(self, detail: str, *, clip_index: int | None, origin: str) -> None:
         self.origin = origin
         self.detail = detail
-        where = f"audio clip {clip_index}" if clip_index is not None else "audio request"
+        where = (
+            f"audio clip {clip_number(clip_index)}" if clip_index is not None else "audio request"
+        )
         super().__init__(
             f"{where} ({origin}) could not be acquired: {detail}", clip_index=clip_index
         )
@@ -190,8 +231,19 @@ class LimitError(AudioGateError):
         self.actual = actual
         self.maximum = maximum
         self.clip_index = clip_index
-        where = f" (clip {clip_index})" if clip_index is not None else ""
-        super().__init__(f"audio {limit} limit exceeded{where}: actual {actual}, maximum {maximum}")
+        where = f" (clip {clip_number(clip_index)})" if clip_index is not None else ""
+        unit, scale = _LIMIT_UNITS.get(limit, ("", 1))
+        if unit and isinstance(actual, int | float) and isinstance(maximum, int | float):
+            # A per-clip policy limit: say so, in its unit, with the allowed range.
+            shown = (actual / scale, maximum / scale) if scale > 1 else (actual, maximum)
+            message = (
+                f"audio {limit} limit exceeded{where}: actual {shown[0]:g} {unit}, maximum "
+                f"{shown[1]:g} {unit} (the model's audio policy allows at most "
+                f"{shown[1]:g} {unit})"
+            )
+        else:
+            message = f"audio {limit} limit exceeded{where}: actual {actual}, maximum {maximum}"
+        super().__init__(message)
 
 
 class MemoryLimitError(LimitError):
@@ -233,7 +285,7 @@ class FeatureError(AudioInputError):
 
     def __init__(self, detail: str, *, clip_index: int | None = None) -> None:
         self.detail = detail
-        where = f"audio clip {clip_index}" if clip_index is not None else "audio"
+        where = f"audio clip {clip_number(clip_index)}" if clip_index is not None else "audio"
         super().__init__(f"{where} cannot be turned into features: {detail}", clip_index=clip_index)
 
 
@@ -245,7 +297,7 @@ class PreprocessCancelled(AudioGateError):
     def __init__(self, *, checkpoint: str, clip_index: int | None = None) -> None:
         self.checkpoint = checkpoint
         self.clip_index = clip_index
-        clip = f"clip {clip_index}" if clip_index is not None else "the request"
+        clip = f"clip {clip_number(clip_index)}" if clip_index is not None else "the request"
         super().__init__(f"audio preprocessing cancelled during {checkpoint} for {clip}")
 
 

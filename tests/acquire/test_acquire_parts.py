@@ -67,7 +67,7 @@ def test_a_bad_second_clip_rejects_the_whole_request_naming_it():
         acquire([input_audio(b64(wav())), input_audio("QUJD=")])
     assert caught.value.clip_index == 1
     assert caught.value.origin == "inline base64"
-    assert "audio clip 1 (inline base64)" in str(caught.value)
+    assert "audio clip 2 (inline base64)" in str(caught.value)
 
 
 @pytest.mark.parametrize(

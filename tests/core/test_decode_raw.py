@@ -85,7 +85,7 @@ def test_raw_rejections(raw, encoding, channels, error, code, fragments):
     assert type(info.value) is error
     assert info.value.code == code
     assert info.value.clip_index == CLIP
-    assert f"clip {CLIP}" in str(info.value)
+    assert f"clip {CLIP + 1}" in str(info.value)
     for fragment in fragments:
         assert fragment in str(info.value)
 

@@ -527,7 +527,7 @@ def test_rejections_are_typed_coded_and_name_the_clip(name):
     assert code in decoder_module.DECODE_ERROR_CODES
     assert info.value.clip_index == CLIP
     message = str(info.value)
-    assert f"clip {CLIP}" in message
+    assert f"clip {CLIP + 1}" in message
     for fragment in fragments:
         assert fragment in message
 
@@ -583,7 +583,7 @@ def test_rate_below_minimum():
     assert info.value.code == "rate_below_minimum"
     assert "7999" in str(info.value)
     assert "8000" in str(info.value)
-    assert f"clip {CLIP}" in str(info.value)
+    assert f"clip {CLIP + 1}" in str(info.value)
     inspect(_wav(rate_hz=8_000), clip_index=CLIP, limits=DecodeLimits(min_rate_hz=8_000))
 
 
@@ -596,7 +596,7 @@ def test_rate_above_maximum():
         192_000,
     )
     assert info.value.clip_index == CLIP
-    assert f"clip {CLIP}" in str(info.value)
+    assert f"clip {CLIP + 1}" in str(info.value)
     inspect(_wav(rate_hz=192_000), clip_index=CLIP)
 
 
@@ -610,7 +610,7 @@ def test_allowed_rates(rate_hz):
         inspect(_wav(rate_hz=rate_hz), clip_index=CLIP, limits=limits)
     assert info.value.code == "rate_not_allowed"
     assert "16000, 44100, 48000" in str(info.value)
-    assert f"clip {CLIP}" in str(info.value)
+    assert f"clip {CLIP + 1}" in str(info.value)
 
 
 def test_channel_limit():
@@ -724,7 +724,7 @@ def test_non_finite_sample_names_its_frame(bad, frame, channel):
     assert info.value.frame == frame
     assert info.value.code == "non_finite"
     assert info.value.clip_index == CLIP
-    assert f"clip {CLIP}" in str(info.value)
+    assert f"clip {CLIP + 1}" in str(info.value)
     assert f"frame {frame}" in str(info.value)
 
 
@@ -750,7 +750,7 @@ def test_refuse_all_zero(source, encoding):
     with pytest.raises(DecodeError) as info:
         run(data, limits=DecodeLimits(refuse_all_zero=True))
     assert info.value.code == "all_zero"
-    assert f"clip {CLIP}" in str(info.value)
+    assert f"clip {CLIP + 1}" in str(info.value)
 
 
 def test_refuse_all_zero_accepts_one_nonzero_sample():
@@ -785,7 +785,7 @@ def test_decode_refuses_a_geometry_that_does_not_fit_the_buffer():
         with pytest.raises(DecodeError) as info:
             decode(data, bad, clip_index=CLIP)
         assert info.value.code == "geometry_mismatch"
-        assert f"clip {CLIP}" in str(info.value)
+        assert f"clip {CLIP + 1}" in str(info.value)
 
 
 # --- memory: inspect never allocates for what the header declares ----------------------

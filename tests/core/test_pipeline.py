@@ -341,7 +341,7 @@ def test_ordinals_must_be_one_based_and_contiguous(toy_host) -> None:
 def test_no_clips_and_empty_clip_are_refused(toy_host) -> None:
     with pytest.raises(EmptyAudioError):
         preflight(toy_host, toy_policy(), [])
-    with pytest.raises(EmptyAudioError, match="clip 0"):
+    with pytest.raises(EmptyAudioError, match="clip 1"):
         preflight(toy_host, toy_policy(), [EncodedClip(data=b"", ordinal=1)])
 
 

@@ -44,7 +44,7 @@ def test_the_hook_reference_documents_every_parameter(gen_docs) -> None:
 def test_error_templates_show_the_fields_of_the_message(gen_docs) -> None:
     text = (DOCS / "reference" / "errors.md").read_text("utf-8")
     assert (
-        "`audio {limit} limit exceeded (clip {clip_index}): actual {actual}, maximum {maximum}`"
+        "`audio {limit} limit exceeded (clip {clip_index + 1}): actual {actual}, maximum {maximum}`"
         in text
     )
     assert "| [`QueueFullError`](#queuefullerror) | `AudioGateError` | `queue_full` | 429 |" in text

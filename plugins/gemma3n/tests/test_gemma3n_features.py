@@ -73,7 +73,7 @@ def test_plan_of_one_second_reports_the_real_encoder_tokens(policy: AudioPolicy)
 def test_clips_of_at_most_512_samples_are_refused(host: FamilyHost, policy: AudioPolicy):
     # The reference gives them zero frames; we refuse them with the minimum named.
     for samples in (0, 1, 160, 480, 512):
-        with pytest.raises(FeatureError, match=r"clip 3.*0 feature frames.*at least 513") as e:
+        with pytest.raises(FeatureError, match=r"clip 4.*0 feature frames.*at least 513") as e:
             host.plan_features(policy, rate_hz=16_000, samples=samples, clip_index=3)
         assert e.value.clip_index == 3
     plan = host.plan_features(policy, rate_hz=16_000, samples=MIN_SAMPLES, clip_index=0)
@@ -83,7 +83,7 @@ def test_clips_of_at_most_512_samples_are_refused(host: FamilyHost, policy: Audi
 def test_plan_refuses_other_rates_and_over_long_clips(policy: AudioPolicy):
     with pytest.raises(FeatureError, match=r"16000 Hz.*got 22050"):
         plan_features(policy, rate_hz=22_050, samples=16_000, clip_index=0)
-    with pytest.raises(LimitError, match=r"clip 1.*480001.*480000"):
+    with pytest.raises(LimitError, match=r"clip 2.*480001.*480000"):
         plan_features(policy, rate_hz=16_000, samples=480_001, clip_index=1)
 
 
@@ -165,11 +165,11 @@ def test_left_padding_masks_the_first_frame_of_an_unaligned_clip(left_policy: Au
 def test_non_finite_and_out_of_range_samples_are_refused(policy: AudioPolicy):
     x = mix(2_000)
     x[700] = np.nan
-    with pytest.raises(NonFiniteSampleError, match=r"clip 2.*frame 700"):
+    with pytest.raises(NonFiniteSampleError, match=r"clip 3.*frame 700"):
         _extract(policy, x, clip_index=2)
     x = mix(2_000)
     x[5] = 1.01
-    with pytest.raises(FeatureError, match=r"clip 0.*sample 5 is 1\.0099.*outside.*\[-1, 1\]"):
+    with pytest.raises(FeatureError, match=r"clip 1.*sample 5 is 1\.0099.*outside.*\[-1, 1\]"):
         _extract(policy, x)
 
 

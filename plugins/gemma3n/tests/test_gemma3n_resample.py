@@ -146,9 +146,9 @@ def test_plan_bounds_and_sizes(host: FamilyHost, policy: AudioPolicy):
     assert 0 < plan.working_bytes < 2 << 20
     big = host.plan_resample(policy, source_rate_hz=44_101, source_samples=10**6, clip_index=0)
     assert big.working_bytes < 4 << 20  # blocks bound the scratch, not the clip length
-    with pytest.raises(LimitError, match=r"source sample rate.*\(clip 2\).*192000"):
+    with pytest.raises(LimitError, match=r"source sample rate.*\(clip 3\).*192000"):
         host.plan_resample(policy, source_rate_hz=192_001, source_samples=10, clip_index=2)
-    with pytest.raises(DecodeError, match=r"clip 1.*0 Hz"):
+    with pytest.raises(DecodeError, match=r"clip 2.*0 Hz"):
         host.plan_resample(policy, source_rate_hz=0, source_samples=10, clip_index=1)
 
 
