@@ -525,8 +525,8 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None) -> 
         sys.stderr.write(f"{exc}\n")
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
-        # Ctrl-C. Work in a thread has stopped by now: asyncio.run cancels the task, the
-        # task cancels its token, and asyncio.run waits for the thread to reach a checkpoint.
+        # Ctrl-C. The work ran in this thread (AudioGate.prepare without a worker), so it
+        # has stopped; an acquisition on its own event loop was cancelled by asyncio.run.
         sys.stderr.write("audiogate: cancelled (interrupted)\n")
         return EXIT_CANCELLED
     except BrokenPipeError:
