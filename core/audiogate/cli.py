@@ -301,6 +301,7 @@ def _cmd_prepare(args: argparse.Namespace, host: FamilyHost, out: TextIO) -> int
 
     from audiogate.acquire import AcquisitionPolicy, acquire_bytes, acquire_paths
     from audiogate.api import AudioGate
+    from audiogate.decode.geometry import AUTO
 
     if bool(args.family) == bool(args.model):
         raise _UsageError("audiogate prepare: give exactly one of --model DIR or --family NAME")
@@ -312,10 +313,13 @@ def _cmd_prepare(args: argparse.Namespace, host: FamilyHost, out: TextIO) -> int
     acquisition = AcquisitionPolicy().narrowed(gate.policy)
     if STDIN in args.audio:
         clips = acquire_bytes(
-            [_read_stdin(args.audio, acquisition.max_bytes_per_clip)], policy=acquisition
+            [_read_stdin(args.audio, acquisition.max_bytes_per_clip)],
+            policy=acquisition,
+            source_format=AUTO,
         )
     else:
-        clips = acquire_paths(args.audio, policy=acquisition)
+        # Every accepted container, recognised from the bytes (docs/formats.md).
+        clips = acquire_paths(args.audio, policy=acquisition, source_format=AUTO)
     seconds = sum(len(c.data) for c in clips) / 32_000  # rough: 16 kHz PCM16 mono
     bar = _ProgressBar(sys.stderr, enabled=sys.stderr.isatty() and seconds > 5)
     prompt = args.prompt
@@ -380,9 +384,20 @@ def _read_stdin(audio: Sequence[str], max_bytes: int) -> bytes:
         )
     if sys.stdin is None or sys.stdin.isatty():
         raise _UsageError(
-            "audiogate prepare: --audio - reads a WAV file from standard input: pipe one in"
+            "audiogate prepare: --audio - reads an audio file from standard input: pipe one in"
         )
     return sys.stdin.buffer.read(max_bytes + 1)
+
+
+#: What ``prepare --help`` says about formats (docs/formats.md has the details).
+PREPARE_EPILOG: Final = """\
+accepted formats (recognised from the bytes, whatever the file name):
+  WAV: PCM 8 (unsigned), 16, 24, 32-bit, float32, float64, mu-law, A-law;
+       plain and WAVE_FORMAT_EXTENSIBLE headers, RF64
+  AIFF, AIFF-C, FLAC, MP3, Ogg Vorbis, Ogg Opus      with audiogate[codecs]
+  WebM/Matroska Opus, MP4/M4A AAC                     with audiogate[codecs-ffmpeg]
+  compressed formats decode in capped child processes; see docs/formats.md.
+"""
 
 
 # --- serve (the reference HTTP server; see docs/server.md) ----------------------------
@@ -465,6 +480,10 @@ def build_parser(*, serve_arguments: bool = True) -> argparse.ArgumentParser:
     p = sub.add_parser(
         "prepare",
         help="prepare audio files for a model: decode, resample, features, prompt expansion",
+        description="Prepare audio files for a model: decode, resample, features, prompt "
+        "expansion.",
+        epilog=PREPARE_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--model", metavar="DIR", help="model directory (config files, tokenizer)")
     p.add_argument("--family", metavar="NAME", help="a family's pinned defaults instead")
@@ -473,7 +492,8 @@ def build_parser(*, serve_arguments: bool = True) -> argparse.ArgumentParser:
         metavar="FILE",
         action="append",
         required=True,
-        help="a WAV file (repeatable); - reads one clip from standard input",
+        help="an audio file in any accepted format (repeatable; recognised from its bytes); "
+        "- reads one clip from standard input",
     )
     p.add_argument(
         "--prompt",

@@ -278,3 +278,27 @@ def test_the_readme_writes_its_example_features_outside_the_repository() -> None
     ]
     assert outs
     assert all(Path(out).is_absolute() for out in outs), outs
+
+
+CORPUS = REPO / "tests" / "data" / "audio"
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["mp3-vbr-mono-22050.mp3", "flac-s16-stereo-44100.flac", "vorbis-mono-16000.ogg"],
+)
+def test_audio_takes_every_accepted_format_recognised_from_the_bytes(name: str) -> None:
+    pytest.importorskip("soundfile")
+    code, text = run("prepare", "--family", "gemma3n", "--audio", str(CORPUS / name), "--json")
+    assert code == 0, text
+    (clip,) = json.loads(text)["clips"]
+    assert clip["tokens"] == 188
+    assert clip["encoded_bytes"] == (CORPUS / name).stat().st_size
+
+
+def test_prepare_help_lists_the_accepted_formats(capsys) -> None:
+    with pytest.raises(SystemExit):
+        main(["prepare", "--help"])
+    help_text = capsys.readouterr().out
+    for name in ("RF64", "AIFF-C", "FLAC", "MP3", "Ogg Vorbis", "Opus", "AAC", "mu-law"):
+        assert name in help_text
