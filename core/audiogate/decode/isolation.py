@@ -245,6 +245,11 @@ class DecoderPool:
             healthy = True
         except _StopEarly as stop:
             written = stop.written
+        except _ChildRefused as refused:
+            # The process answered with its refusal and waits for the next clip: keep it
+            # (restarting it costs 0.1-0.2 s, which a stream of broken files would burn).
+            healthy = True
+            raise refused.error from None
         finally:
             self._release(child, healthy=healthy)
         return out, written
@@ -328,7 +333,7 @@ class DecoderPool:
                         clip_index=clip_index,
                         code="memory_limit",
                     )
-                raise DecodeError(detail, clip_index=clip_index, code=code)
+                raise _ChildRefused(DecodeError(detail, clip_index=clip_index, code=code))
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _frames(
@@ -418,6 +423,14 @@ class _StopEarly(Exception):
 
 _default: DecoderPool | None = None
 _default_lock = threading.Lock()
+
+
+class _ChildRefused(Exception):
+    """The decoder refused the stream and finished its request cleanly."""
+
+    def __init__(self, error: DecodeError) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 def default_pool() -> DecoderPool:
