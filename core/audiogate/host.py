@@ -535,7 +535,7 @@ def _check_counts(hook: str, family: str, **counts: Any) -> None:
 def _check_feature_arrays(features: ClipFeatures, family: str, clip_index: int) -> None:
     """numpy features must be read-only float32, a mask read-only bool per frame (the mlx
     backend's ``mx.array`` has no such flags and passes)."""
-    where = f"family {family!r} clip {clip_index}"
+    where = f"family {family!r} clip {clip_index + 1}"
     array, mask = features.features, features.mask
     if isinstance(array, np.ndarray) and (array.dtype != np.float32 or array.flags.writeable):
         raise PluginError(

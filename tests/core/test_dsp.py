@@ -62,7 +62,7 @@ def test_mlx_loader_names_family_clip_and_the_extra(monkeypatch: pytest.MonkeyPa
     with pytest.raises(PluginError, match=r"pip install 'audiogate\[mlx\]'") as caught:
         load_mlx_module("audiogate_test_missing_mlx", family="toy", clip_index=3)
     assert "family 'toy'" in str(caught.value)
-    assert "(clip 3)" in str(caught.value)
+    assert "(clip 4)" in str(caught.value)  # clips are numbered from 1 in messages
     assert "feature_backend='numpy'" in str(caught.value)
     assert (
         load_mlx_module("audiogate.dsp.scratch", family="toy")

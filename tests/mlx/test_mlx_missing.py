@@ -41,7 +41,7 @@ def test_extraction_and_collation_name_the_extra(host, without_mlx, family) -> N
     with pytest.raises(PluginError, match=r"pip install 'audiogate\[mlx\]'") as caught:
         host.extract_features(policy, plan, wave, rate_hz=16_000, clip_index=2, cancel=NEVER)
     assert f"family {family!r}" in str(caught.value)
-    assert "clip 2" in str(caught.value)
+    assert "clip 3" in str(caught.value)
     numpy_policy = attrs.evolve(policy, feature_backend="numpy")
     clip = host.extract_features(
         numpy_policy, plan, wave, rate_hz=16_000, clip_index=0, cancel=NEVER

@@ -29,7 +29,7 @@ def load_mlx_module(module: str, *, family: str, clip_index: int | None = None) 
     try:
         return importlib.import_module(module)
     except ImportError as exc:
-        where = "" if clip_index is None else f" (clip {clip_index})"
+        where = "" if clip_index is None else f" (clip {clip_index + 1})"
         raise PluginError(
             f"the mlx feature backend of family {family!r} cannot be used{where}: {exc}; the "
             f"mlx backend needs `pip install 'audiogate[mlx]'` (on Linux: `pip install "

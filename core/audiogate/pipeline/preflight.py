@@ -160,7 +160,7 @@ def preflight(
     for index, clip in enumerate(clips):
         if clip.ordinal != index + 1:
             raise PlaceholderError(
-                f"clip {index} maps to ordinal {clip.ordinal}, expected {index + 1}"
+                f"clip {index + 1} carries ordinal {clip.ordinal}, expected {index + 1}"
             )
         size = len(clip.data)
         if size == 0:
@@ -215,7 +215,7 @@ def preflight(
             )
             kept = cap
             if resample.output_samples < kept:
-                raise SizeOverflowError(f"the truncated length of clip {index}")
+                raise SizeOverflowError(f"the truncated length of clip {index + 1}")
 
         if truncating:
             # The source frames the kept samples span: ceil(kept · in / out), at most all.

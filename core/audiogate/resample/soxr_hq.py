@@ -175,7 +175,7 @@ def _fit(whole: FloatArray, output_samples: int, *, fixed: bool, clip_index: int
         return whole
     if not fixed:
         raise RuntimeError(
-            f"soxr produced {whole.shape[0]} samples for clip {clip_index}, planned "
+            f"soxr produced {whole.shape[0]} samples for clip {clip_index + 1}, planned "
             f"{output_samples}"
         )
     out = np.zeros(output_samples, dtype=np.float32)
@@ -221,7 +221,7 @@ def _resample_blocks(
         if stop > output_samples:
             raise RuntimeError(
                 f"soxr produced more than the planned {output_samples} samples "
-                f"for clip {clip_index} ({in_rate_hz} -> {out_rate_hz} Hz)"
+                f"for clip {clip_index + 1} ({in_rate_hz} -> {out_rate_hz} Hz)"
             )
         out[filled:stop] = part
         filled = stop
@@ -232,7 +232,7 @@ def _resample_blocks(
     put(stream.finish())
     if filled != output_samples:
         raise RuntimeError(
-            f"soxr produced {filled} samples for clip {clip_index}, planned {output_samples} "
+            f"soxr produced {filled} samples for clip {clip_index + 1}, planned {output_samples} "
             f"({source.shape[0]} samples, {in_rate_hz} -> {out_rate_hz} Hz)"
         )
     return readonly(out)
@@ -329,7 +329,8 @@ def run_soxr_hq_plan(
     """
     if samples.shape != (plan.source_samples,):
         raise ValueError(
-            f"clip {clip_index}: {samples.shape} samples given, planned ({plan.source_samples},)"
+            f"clip {clip_index + 1}: {samples.shape} samples given, "
+            f"planned ({plan.source_samples},)"
         )
     cancel.check(Checkpoint.RESAMPLE, clip_index)
     if plan.algorithm == "identity":

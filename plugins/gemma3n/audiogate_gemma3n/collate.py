@@ -53,7 +53,7 @@ def _check(clip: ClipFeatures, index: int) -> None:
     shape = tuple(clip.features.shape)
     if shape != (clip.frames, FEATURE_SIZE) or clip.features.dtype != np.float32:
         raise PluginError(
-            f"gemma3n clip {index} has features {clip.features.dtype}{list(shape)}, expected "
+            f"gemma3n clip {index + 1} has features {clip.features.dtype}{list(shape)}, expected "
             f"float32[{clip.frames}, {FEATURE_SIZE}]"
         )
 
@@ -86,14 +86,14 @@ def collate_features(policy: AudioPolicy, clips: Sequence[ClipFeatures]) -> Feat
         if not isinstance(clip, Gemma3nClipFeatures):
             if side == "left":
                 raise PluginError(
-                    f"gemma3n clip {index}: left padding needs the clip's waveform, which "
+                    f"gemma3n clip {index + 1}: left padding needs the clip's waveform, which "
                     f"only the features of audiogate_gemma3n's extractor carry"
                 )
             row[: clip.frames] = clip.features
             row_mask[: clip.frames] = True if clip.mask is None else clip.mask
         elif clip.padding_side != side:
             raise PluginError(
-                f"gemma3n clip {index} was extracted with {clip.padding_side} padding, but "
+                f"gemma3n clip {index + 1} was extracted with {clip.padding_side} padding, but "
                 f"the policy pads on the {side}"
             )
         elif side == "right":
@@ -108,7 +108,7 @@ def collate_features(policy: AudioPolicy, clips: Sequence[ClipFeatures]) -> Feat
                 row[: clip.frames] = clip.features
             elif clip.waveform is None:
                 raise PluginError(
-                    f"gemma3n clip {index}: left padding in a longer batch needs the clip's "
+                    f"gemma3n clip {index + 1}: left padding in a longer batch needs the clip's "
                     f"waveform, and these features carry none"
                 )
             else:

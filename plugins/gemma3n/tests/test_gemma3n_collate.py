@@ -82,5 +82,5 @@ def test_left_padding_needs_our_features_and_the_same_side(host, policy, left_po
 
 def test_malformed_features_are_a_plugin_error(host, policy):
     bad = ClipFeatures(features=np.zeros((3, 80), np.float32), frames=3, tokens=188)
-    with pytest.raises(PluginError, match=r"clip 0 has features float32\[3, 80\]"):
+    with pytest.raises(PluginError, match=r"clip 1 has features float32\[3, 80\]"):
         host.collate_features(policy, [bad])

@@ -79,7 +79,7 @@ def _collate_numpy(clips: Sequence[ClipFeatures], *, variant: str) -> FeatureBat
         shape = tuple(clip.features.shape)
         if shape != (clip.frames, MEL_FILTERS):
             raise ValueError(
-                f"clip {index} has features {shape}, expected ({clip.frames}, {MEL_FILTERS})"
+                f"clip {index + 1} has features {shape}, expected ({clip.frames}, {MEL_FILTERS})"
             )
     longest = max(clip.frames for clip in clips)
     features = np.zeros((len(clips), longest, MEL_FILTERS), dtype=np.float32)

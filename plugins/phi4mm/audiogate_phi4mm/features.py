@@ -88,7 +88,7 @@ def extract_features(
     )
     if (replanned.frames, replanned.tokens) != (plan.frames, plan.tokens):
         raise ValueError(
-            f"clip {clip_index}: the waveform gives {replanned.frames} frames / "
+            f"clip {clip_index + 1}: the waveform gives {replanned.frames} frames / "
             f"{replanned.tokens} tokens, but the plan says {plan.frames} / {plan.tokens}"
         )
     compute = log_mel

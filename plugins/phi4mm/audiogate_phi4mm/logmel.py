@@ -190,7 +190,7 @@ def log_mel(
     wave = np.ascontiguousarray(waveform, dtype=np.float32)
     if frames < 1 or frame_count(wave.shape[0], frontend) != frames:
         raise ValueError(
-            f"clip {clip_index}: {wave.shape[0]} samples give "
+            f"clip {clip_index + 1}: {wave.shape[0]} samples give "
             f"{frame_count(wave.shape[0], frontend)} frames, not {frames}"
         )
     bands = _bank_bands(bank)

@@ -91,7 +91,7 @@ def log_mel(
     wave_np = np.ascontiguousarray(waveform, dtype=np.float32)
     if frames < 1 or frame_count(wave_np.shape[0], frontend) != frames:
         raise ValueError(
-            f"clip {clip_index}: {wave_np.shape[0]} samples give "
+            f"clip {clip_index + 1}: {wave_np.shape[0]} samples give "
             f"{frame_count(wave_np.shape[0], frontend)} frames, not {frames}"
         )
     win, hop, kept = frontend.window_samples, frontend.hop_samples, frontend.kept_bins
@@ -142,7 +142,7 @@ def collate_features(clips: Sequence[ClipFeatures], *, variant: str) -> FeatureB
         shape = tuple(clip.features.shape)
         if shape != (clip.frames, MEL_FILTERS):
             raise ValueError(
-                f"clip {index} has features {shape}, expected ({clip.frames}, {MEL_FILTERS})"
+                f"clip {index + 1} has features {shape}, expected ({clip.frames}, {MEL_FILTERS})"
             )
     longest = max(clip.frames for clip in clips)
     features = mx.stack(

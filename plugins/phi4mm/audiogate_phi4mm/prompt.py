@@ -115,11 +115,11 @@ def _check_clips(clips: Sequence[ClipSlot]) -> None:
     for index, clip in enumerate(clips):
         if clip.ordinal != index + 1:
             raise PlaceholderError(
-                f"clip {index} maps to ordinal {clip.ordinal}, expected {index + 1}"
+                f"clip {index + 1} carries ordinal {clip.ordinal}, expected {index + 1}"
             )
         if clip.tokens < 1:
             raise PlaceholderError(
-                f"clip {index} has {clip.tokens} audio tokens; at least 1 is needed"
+                f"clip {index + 1} has {clip.tokens} audio tokens; at least 1 is needed"
             )
 
 

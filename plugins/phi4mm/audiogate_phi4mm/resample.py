@@ -176,7 +176,7 @@ def plan_speechlib_resample(
     output = -(-source_samples // down)  # resample_poly's ceil(n · up / down)
     work = output * _taps(down)
     if work > 2**63 - 1:
-        raise SizeOverflowError(f"the Phi4MM resample work of clip {clip_index}")
+        raise SizeOverflowError(f"the Phi4MM resample work of clip {clip_index + 1}")
     if work > MAX_POLYPHASE_WORK_UNITS:
         raise LimitError(
             "Phi4MM resample work units",
@@ -297,7 +297,7 @@ def resample_speechlib(
     """
     if samples.shape != (plan.source_samples,):
         raise ValueError(
-            f"clip {clip_index}: expected {plan.source_samples} samples, got {samples.shape}"
+            f"clip {clip_index + 1}: expected {plan.source_samples} samples, got {samples.shape}"
         )
     cancel.check(Checkpoint.RESAMPLE, clip_index)
     if plan.algorithm == "identity":

@@ -44,13 +44,13 @@ def collate_features(policy: AudioPolicy, clips: Sequence[ClipFeatures]) -> Feat
     for index, clip in enumerate(clips):
         if clip.features.shape != FEATURE_SHAPE or clip.mask is None:
             raise ValueError(
-                f"clip {index} has features {clip.features.shape} and mask "
+                f"clip {index + 1} has features {clip.features.shape} and mask "
                 f"{None if clip.mask is None else clip.mask.shape}; expected {FEATURE_SHAPE} "
                 f"and ({MAX_FRAMES},)"
             )
         if int(clip.mask.sum()) != clip.frames:
             raise ValueError(
-                f"clip {index}: mask has {int(clip.mask.sum())} valid frames, not {clip.frames}"
+                f"clip {index + 1}: mask has {int(clip.mask.sum())} valid frames, not {clip.frames}"
             )
         features[index] = clip.features
         masks[index] = clip.mask

@@ -114,8 +114,8 @@ def extract_features(
     )
     if (geometry.valid_frames, geometry.tokens) != (plan.frames, plan.tokens):
         raise ValueError(
-            f"clip {clip_index}: {waveform.shape[0]} samples give {geometry.valid_frames} frames "
-            f"/ {geometry.tokens} tokens, but the plan has {plan.frames} / {plan.tokens}"
+            f"clip {clip_index + 1}: {waveform.shape[0]} samples give {geometry.valid_frames} "
+            f"frames / {geometry.tokens} tokens, but the plan has {plan.frames} / {plan.tokens}"
         )
     compute = whisper_log_mel
     if policy.feature_backend == "mlx":

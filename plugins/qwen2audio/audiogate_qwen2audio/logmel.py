@@ -174,7 +174,7 @@ def whisper_log_mel(
     """
     if waveform.shape != (geometry.samples,):
         raise ValueError(
-            f"clip {clip_index}: waveform shape {waveform.shape} does not match the planned "
+            f"clip {clip_index + 1}: waveform shape {waveform.shape} does not match the planned "
             f"{geometry.samples} samples"
         )
     cancel.check(Checkpoint.FEATURE, clip_index)

@@ -96,7 +96,7 @@ def whisper_log_mel(
     """
     if waveform.shape != (geometry.samples,):
         raise ValueError(
-            f"clip {clip_index}: waveform shape {waveform.shape} does not match the planned "
+            f"clip {clip_index + 1}: waveform shape {waveform.shape} does not match the planned "
             f"{geometry.samples} samples"
         )
     cancel.check(Checkpoint.FEATURE, clip_index)
@@ -154,13 +154,13 @@ def collate_features(clips: Sequence[ClipFeatures]) -> FeatureBatch:
     for index, clip in enumerate(clips):
         if tuple(clip.features.shape) != FEATURE_SHAPE or clip.mask is None:
             raise ValueError(
-                f"clip {index} has features {tuple(clip.features.shape)} and mask "
+                f"clip {index + 1} has features {tuple(clip.features.shape)} and mask "
                 f"{None if clip.mask is None else tuple(clip.mask.shape)}; expected "
                 f"{FEATURE_SHAPE} and ({MAX_FRAMES},)"
             )
         if int(clip.mask.sum()) != clip.frames:
             raise ValueError(
-                f"clip {index}: mask has {int(clip.mask.sum())} valid frames, not {clip.frames}"
+                f"clip {index + 1}: mask has {int(clip.mask.sum())} valid frames, not {clip.frames}"
             )
     features = mx.stack([mx.array(clip.features, dtype=mx.float32) for clip in clips])
     masks = mx.stack(

@@ -73,7 +73,8 @@ def test_the_target_rate_is_left_to_the_core_identity() -> None:
 
 
 def test_rates_outside_the_policy_are_refused_naming_the_clip() -> None:
-    with pytest.raises(DecodeError, match="clip 3"):
+    # Messages number clips from 1, as the summaries do: clip_index 3 is "clip 4".
+    with pytest.raises(DecodeError, match="clip 4"):
         plan_resample(PINNED, source_rate_hz=4_000, source_samples=9, clip_index=3)
 
 
