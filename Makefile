@@ -12,7 +12,7 @@ PLUGINS  := -e plugins/phi4mm -e plugins/gemma3n -e plugins/qwen2audio
 PACKAGES := -e ".[codecs]" $(PLUGINS)
 TEST_PACKAGES := -e ".[codecs,codecs-ffmpeg]" $(PLUGINS)
 
-.PHONY: demo test test-fast install install-test lint typecheck pytest clean
+.PHONY: demo test test-fast install install-test lint typecheck pytest clean soak
 
 # What an install depends on: a change to any of these reinstalls, nothing else does.
 INSTALL_INPUTS := pyproject.toml plugins/phi4mm/pyproject.toml plugins/gemma3n/pyproject.toml \
@@ -71,6 +71,14 @@ test: install-test lint typecheck pytest
 # PYTEST_ARGS=--lf to rerun only the last failures.
 test-fast: install-test
 	$(BIN)/python -m pytest -m "not slow" --ff -q $(PYTEST_ARGS)
+
+# A few minutes of mixed, hostile traffic at the reference server, on 127.0.0.1 only
+# (not run by CI): it must end with no 5xx, every byte gauge at 0 and the peak RSS within
+# the budgets (benchmarks/soak_server.py, docs/server.md).
+SOAK_SECONDS ?= 180
+soak: install
+	@echo "==> Soak: $(SOAK_SECONDS) s of mixed requests at concurrency 64 on 127.0.0.1"
+	$(BIN)/python benchmarks/soak_server.py --duration $(SOAK_SECONDS) --concurrency 64
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -82,10 +82,6 @@ class _Ticket:
 
     outcome: OutcomeRecord
     body_read: bool = False
-    #: Refused before its body was read, and the connection may still be reused: uvicorn
-    #: reads the rest of the body and drops it (nothing is held), so the client gets the
-    #: answer rather than a reset while it is still sending.
-    drain: bool = False
 
 
 class _RatedChunks:
@@ -186,7 +182,7 @@ class AudioServer:
             clear_frames(gone)
         except Exception as error:
             self._count_failure(ticket, error)
-            response = error_response(error, close=not (ticket.body_read or ticket.drain))
+            response = error_response(error, close=not ticket.body_read)
             clear_frames(error)
         except asyncio.CancelledError:
             # uvicorn cancels the requests still running when its graceful shutdown times
@@ -212,7 +208,8 @@ class AudioServer:
         return response
 
     async def _prepare(self, request: Request, hold: BudgetHold, ticket: _Ticket) -> Response:
-        self._refuse_if_queue_full(ticket)
+        if self._queue_full():
+            await self._refuse_at_the_door(request, ticket)
         body = await self._read_body(request, hold)
         ticket.body_read = True
         if len(body) > _OFFLOOP_PARSE_BYTES:
@@ -337,16 +334,29 @@ class AudioServer:
             return task.result()
         raise _ClientGone
 
-    def _refuse_if_queue_full(self, ticket: _Ticket) -> None:
-        """429 at the door while the worker's queue is full: before the body is read
-        and parsed, the template rendered and the audio decoded and planned. Done after
-        that (at the worker's admission), a refusal cost about as much event-loop time
-        as an answer, and under overload the admitted requests' loop work waited behind
-        the refused ones' (p99 of the 200s 2.5 s at -c 32; see docs/server.md)."""
-        queued, depth = self.worker.queued_jobs, self.worker.limits.queue_depth
-        if queued >= depth:
-            ticket.drain = True
-            raise QueueFullError(f"the audio queue is full ({depth} jobs waiting); retry later")
+    def _queue_full(self) -> bool:
+        return self.worker.queued_jobs >= self.worker.limits.queue_depth
+
+    async def _refuse_at_the_door(self, request: Request, ticket: _Ticket) -> None:
+        """429 at the door while the worker's queue is full: the body is read and dropped
+        (nothing held; a client that sends ``Connection: close`` would otherwise get a
+        reset instead of the answer), never parsed; no template, no decoding, no plan.
+        Refused at the worker's admission instead, a request cost about as much
+        event-loop time as an answer, and under overload the admitted requests' loop
+        work waited behind the refused ones' (docs/server.md, "Overload")."""
+        depth = self.worker.limits.queue_depth
+        refusal = QueueFullError(f"the audio queue is full ({depth} jobs waiting); retry later")
+        declared = request.headers.get("content-length")
+        if declared is not None and int(declared) > self.max_body_bytes:
+            raise refusal  # not read: the connection closes
+        async with contextlib.aclosing(request.stream()) as stream:
+            chunks = _RatedChunks(aiter(stream), self.min_body_rate, self.body_idle_timeout_s)
+            with contextlib.suppress(ClientDisconnect, RequestTimeoutError):
+                while await self._next_chunk(chunks) is not None:
+                    if chunks.received > self.max_body_bytes:
+                        raise refusal  # a chunked body past the cap: not read to its end
+        ticket.body_read = True
+        raise refusal
 
     def _count_failure(self, ticket: _Ticket, error: BaseException | None) -> None:
         # Counted here unless the gate or the worker counts it (a success the worker
