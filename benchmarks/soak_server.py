@@ -223,7 +223,7 @@ async def drive(port: int, *, concurrency: int, duration_s: float, seed: int) ->
     names, weights = list(KINDS), list(KINDS.values())
 
     async def client(index: int) -> None:
-        rng = random.Random(seed * 1000 + index)
+        rng = random.Random(1000 * seed + index)
         while time.monotonic() < deadline:
             kind = rng.choices(names, weights)[0]
             try:
