@@ -394,8 +394,10 @@ PREPARE_EPILOG: Final = """\
 accepted formats (recognised from the bytes, whatever the file name):
   WAV: PCM 8 (unsigned), 16, 24, 32-bit, float32, float64, mu-law, A-law;
        plain and WAVE_FORMAT_EXTENSIBLE headers, RF64
-  AIFF, AIFF-C, FLAC, MP3, Ogg Vorbis, Ogg Opus      with audiogate[codecs]
-  WebM/Matroska Opus, MP4/M4A AAC                     with audiogate[codecs-ffmpeg]
+  AIFF, AIFF-C, FLAC, MP3, Ogg Vorbis, Ogg Opus,
+  WebM/Matroska Opus (browser recordings)             with audiogate[codecs]
+  MP4/M4A AAC, WebM/Matroska Vorbis                   with audiogate[codecs-ffmpeg]
+                                                      (PyAV; its wheels bundle GPL code)
   compressed formats decode in capped child processes; see docs/formats.md.
 """
 

@@ -101,6 +101,8 @@ def test_corpus_covers_every_format_rate_and_layout() -> None:
         ("mp4", "aac"),
     ):
         assert want in containers, want
+    # WebM/Matroska decodes without PyAV only for Opus (formatkit.PYAV_CONTAINERS).
+    assert {e["codec"] for e in files if e["container"] in ("webm", "matroska")} == {"opus"}
     assert {e["aifc_compression"] for e in files if e["container"] == "aifc"} >= {"NONE", "sowt"}
     assert {e["source"]["rate"] for e in files} >= set(RATES)
     for channels in (1, 2, 6):

@@ -2,8 +2,9 @@
 
 Run as ``python -m audiogate.decode.child --address-space BYTES`` by
 :class:`~audiogate.decode.isolation.DecoderPool`; never imported by the serving process
-except for :data:`FRAME` and the tags. The codecs (libsndfile through ``soundfile``;
-FFmpeg through PyAV for WebM and MP4) are untrusted C code: this process caps its own
+except for :data:`FRAME` and the tags. The codecs (libsndfile through ``soundfile``, which
+also decodes WebM/Matroska Opus remuxed here to Ogg Opus by :mod:`audiogate.decode.remux`;
+FFmpeg through PyAV for MP4 and other WebM codecs) are untrusted C code: this process caps its own
 address space (``RLIMIT_AS``) before importing them, caps its CPU time per clip
 (``RLIMIT_CPU``: ``SIGXCPU`` ends it), writes no core files, and talks to its parent
 only through its standard input and output.
@@ -21,7 +22,7 @@ import json
 import os
 import struct
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO, Final
 
 __all__ = ["BLOCK", "DONE", "ERROR", "FRAME", "encode_request", "main"]
@@ -162,6 +163,32 @@ def _pyav_blocks(data: bytes, header: dict[str, Any]) -> Iterator[Any]:
         yield block[:filled]
 
 
+def _remuxed_blocks(data: bytes, header: dict[str, Any]) -> Iterator[Any]:
+    """WebM/Matroska Opus through libsndfile: remuxed to Ogg Opus first (no PyAV)."""
+    from audiogate.decode.remux import remux_webm_opus
+    from audiogate.errors import DecodeError
+
+    try:
+        ogg = remux_webm_opus(data)
+    except DecodeError as exc:
+        raise _Refused(exc.code, exc.detail) from None
+    if ogg.packets:
+        yield from _soundfile_blocks(ogg.data, header)
+
+
+Backend = Callable[[bytes, dict[str, Any]], Iterator[Any]]
+
+
+def _backend(header: dict[str, Any]) -> Backend:
+    """The decoder of a clip: libsndfile, through the Opus remux for WebM Opus; PyAV for
+    MP4 and any other WebM codec (docs/formats.md)."""
+    if header["container"] == "webm" and header["codec"] == "opus":
+        return _remuxed_blocks
+    if header["container"] in ("webm", "mp4"):
+        return _pyav_blocks
+    return _soundfile_blocks
+
+
 def _test_hook(name: str) -> None:
     """What the isolation tests make a decoder do (the parent sends it, never a client)."""
     if name == "abort":
@@ -182,7 +209,7 @@ def _decode(data: bytes, header: dict[str, Any], out: BinaryIO) -> None:
     _limit_cpu(header["cpu_seconds"])
     if header.get("hook"):
         _test_hook(header["hook"])
-    backend = _pyav_blocks if header["container"] in ("webm", "mp4") else _soundfile_blocks
+    backend = _backend(header)
     limit = header["max_frames"]
     sent = 0
     for block in backend(data, header):

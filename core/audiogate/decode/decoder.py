@@ -62,8 +62,8 @@ stable ``code``:
     a compressed container's header is malformed or names a codec not decoded here
     (:mod:`audiogate.decode.containers`).
 ``codecs_unavailable``
-    the optional codecs for the container are not installed (the message names the
-    extra).
+    the optional codecs for the container and codec are not installed (the message
+    names the extra).
 ``decoder_error`` / ``stream_changed`` / ``truncated_stream``
     the codec refused the stream, its rate or channel count changed mid-way, or a
     lossless stream ended before the frames its header declares.
@@ -325,7 +325,7 @@ def _inspect_compressed(
             code="format_mismatch",
         )
     check_rate(header.rate_hz, limits, clip_index=clip_index)
-    missing = missing_codecs(container, clip_index=clip_index)
+    missing = missing_codecs(container, clip_index=clip_index, codec=header.codec)
     if missing is not None:
         raise missing
     geometry = header.geometry(view.nbytes)
@@ -496,7 +496,7 @@ def _decode_compressed(
 ) -> npt.NDArray[np.float32]:
     from audiogate.decode.isolation import default_pool, missing_codecs
 
-    missing = missing_codecs(geometry.container, clip_index=clip_index)
+    missing = missing_codecs(geometry.container, clip_index=clip_index, codec=geometry.encoding)
     if missing is not None:
         raise missing
     pool = decoders if decoders is not None else default_pool()

@@ -68,16 +68,19 @@ _EXTRAS: Final = {
     "webm": ("codecs-ffmpeg", "av"),
     "mp4": ("codecs-ffmpeg", "av"),
 }
+#: Codecs of a container that another extra decodes: WebM Opus is remuxed to Ogg Opus
+#: for libsndfile (:mod:`audiogate.decode.remux`).
+_CODEC_EXTRAS: Final = {("webm", "opus"): ("codecs", "soundfile")}
 
 
-def missing_codecs(container: str, *, clip_index: int) -> DecodeError | None:
-    """The refusal for a container whose codec is not installed, else ``None``.
+def missing_codecs(container: str, *, clip_index: int, codec: str = "") -> DecodeError | None:
+    """The refusal for a container (and codec) whose decoder is not installed, else ``None``.
 
     Looks the module up without importing it (the codecs load only in the decoders).
     """
     import importlib.util
 
-    extra, module = _EXTRAS[container]
+    extra, module = _CODEC_EXTRAS.get((container, codec), _EXTRAS[container])
     if importlib.util.find_spec(module) is not None:
         return None
     note = (
@@ -85,8 +88,9 @@ def missing_codecs(container: str, *, clip_index: int) -> DecodeError | None:
         if module == "av"
         else ""
     )
+    what = f"{container} {codec}" if codec else container
     return DecodeError(
-        f"decoding {container} needs the optional codecs, which are not installed: "
+        f"decoding {what} needs the optional codecs, which are not installed: "
         f"pip install 'audiogate[{extra}]'{note}",
         clip_index=clip_index,
         code="codecs_unavailable",
