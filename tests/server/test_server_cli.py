@@ -234,7 +234,8 @@ def test_a_request_still_running_at_shutdown_gets_a_counted_503(tmp_path: Path) 
     from urllib.parse import urlsplit
 
     body = json.dumps(chat(wav_b64(0.5))).encode()
-    with serve_command("--body-timeout", "1") as (process, url, lines):
+    # A trickle of 50 bytes/s: no minimum body rate, or it would be a 408 first.
+    with serve_command("--body-timeout", "1", "--min-body-rate", "0") as (process, url, lines):
         address = urlsplit(url)
         sock = socket.create_connection((address.hostname, address.port), timeout=30)
         with sock:
