@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Final
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
-__all__ = ["REJECTION_REASONS", "AudioMetrics"]
+__all__ = ["CACHE_TIERS", "REJECTION_REASONS", "AudioMetrics"]
 
 #: The values of the rejections' ``reason`` label (``AudioGateError.reason``), in the
 #: order ``docs/reference/metrics.md`` lists them.
@@ -29,6 +29,9 @@ REJECTION_REASONS: Final = (
     "feature_panic",
     "context_limit",
 )
+
+#: Where a feature-cache hit came from (the ``tier`` label).
+CACHE_TIERS: Final = ("memory", "store")
 
 
 class AudioMetrics:
@@ -108,6 +111,31 @@ class AudioMetrics:
             "Host bytes reserved by queued, processing and handed-off requests.",
             registry=r,
         )
+        self.cache_hits = Counter(
+            "audiogate_feature_cache_hits",
+            "Clips served from the feature cache, by tier (memory or store).",
+            ["family", "tier"],
+            registry=r,
+        )
+        self.cache_misses = Counter(
+            "audiogate_feature_cache_misses",
+            "Clips the feature cache did not hold (decoded and featurised).",
+            label,
+            registry=r,
+        )
+        self.cache_evictions = Counter(
+            "audiogate_feature_cache_evictions",
+            "Entries evicted from the feature cache (budget or reservations).",
+            registry=r,
+        )
+        self.cache_bytes = Gauge(
+            "audiogate_feature_cache_bytes",
+            "Bytes held by the feature cache (charged to the in-flight host-bytes cap).",
+            registry=r,
+        )
+        self.cache_entries = Gauge(
+            "audiogate_feature_cache_entries", "Entries in the feature cache.", registry=r
+        )
         self._lock = threading.Lock()
         self._known: set[str] = set()
         for family in families:
@@ -133,6 +161,9 @@ class AudioMetrics:
             counter.labels(family=family)
         for reason in REJECTION_REASONS:
             self.rejections.labels(family=family, reason=reason)
+        for tier in CACHE_TIERS:
+            self.cache_hits.labels(family=family, tier=tier)
+        self.cache_misses.labels(family=family)
 
     def record_waveforms(
         self,
@@ -175,6 +206,23 @@ class AudioMetrics:
         """Publish the current reservation totals."""
         self.queued_bytes.set(queued_bytes)
         self.inflight_host_bytes.set(inflight_host_bytes)
+
+    def record_cache_lookup(self, family: str, *, hit: bool, tier: str = "memory") -> None:
+        """Record one feature-cache lookup: a hit from ``tier``, or a miss."""
+        self.ensure_family(family)
+        if hit:
+            self.cache_hits.labels(family=family, tier=tier).inc()
+        else:
+            self.cache_misses.labels(family=family).inc()
+
+    def record_cache_eviction(self) -> None:
+        """Record one entry evicted from the feature cache."""
+        self.cache_evictions.inc()
+
+    def set_cache_gauges(self, *, resident_bytes: int, entries: int) -> None:
+        """Publish the feature cache's resident bytes and entries."""
+        self.cache_bytes.set(resident_bytes)
+        self.cache_entries.set(entries)
 
     def value(self, name: str, **labels: str) -> float:
         """Current value of one sample (tests and the load-test script)."""

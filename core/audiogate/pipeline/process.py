@@ -9,9 +9,11 @@ import attrs
 import numpy as np
 
 from audiogate.acquire.clip import EncodedClip
+from audiogate.cache import CachedClip, Claim, FeatureCache, FeatureKey, feature_key
 from audiogate.cancel import NEVER, CancelToken, Checkpoint
-from audiogate.decode import decode
-from audiogate.errors import FeatureError, MemoryLimitError, PluginError
+from audiogate.decode import DecodeLimits, decode
+from audiogate.decode.decoder import check_rate
+from audiogate.errors import FeatureError, LimitError, MemoryLimitError, PluginError
 from audiogate.host import FamilyHost
 from audiogate.pipeline.batch import PreparedBatch, PreparedClip, RequestTotals
 from audiogate.pipeline.plans import ClipPlan, RequestPlan
@@ -79,6 +81,7 @@ def process_request(
     cancel: CancelToken = NEVER,
     progress: Progress | None = None,
     decoders: DecoderPool | None = None,
+    cache: FeatureCache | None = None,
 ) -> PreparedBatch:
     """Run a preflighted request and return its immutable batch.
 
@@ -89,6 +92,9 @@ def process_request(
 
     :param decoders: the process pool of compressed clips (default: the process-wide
         one, :func:`audiogate.decode.isolation.default_pool`).
+    :param cache: the feature cache: a clip it holds skips decode, resample and
+        features (its exact geometry is checked against the policy's limits first);
+        a clip it lacks is stored once processed.
 
     :raises PreprocessCancelled: at the Decode, Resample or Feature checkpoint.
     :raises PluginError: a family produced something other than it planned.
@@ -101,69 +107,34 @@ def process_request(
     prepared: list[PreparedClip] = []
     for clip_plan, clip in zip(plan.clips, clips, strict=True):
         index = clip_plan.index
-        if progress:
-            progress("decode", index, count)
-        cancel.check(Checkpoint.DECODE, index)
-        source = decode(
-            clip.data,
-            clip_plan.decode_geometry,
-            clip_index=index,
-            limits=limits,
-            cancel=cancel,
-            decoders=decoders,
-        )
-        if source.shape[0] != clip_plan.decode_geometry.frames:
-            clip_plan = _replan(host, policy, clip_plan, source.shape[0])
-        if progress:
-            progress("resample", index, count)
-        cancel.check(Checkpoint.RESAMPLE, index)
-        normalized = host.resample(
-            policy, clip_plan.resample, source, clip_index=index, cancel=cancel
-        )
-        del source
-        if normalized.shape[0] != clip_plan.normalized_samples:
-            # Truncate mode: keep an owned copy so the cut-off tail is freed.
-            normalized = readonly(np.array(normalized[: clip_plan.normalized_samples]))
-        if progress:
-            progress("features", index, count)
-        cancel.check(Checkpoint.FEATURE, index)
-        rate = clip_plan.resample.output_rate_hz
-        features = host.extract_features(
-            policy,
-            clip_plan.features,
-            normalized,
-            rate_hz=rate,
-            clip_index=index,
-            cancel=cancel,
-        )
-        geometry = clip_plan.geometry
-        prepared.append(
-            PreparedClip(
-                index=index,
-                ordinal=clip.ordinal,
-                origin=clip.origin,
-                sha256=clip.sha256,
-                encoded_bytes=len(clip.data),
-                source_rate_hz=geometry.rate_hz,
-                channels=geometry.channels,
-                source_samples=geometry.frames,
-                duration_us=geometry.duration_us,
+        found: CachedClip | Claim | None = None
+        key: FeatureKey | None = None
+        if cache is not None and cache.enabled:
+            cancel.check(Checkpoint.DECODE, index)
+            key = feature_key(
+                host,
+                policy,
+                clip.sha256,
+                decode_frames=clip_plan.decode_geometry.frames,
                 normalized_samples=clip_plan.normalized_samples,
-                effective_rate_hz=rate,
-                frames=features.frames,
-                tokens=features.tokens,
-                received_duration_us=geometry.duration_us,
-                processed_duration_us=(
-                    _duration_us(clip_plan.normalized_samples, rate)
-                    if clip_plan.truncated
-                    else geometry.duration_us
-                ),
-                truncated=clip_plan.truncated,
-                waveform=normalized,
-                features=features,
-                detail=clip_plan.features.detail,
             )
-        )
+            found = cache.lookup(key, family=policy.family, cancel=cancel, clip_index=index)
+        if isinstance(found, CachedClip):
+            _check_hit(policy, found, index)
+            prepared.append(_from_cache(found, index=index, clip=clip))
+            continue
+        try:
+            done = _process_clip(
+                host, policy, clip_plan, clip, limits, cancel, progress, count, decoders
+            )
+            if isinstance(found, Claim):
+                found.fill(_to_cache(done))
+            elif cache is not None and key is not None:
+                cache.put(key, _to_cache(done))  # another thread's claim gave up
+        finally:
+            if isinstance(found, Claim):
+                found.release()
+        prepared.append(done)
     cancel.check(Checkpoint.FEATURE)
     inputs = host.collate_features(policy, [clip.features for clip in prepared])
     if inputs.tokens != tuple(clip.tokens for clip in prepared):
@@ -192,6 +163,158 @@ def process_request(
     )
 
 
+def _process_clip(
+    host: FamilyHost,
+    policy: AudioPolicy,
+    clip_plan: ClipPlan,
+    clip: EncodedClip,
+    limits: DecodeLimits,
+    cancel: CancelToken,
+    progress: Progress | None,
+    count: int,
+    decoders: DecoderPool | None,
+) -> PreparedClip:
+    """Decode, resample and featurise one clip."""
+    index = clip_plan.index
+    if progress:
+        progress("decode", index, count)
+    cancel.check(Checkpoint.DECODE, index)
+    source = decode(
+        clip.data,
+        clip_plan.decode_geometry,
+        clip_index=index,
+        limits=limits,
+        cancel=cancel,
+        decoders=decoders,
+    )
+    if source.shape[0] != clip_plan.decode_geometry.frames:
+        clip_plan = _replan(host, policy, clip_plan, source.shape[0])
+    if progress:
+        progress("resample", index, count)
+    cancel.check(Checkpoint.RESAMPLE, index)
+    normalized = host.resample(policy, clip_plan.resample, source, clip_index=index, cancel=cancel)
+    del source
+    if normalized.shape[0] != clip_plan.normalized_samples:
+        # Truncate mode: keep an owned copy so the cut-off tail is freed.
+        normalized = readonly(np.array(normalized[: clip_plan.normalized_samples]))
+    if progress:
+        progress("features", index, count)
+    cancel.check(Checkpoint.FEATURE, index)
+    rate = clip_plan.resample.output_rate_hz
+    features = host.extract_features(
+        policy,
+        clip_plan.features,
+        normalized,
+        rate_hz=rate,
+        clip_index=index,
+        cancel=cancel,
+    )
+    geometry = clip_plan.geometry
+    return PreparedClip(
+        index=index,
+        ordinal=clip.ordinal,
+        origin=clip.origin,
+        sha256=clip.sha256,
+        encoded_bytes=len(clip.data),
+        source_rate_hz=geometry.rate_hz,
+        channels=geometry.channels,
+        source_samples=geometry.frames,
+        duration_us=geometry.duration_us,
+        normalized_samples=clip_plan.normalized_samples,
+        effective_rate_hz=rate,
+        frames=features.frames,
+        tokens=features.tokens,
+        received_duration_us=geometry.duration_us,
+        processed_duration_us=(
+            _duration_us(clip_plan.normalized_samples, rate)
+            if clip_plan.truncated
+            else geometry.duration_us
+        ),
+        truncated=clip_plan.truncated,
+        waveform=normalized,
+        features=features,
+        detail=clip_plan.features.detail,
+    )
+
+
+def _to_cache(clip: PreparedClip) -> CachedClip:
+    """The request-independent part of a prepared clip."""
+    return CachedClip(
+        sha256=clip.sha256,
+        encoded_bytes=clip.encoded_bytes,
+        source_rate_hz=clip.source_rate_hz,
+        channels=clip.channels,
+        source_samples=clip.source_samples,
+        duration_us=clip.duration_us,
+        normalized_samples=clip.normalized_samples,
+        effective_rate_hz=clip.effective_rate_hz,
+        frames=clip.frames,
+        tokens=clip.tokens,
+        received_duration_us=clip.received_duration_us,
+        processed_duration_us=clip.processed_duration_us,
+        truncated=clip.truncated,
+        waveform=clip.waveform,
+        features=clip.features,
+        detail=clip.detail,
+    )
+
+
+def _from_cache(cached: CachedClip, *, index: int, clip: EncodedClip) -> PreparedClip:
+    """A hit as this request's clip: the same (read-only) arrays, this request's place."""
+    return PreparedClip(
+        index=index,
+        ordinal=clip.ordinal,
+        origin=clip.origin,
+        sha256=cached.sha256,
+        encoded_bytes=cached.encoded_bytes,
+        source_rate_hz=cached.source_rate_hz,
+        channels=cached.channels,
+        source_samples=cached.source_samples,
+        duration_us=cached.duration_us,
+        normalized_samples=cached.normalized_samples,
+        effective_rate_hz=cached.effective_rate_hz,
+        frames=cached.frames,
+        tokens=cached.tokens,
+        received_duration_us=cached.received_duration_us,
+        processed_duration_us=cached.processed_duration_us,
+        truncated=cached.truncated,
+        waveform=cached.waveform,
+        features=cached.features,
+        detail=cached.detail,
+    )
+
+
+def _check_hit(policy: AudioPolicy, cached: CachedClip, index: int) -> None:
+    """What decoding would have refused, checked on the hit's exact geometry: the
+    preflight saw only a compressed clip's upper bound, and limits are not in the key."""
+    limits = decode_limits(policy)
+    check_rate(cached.source_rate_hz, limits, clip_index=index)
+    if cached.channels > limits.max_channels:
+        raise LimitError(
+            "source channels", actual=cached.channels, maximum=limits.max_channels, clip_index=index
+        )
+    if limits.max_duration_us is not None and cached.duration_us > limits.max_duration_us:
+        raise LimitError(
+            "source duration per clip",
+            actual=cached.duration_us,
+            maximum=limits.max_duration_us,
+            clip_index=index,
+        )
+    if cached.normalized_samples < policy.min_samples_per_clip:
+        raise FeatureError(
+            f"{cached.normalized_samples} normalized samples at {cached.effective_rate_hz} Hz is "
+            f"too short; the family needs at least {policy.min_samples_per_clip}",
+            clip_index=index,
+        )
+    if cached.frames > policy.max_frames_per_clip:
+        raise LimitError(
+            "feature frames per clip",
+            actual=cached.frames,
+            maximum=policy.max_frames_per_clip,
+            clip_index=index,
+        )
+
+
 def _check_prepared_bytes(policy: AudioPolicy, arrays: Iterable[Any]) -> None:
     # What the family collated, not what it planned: the request's result must stay
     # within the policy whether or not a worker runs it.
@@ -212,7 +335,10 @@ def prepare_clips(
     cancel: CancelToken = NEVER,
     progress: Progress | None = None,
     decoders: DecoderPool | None = None,
+    cache: FeatureCache | None = None,
 ) -> PreparedBatch:
     """Preflight and process a request in the calling thread (CLI, tests, simple servers)."""
     plan = preflight(host, policy, clips, cancel=cancel)
-    return process_request(host, plan, clips, cancel=cancel, progress=progress, decoders=decoders)
+    return process_request(
+        host, plan, clips, cancel=cancel, progress=progress, decoders=decoders, cache=cache
+    )

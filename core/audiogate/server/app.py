@@ -24,6 +24,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from audiogate.api import AudioGate
+from audiogate.cache import FeatureStore
 from audiogate.host import FamilyHost
 from audiogate.metrics import AudioMetrics
 from audiogate.server.budgets import (
@@ -62,8 +63,17 @@ class ServerWorker(AudioWorker):
         limits: WorkerLimits | None = None,
         metrics: AudioMetrics | None = None,
         name: str = "audiogate-server",
+        feature_cache_bytes: int = 0,
+        feature_store: FeatureStore | None = None,
     ) -> None:
-        super().__init__(host, limits=limits, metrics=metrics, name=name)
+        super().__init__(
+            host,
+            limits=limits,
+            metrics=metrics,
+            name=name,
+            feature_cache_bytes=feature_cache_bytes,
+            feature_store=feature_store,
+        )
 
 
 class _AudioApp(Starlette):

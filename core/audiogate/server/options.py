@@ -18,6 +18,7 @@ import attrs
 from audiogate.chat.prompt_text import MAX_PROMPT_TEXT_BYTES
 from audiogate.server.budgets import ServerLimits
 from audiogate.worker import WorkerLimits
+from audiogate.worker.reservations import MIB
 
 __all__ = [
     "MAX_WORKERS",
@@ -57,6 +58,8 @@ class ServeOptions:
     :param max_prompt_text_bytes: refuse chat messages with more text than this (UTF-8
         bytes) before the template renders them; lowered to ``max_prefill_tokens`` times
         the tokenizer's longest token.
+    :param feature_cache_bytes: the feature cache's budget (``0``: none); its bytes count
+        against ``worker.max_inflight_host_bytes``.
     """
 
     model_dir: Path = attrs.field(converter=Path)
@@ -71,6 +74,7 @@ class ServeOptions:
     max_prompt_text_bytes: int = attrs.field(
         default=MAX_PROMPT_TEXT_BYTES, validator=attrs.validators.ge(1)
     )
+    feature_cache_bytes: int = attrs.field(default=256 * MIB, validator=attrs.validators.ge(0))
     log_level: str = "info"
     access_log: bool = True
 
@@ -258,6 +262,17 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
             f"{text_cap}, lowered to --max-prefill-tokens times the longest token)"
         ),
     )
+    cache = _size_text(_default(ServeOptions, "feature_cache_bytes"))
+    p.add_argument(
+        "--feature-cache-bytes",
+        type=_size_or_zero,
+        default=_default(ServeOptions, "feature_cache_bytes"),
+        metavar="SIZE",
+        help=(
+            "prepared clips kept for repeated audio, counted against "
+            f"--max-inflight-host-bytes (default {cache}; 0: off)"
+        ),
+    )
     p.add_argument(
         "--log-level",
         default=_default(ServeOptions, "log_level"),
@@ -297,6 +312,7 @@ def serve_options(args: argparse.Namespace) -> ServeOptions:
             if args.max_prompt_text_bytes is not None
             else {}
         ),
+        feature_cache_bytes=args.feature_cache_bytes,
         log_level=args.log_level,
         access_log=not args.no_access_log,
     )

@@ -60,7 +60,10 @@ def build_app(options: ServeOptions, *, host: FamilyHost | None = None) -> Starl
     host = host or create_host()
     metrics = AudioMetrics(server_registry(), families=host.families)
     worker = ServerWorker(
-        host, limits=attrs.evolve(options.worker, threads=options.threads), metrics=metrics
+        host,
+        limits=attrs.evolve(options.worker, threads=options.threads),
+        metrics=metrics,
+        feature_cache_bytes=options.feature_cache_bytes,
     )
     try:
         acquisition = AcquisitionPolicy(

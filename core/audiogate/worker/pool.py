@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 from audiogate.acquire.clip import EncodedClip
+from audiogate.cache import FeatureCache, FeatureStore
 from audiogate.cancel import CancelToken, Checkpoint, cancellable
 from audiogate.decode.isolation import DecoderPool
 from audiogate.errors import (
@@ -45,6 +46,11 @@ class AudioWorker:
     :param host: the plugin host.
     :param limits: capacities.
     :param metrics: where to record (a private :class:`AudioMetrics` by default).
+    :param feature_cache_bytes: the feature cache's budget (``0``, the default: none).
+        Its resident bytes count against ``limits.max_inflight_host_bytes`` beside the
+        reservations, and are evicted when a reservation needs the room.
+    :param feature_store: the cache's persistent tier (a ``SourceStore``, or any
+        :class:`~audiogate.cache.FeatureStore`).
     """
 
     def __init__(
@@ -54,6 +60,8 @@ class AudioWorker:
         limits: WorkerLimits | None = None,
         metrics: AudioMetrics | None = None,
         name: str = "audiogate-audio",
+        feature_cache_bytes: int = 0,
+        feature_store: FeatureStore | None = None,
     ) -> None:
         self.host = host
         self.limits = limits or WorkerLimits()
@@ -61,6 +69,12 @@ class AudioWorker:
         for family in host.families:
             self.metrics.ensure_family(family)
         self._ledger = Ledger(self.limits, self.metrics)
+        #: Prepared clips by source digest and policy (docs/architecture.md).
+        self.feature_cache = FeatureCache(
+            feature_cache_bytes, store=feature_store, metrics=self.metrics
+        )
+        self.feature_cache.bind_account(self._ledger)
+        self._ledger.bind_cache(self.feature_cache.reclaim)
         #: The processes that decode this worker's compressed clips, one per thread
         #: (started on first use; docs/formats.md).
         self.decoders = DecoderPool(processes=self.limits.threads)
@@ -424,6 +438,7 @@ class AudioWorker:
                     job.clips,
                     cancel=job.cancel_token,
                     decoders=self.decoders,
+                    cache=self.feature_cache,
                 )
             except AudioGateError:
                 raise

@@ -8,6 +8,7 @@ worker shuts down, or the job is garbage-collected) and releases them exactly on
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Final
 
 import attrs
@@ -47,29 +48,62 @@ class Ledger:
         self._lock = threading.Lock()
         self.encoded = 0
         self.host = 0
+        #: Bytes the feature cache holds (not a reservation: evicted when one needs room).
+        self.cache = 0
+        self._reclaim: Callable[[int], object] | None = None
 
     def reserve(self, encoded: int, host: int) -> Reservation:
-        """Hold ``encoded`` and ``host`` bytes for one request.
+        """Hold ``encoded`` and ``host`` bytes for one request. The feature cache's
+        resident bytes count against the host cap too; when they are what stands in the
+        way, entries are evicted first (the cache never refuses a request that would fit
+        without it).
 
         :raises MemoryLimitError: either total would pass its maximum.
         """
+        for attempt in range(2):
+            with self._lock:
+                if self.encoded + encoded > self._limits.max_queued_encoded_bytes:
+                    raise MemoryLimitError(
+                        "queued encoded bytes",
+                        actual=self.encoded + encoded,
+                        maximum=self._limits.max_queued_encoded_bytes,
+                    )
+                cap = self._limits.max_inflight_host_bytes
+                over = self.host + self.cache + host - cap
+                if over > 0 and (
+                    attempt or self._reclaim is None or self.host + host > cap or not self.cache
+                ):
+                    raise MemoryLimitError(
+                        "in-flight host bytes", actual=self.host + self.cache + host, maximum=cap
+                    )
+                if over <= 0:
+                    self.encoded += encoded
+                    self.host += host
+                    self._publish()
+                    return Reservation(self, encoded, host)
+                reclaim = self._reclaim
+                assert reclaim is not None
+            # Outside the lock: the cache takes its own lock, then this one to release.
+            reclaim(over)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def bind_cache(self, reclaim: Callable[[int], object]) -> None:
+        """Let :meth:`reserve` evict feature-cache entries (``reclaim(nbytes)``)."""
+        self._reclaim = reclaim
+
+    def charge_cache(self, nbytes: int) -> bool:
+        """Charge feature-cache bytes if they fit under the host cap beside the
+        reservations; ``False`` (nothing charged) if not."""
         with self._lock:
-            if self.encoded + encoded > self._limits.max_queued_encoded_bytes:
-                raise MemoryLimitError(
-                    "queued encoded bytes",
-                    actual=self.encoded + encoded,
-                    maximum=self._limits.max_queued_encoded_bytes,
-                )
-            if self.host + host > self._limits.max_inflight_host_bytes:
-                raise MemoryLimitError(
-                    "in-flight host bytes",
-                    actual=self.host + host,
-                    maximum=self._limits.max_inflight_host_bytes,
-                )
-            self.encoded += encoded
-            self.host += host
-            self._publish()
-        return Reservation(self, encoded, host)
+            if self.host + self.cache + nbytes > self._limits.max_inflight_host_bytes:
+                return False
+            self.cache += nbytes
+            return True
+
+    def release_cache(self, nbytes: int) -> None:
+        """Give back feature-cache bytes charged before."""
+        with self._lock:
+            self.cache -= nbytes
 
     def _release(self, encoded: int, host: int) -> None:
         with self._lock:
