@@ -29,6 +29,12 @@ __all__ = [
     "PreprocessCancelled",
     "QueueFullError",
     "SizeOverflowError",
+    "SourceBusyError",
+    "SourceError",
+    "SourceLostError",
+    "SourceNotFoundError",
+    "SourceQuotaError",
+    "SourceRetiredError",
     "WorkerUnavailableError",
     "clear_frames",
     "clip_number",
@@ -276,6 +282,66 @@ class PlaceholderError(AudioGateError):
     def __init__(self, detail: str) -> None:
         self.detail = detail
         super().__init__(f"audio placeholder mapping is invalid: {detail}")
+
+
+class SourceError(AudioInputError):
+    """A stored source (``audio_ref``, ``[audio:<sha256>]``) cannot be used
+    (docs/sources.md); the whole prompt is refused.
+
+    :param sha256: the digest the caller gave.
+    :param code: a stable machine-readable name (``"source_not_found"``, ...).
+    """
+
+    code: str = "source_error"
+    _why: ClassVar[str] = "cannot be used"
+
+    def __init__(self, sha256: str, *, clip_index: int | None = None, detail: str = "") -> None:
+        self.sha256 = sha256
+        self.detail = detail
+        where = f"audio clip {clip_number(clip_index)}: " if clip_index is not None else ""
+        tail = f" ({detail})" if detail else ""
+        super().__init__(f"{where}audio source {sha256} {self._why}{tail}", clip_index=clip_index)
+
+
+class SourceNotFoundError(SourceError):
+    """No source with this digest is visible to the caller: it does not exist, or it is
+    another owner's private source (the two are refused alike: no existence oracle)."""
+
+    code = "source_not_found"
+    _why = "is not in the source store or is not accessible to this caller"
+
+
+class SourceRetiredError(SourceError):
+    """The source was retired (its history is kept; new references are refused)."""
+
+    code = "source_retired"
+    _why = "was retired; upload it again to use it"
+
+
+class SourceLostError(SourceError):
+    """The source's stored bytes are gone or damaged (found by the store's recovery or
+    by the digest check of a read); upload it again."""
+
+    code = "source_lost"
+    _why = "is lost: its stored bytes are missing or damaged; upload it again"
+
+
+class SourceBusyError(SourceError):
+    """The source was still processing when the prompt's bounded wait ran out, or it is
+    leased by a request when a bounded retirement ran out."""
+
+    code = "source_processing"
+    _why = "is still processing"
+
+
+class SourceQuotaError(LimitError):
+    """A source store quota (bytes or sources per owner, total bytes) refuses an upload.
+
+    ``limit`` is ``"source bytes per owner"``, ``"sources per owner"`` or
+    ``"source store bytes"``.
+    """
+
+    code = "source_quota"
 
 
 class FeatureError(AudioInputError):

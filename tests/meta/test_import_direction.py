@@ -32,8 +32,20 @@ STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("expand", ("audiogate.chat",)),
 )
 
-#: What drives the stages: no stage imports it.
-DRIVERS = ("audiogate.api", "audiogate.worker", "audiogate.server", "audiogate.cli")
+#: What drives the stages: no stage imports it. The source store is stage-neutral (its
+#: records, backend and leases import no stage, see below) but no stage imports it
+#: either: acquisition resolves ``audio_ref`` parts through its own protocol
+#: (``acquire/refs.py``), and the store's admission drives acquire and the preflight.
+DRIVERS = (
+    "audiogate.api",
+    "audiogate.worker",
+    "audiogate.server",
+    "audiogate.cli",
+    "audiogate.store",
+)
+
+#: The store's one module that drives stages (admitting an upload as inline audio is).
+STORE_DRIVER = "audiogate.store.admission"
 
 #: Vocabulary every stage may name: what a clip's header says (formats, geometry,
 #: limits), made by no stage in particular.
@@ -137,6 +149,39 @@ def test_no_stage_imports_a_later_one(name: str, path: Path) -> None:
     assert violations(name, path.read_text(encoding="utf-8"), package=package) == []
 
 
+def _store_modules() -> list[tuple[str, Path]]:
+    modules = []
+    for path in sorted((CORE / "audiogate" / "store").rglob("*.py")):
+        parts = list(path.relative_to(CORE).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        modules.append((".".join(parts), path))
+    return modules
+
+
+STORE_MODULES = _store_modules()
+
+
+def test_the_store_exists() -> None:
+    assert STORE_DRIVER in dict(STORE_MODULES)
+
+
+@pytest.mark.parametrize(("name", "path"), STORE_MODULES, ids=[name for name, _ in STORE_MODULES])
+def test_the_store_imports_no_stage_outside_its_admission(name: str, path: Path) -> None:
+    if name == STORE_DRIVER:
+        return
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found = _imported(tree, name, package=path.name == "__init__.py")
+    staged = [
+        (line, imported)
+        for line, imported in found
+        if imported.startswith("audiogate")
+        and not any(_matches(imported, shared) for shared in SHARED)
+        and stage_of(imported if _is_module(imported) else imported.rpartition(".")[0])
+    ]
+    assert staged == [], f"{name} imports stage modules: {staged}"
+
+
 @pytest.mark.parametrize(
     ("module", "source"),
     [
@@ -146,6 +191,7 @@ def test_no_stage_imports_a_later_one(name: str, path: Path) -> None:
         ("audiogate.decode.decoder", "import audiogate.resample.soxr_hq"),
         ("audiogate.pipeline.preflight", "from audiogate.chat import parse_rendered"),
         ("audiogate.chat.messages", "from audiogate.worker import AudioWorker"),
+        ("audiogate.acquire.parts", "from audiogate.store import SourceStore"),
         ("audiogate.acquire.context", "from ..pipeline import batch"),
     ],
 )

@@ -1,0 +1,67 @@
+"""The source store: upload audio once, reference it by digest (docs/sources.md).
+
+:class:`SourceStore` keeps sources named by the SHA-256 of their bytes, with an owner, a
+scope (``private`` or ``shared``) and a lifecycle (``processing`` → ``ready`` →
+``retired``; ``lost`` when recovery finds the bytes gone), over a small
+:class:`~audiogate.store.backend.SourceBackend`. The embedded backend
+(:class:`~audiogate.store.directory.DirectoryBackend`) is a directory of content-addressed
+blobs with an SQLite index and journal, crash-safe and recovered on open.
+:func:`~audiogate.store.admission.admit_source` admits an upload as inline audio is
+admitted (imported on first use: it drives the pipeline's stages).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from audiogate.store.backend import SourceBackend
+from audiogate.store.records import (
+    DIGEST_RE,
+    SCOPES,
+    STATUSES,
+    RecoveryReport,
+    Scope,
+    SourceRecord,
+    SourceStatus,
+    StoreQuotas,
+    check_digest,
+)
+from audiogate.store.store import (
+    ANONYMOUS_OWNER,
+    DEFAULT_SOURCE_WAIT_S,
+    AddedSource,
+    SourceStore,
+    StoredLease,
+)
+
+if TYPE_CHECKING:
+    from audiogate.store.admission import AdmittedSource, admit_source
+
+__all__ = [
+    "ANONYMOUS_OWNER",
+    "DEFAULT_SOURCE_WAIT_S",
+    "DIGEST_RE",
+    "SCOPES",
+    "STATUSES",
+    "AddedSource",
+    "AdmittedSource",
+    "RecoveryReport",
+    "Scope",
+    "SourceBackend",
+    "SourceRecord",
+    "SourceStatus",
+    "SourceStore",
+    "StoreQuotas",
+    "StoredLease",
+    "admit_source",
+    "check_digest",
+]
+
+
+def __getattr__(name: str) -> Any:
+    # Admission imports the pipeline's stages: only for the callers that admit uploads.
+    if name in {"AdmittedSource", "admit_source"}:
+        from audiogate.store import admission
+
+        return getattr(admission, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
