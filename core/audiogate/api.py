@@ -21,13 +21,19 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
+import re
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import attrs
 
-from audiogate.acquire import AcquisitionPolicy, acquire_parts, acquire_suspends
+from audiogate.acquire import (
+    AcquisitionPolicy,
+    SourceAccess,
+    acquire_parts,
+    acquire_suspends,
+)
 from audiogate.cancel import CancelToken, cancellable
 from audiogate.chat import (
     MAX_PROMPT_TEXT_BYTES,
@@ -37,6 +43,7 @@ from audiogate.chat import (
     parse_rendered,
     renders_parts,
     require_unicode,
+    split_references,
 )
 from audiogate.chat.prompt_text import (
     INLINE_RENDER_BYTES,
@@ -44,6 +51,7 @@ from audiogate.chat.prompt_text import (
     prompt_text_limit,
     text_host_bytes,
 )
+from audiogate.decode.geometry import WAV, SourceFormat
 from audiogate.errors import (
     AudioGateError,
     ContextLimitError,
@@ -67,6 +75,7 @@ from audiogate.records import (
     PromptSegment,
     TextSegment,
 )
+from audiogate.store import ANONYMOUS_OWNER, AddedSource, Scope, SourceStatus, SourceStore
 from audiogate.worker import AudioJob, AudioWorker, Finished
 
 __all__ = ["AudioGate", "PreparedRequest", "Renderer", "load_tokenizer"]
@@ -226,6 +235,11 @@ class AudioGate:
     :param policy_source: shown in summaries (the model directory or ``--family NAME``).
     :param feature_backend: ``"numpy"`` (default) or ``"mlx"`` (``pip install
         'audiogate[mlx]'``); overridable per call.
+    :param store: the source store ``audio_ref`` parts (and the family's text references,
+        such as Qwen2-Audio's ``[audio:<sha256>]``) are resolved through
+        (docs/sources.md); without one, such a part is refused.
+    :param source_wait_s: how long a reference to a processing source waits (default:
+        the store's).
     """
 
     def __init__(
@@ -241,7 +255,11 @@ class AudioGate:
         policy_source: str = "",
         feature_backend: FeatureBackend = "numpy",
         max_prompt_text_bytes: int = MAX_PROMPT_TEXT_BYTES,
+        store: SourceStore | None = None,
+        source_wait_s: float | None = None,
     ) -> None:
+        self.store = store
+        self.source_wait_s = source_wait_s
         self.host = host
         self.policy = attrs.evolve(policy, feature_backend=feature_backend)
         self.tokenizer = tokenizer
@@ -312,6 +330,7 @@ class AudioGate:
         return_tensors: TensorKind | None = None,
         progress: Progress | None = None,
         feature_backend: FeatureBackend | None = None,
+        owner: str = ANONYMOUS_OWNER,
     ) -> PreparedRequest:
         """Blocking :meth:`prepare_async` (for CLIs, tests and threaded servers): the chat
         template renders before the audio is acquired, then the audio is prepared.
@@ -333,6 +352,7 @@ class AudioGate:
                     return_tensors,
                     progress,
                     feature_backend,
+                    owner,
                     blocking=True,
                 )
             )
@@ -348,6 +368,7 @@ class AudioGate:
         return_tensors: TensorKind | None = None,
         progress: Progress | None = None,
         feature_backend: FeatureBackend | None = None,
+        owner: str = ANONYMOUS_OWNER,
     ) -> PreparedRequest:
         """Prepare chat ``messages`` (or a plain ``prompt`` with ``clips``).
 
@@ -364,6 +385,8 @@ class AudioGate:
             backend computed.
         :param progress: ``progress(stage, clip_index, clip_count)`` (in-thread runs only).
         :param feature_backend: ``"numpy"`` or ``"mlx"`` for this call (default: the gate's).
+        :param owner: who asks: stored sources are resolved as this owner sees them
+            (its own, and shared ones); the leases are held until this call returns.
         :raises AudioGateError: a typed error; nothing is silently dropped.
 
         With a worker, every request that fails or is cancelled is counted once in its
@@ -379,6 +402,7 @@ class AudioGate:
             return_tensors,
             progress,
             feature_backend,
+            owner,
             blocking=False,
         )
 
@@ -391,6 +415,7 @@ class AudioGate:
         return_tensors: TensorKind | None,
         progress: Progress | None,
         feature_backend: FeatureBackend | None,
+        owner: str,
         *,
         blocking: bool,
     ) -> PreparedRequest:
@@ -408,6 +433,9 @@ class AudioGate:
             # What the backend computed is mx arrays: the inputs a family derives from
             # the prompt (numpy) follow them.
             convert = _converter("mlx")
+        access = (
+            SourceAccess(self.store, owner, self.source_wait_s) if self.store is not None else None
+        )
         with outcome_scope() as outcome:
             try:
                 return await self._prepare(
@@ -418,6 +446,7 @@ class AudioGate:
                     cancellable(cancel),
                     convert,
                     progress,
+                    access,
                     blocking=blocking,
                 )
             except (Exception, asyncio.CancelledError) as error:
@@ -427,6 +456,11 @@ class AudioGate:
                         functools.partial(record_outcome, self.worker.metrics, policy.family, error)
                     )
                 raise
+            finally:
+                # The request's leases on stored sources end with it: a retirement
+                # waiting for them completes now.
+                if access is not None:
+                    access.release()
 
     async def _prepare(
         self,
@@ -437,14 +471,20 @@ class AudioGate:
         token: CancelToken,
         convert: Callable[[Any], Any],
         progress: Progress | None,
+        access: SourceAccess | None,
         *,
         blocking: bool,
     ) -> PreparedRequest:
         text_bytes = 0
+        reference = self._source_reference
         if messages is not None:
             # Bounded before any template or tokenizer sees it; then rendering and
             # tokenizing run off the event loop, reserved like audio (see _off_loop).
             text_bytes = check_prompt_text(messages, self.max_prompt_text_bytes)
+            if access is not None and reference is not None:
+                # The family's text references become audio_ref parts where they stand:
+                # numbered with the audio parts in message order.
+                messages = split_references(messages, reference)
             flat = flatten_messages(messages, parts=self._renders_parts)
             if not flat.has_audio:
                 if clips:
@@ -486,18 +526,24 @@ class AudioGate:
                 encoded = list(clips)
             elif blocking:
                 suspends = acquire_suspends(flat.audio_parts, policy=self.acquisition)
-                acquiring = acquire_parts(flat.audio_parts, policy=self.acquisition, cancel=token)
+                acquiring = acquire_parts(
+                    flat.audio_parts, policy=self.acquisition, cancel=token, sources=access
+                )
                 # URLs and files on an event loop of their own; inline audio right here.
                 encoded = asyncio.run(acquiring) if suspends else _run_blocking(acquiring)
             else:
                 encoded = await acquire_parts(
-                    flat.audio_parts, policy=self.acquisition, cancel=token
+                    flat.audio_parts, policy=self.acquisition, cancel=token, sources=access
                 )
         else:
             encoded = list(clips or ())
             if prompt is not None:
                 text_bytes = check_prompt_text(prompt, self.max_prompt_text_bytes)
                 require_unicode(prompt, "the prompt")
+                if access is not None and reference is not None:
+                    encoded = await self._referenced_clips(
+                        prompt, encoded, reference, access, token, blocking=blocking
+                    )
             segments = [TextSegment(prompt)] if prompt is not None else []
 
         chat = messages is not None
@@ -575,6 +621,81 @@ class AudioGate:
             )
             return value
         return await asyncio.to_thread(work)
+
+    @functools.cached_property
+    def _source_reference(self) -> re.Pattern[str] | None:
+        return self.host.family(self.policy.family).spec.source_reference
+
+    async def _referenced_clips(
+        self,
+        prompt: str,
+        given: Sequence[EncodedClip],
+        reference: re.Pattern[str],
+        access: SourceAccess,
+        token: CancelToken,
+        *,
+        blocking: bool,
+    ) -> list[EncodedClip]:
+        """A plain prompt's clips with a store: one per text reference, in prompt order,
+        the given clip of that digest where there is one, else the stored source (the
+        family's expansion then refuses a given clip that no reference names)."""
+        digests = list(dict.fromkeys(match.group(1) for match in reference.finditer(prompt)))
+        by_digest = {clip.sha256: clip for clip in given}
+        wanted = [d for d in digests if d not in by_digest]
+        if not wanted:
+            return list(given)
+        parts = [{"type": "audio_ref", "audio_ref": {"sha256": d}} for d in wanted]
+        acquiring = acquire_parts(parts, policy=self.acquisition, cancel=token, sources=access)
+        stored = asyncio.run(acquiring) if blocking else await acquiring
+        by_digest.update((clip.sha256, clip) for clip in stored)
+        named = set(digests)
+        ordered = [by_digest[d] for d in digests]
+        ordered += [clip for clip in given if clip.sha256 not in named]
+        return [attrs.evolve(clip, ordinal=i) for i, clip in enumerate(ordered, 1)]
+
+    # --- sources ---------------------------------------------------------------------
+
+    def add_source(
+        self,
+        data: bytes,
+        *,
+        owner: str = ANONYMOUS_OWNER,
+        scope: Scope = "private",
+        source_format: SourceFormat = WAV,
+        status: SourceStatus = "ready",
+        cancel: CancelToken | None = None,
+    ) -> AddedSource:
+        """Admit ``data`` under this model's policy (the same acquisition, sniffing and
+        header admission as inline audio) and store it (docs/sources.md).
+
+        :param status: ``"processing"`` to have references wait until
+            :meth:`~audiogate.store.SourceStore.mark_ready`, else ``"ready"``.
+        :raises PlaceholderError: the gate has no store.
+        :raises AudioGateError: admission refuses the bytes, or a quota refuses them.
+        """
+        if self.store is None:
+            raise PlaceholderError(
+                "this gate has no source store (give AudioGate a store=, or start the "
+                "server with `audiogate serve --store DIR`)"
+            )
+        from audiogate.store.admission import admit_source
+
+        admitted = admit_source(
+            data,
+            host=self.host,
+            policy=self.policy,
+            acquisition=self.acquisition,
+            source_format=source_format,
+            cancel=cancellable(cancel),
+        )
+        return self.store.add(
+            admitted.clip.data,
+            owner=owner,
+            scope=scope,
+            source_format=source_format,
+            duration_us=admitted.duration_us,
+            status=status,
+        )
 
     def chat_prompt(self, text: str) -> str:
         """The chat template around one user message ``text``, with the generation prompt.

@@ -33,6 +33,9 @@ class FamilySpec:
     :param revision: the pinned checkpoint or reference revision.
     :param version: the plugin's version.
     :param summary: one line for ``audiogate families``.
+    :param source_reference: the text form of a reference to a stored source in this
+        family's prompts (group 1: the 64-hex digest), or ``None`` where it has none;
+        with a source store, the gate resolves each through the store (docs/sources.md).
     """
 
     name: str
@@ -43,6 +46,7 @@ class FamilySpec:
     revision: str
     version: str
     summary: str = ""
+    source_reference: re.Pattern[str] | None = None
 
 
 @attrs.frozen(kw_only=True)

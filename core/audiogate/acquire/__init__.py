@@ -35,6 +35,13 @@ from audiogate.acquire.policy import (
     IPAddress,
     Resolver,
 )
+from audiogate.acquire.refs import (
+    NO_STORE_MESSAGE,
+    ORIGIN_REFERENCE,
+    SourceAccess,
+    SourceLease,
+    SourceResolver,
+)
 
 if TYPE_CHECKING:
     from audiogate.acquire.net import create_media_client, system_resolver
@@ -45,12 +52,17 @@ __all__ = [
     "ABSOLUTE_MAX_REDIRECTS",
     "ACQUIRED_BYTES_LIMIT",
     "ALLOW_PRIVATE_MEDIA_URLS",
+    "NO_STORE_MESSAGE",
+    "ORIGIN_REFERENCE",
     "PRIVATE_MEDIA_URLS_ENV",
     "AcquiredBytes",
     "AcquisitionPolicy",
     "EncodedClip",
     "IPAddress",
     "Resolver",
+    "SourceAccess",
+    "SourceLease",
+    "SourceResolver",
     "acquire_bytes",
     "acquire_parts",
     "acquire_paths",

@@ -61,6 +61,7 @@ from audiogate.acquire.files import (
 from audiogate.acquire.inline import data_uri_payload, decode_base64
 from audiogate.acquire.parts import DeclaredSource, declare_parts
 from audiogate.acquire.policy import AcquisitionPolicy
+from audiogate.acquire.refs import NO_STORE_MESSAGE, ORIGIN_REFERENCE, SourceAccess
 from audiogate.acquire.sniff import check_declared_format
 from audiogate.cancel import NEVER, CancelToken, Checkpoint
 from audiogate.decode.geometry import WAV, SourceFormat
@@ -115,9 +116,14 @@ async def _in_thread(work: Callable[[ClipContext], _T], ctx: ClipContext) -> _T:
         raise
 
 
-def _precheck(source: DeclaredSource, policy: AcquisitionPolicy) -> None:
+def _precheck(
+    source: DeclaredSource, policy: AcquisitionPolicy, sources: SourceAccess | None
+) -> None:
     # The checks that need no I/O, so a doomed request reads nothing at all.
-    if source.origin == ORIGIN_URL:
+    if source.origin == ORIGIN_REFERENCE:
+        if sources is None:
+            raise SourceRefused(NO_STORE_MESSAGE)
+    elif source.origin == ORIGIN_URL:
         from audiogate.acquire.net import FETCH_DISABLED_MESSAGE, check_hop
         from audiogate.acquire.urls import parse_media_url
 
@@ -156,12 +162,26 @@ async def _read_source(
     return await _in_thread(lambda c: decode_base64(value, c, start=start), ctx)
 
 
+async def _read_reference(
+    source: DeclaredSource, ctx: ClipContext, sources: SourceAccess
+) -> tuple[bytes, SourceFormat]:
+    # The lease may wait for a source still processing: in a thread, polling the token.
+    def lease(c: ClipContext) -> tuple[bytes, SourceFormat]:
+        held = sources.open(source.value, cancel=c.cancel, clip_index=c.clip_index)
+        c.cap.check(len(held.data))
+        c.hold(len(held.data))
+        return held.data, held.source_format
+
+    return await _in_thread(lease, ctx)
+
+
 async def acquire_parts(
     parts: Sequence[Mapping[str, Any]],
     *,
     policy: AcquisitionPolicy,
     cancel: CancelToken | None = None,
     client: httpx.AsyncClient | None = None,
+    sources: SourceAccess | None = None,
 ) -> list[EncodedClip]:
     """Turn one request's audio content parts into encoded clips, in order.
 
@@ -174,17 +194,22 @@ async def acquire_parts(
         :func:`~audiogate.acquire.net.create_media_client`, closed on return). Requests
         are built here, pinned to checked addresses, so its base URL, headers, cookies
         and auth are never used; a client that goes through a proxy fails the peer check.
+    :param sources: the request's access to a source store, which ``audio_ref`` parts
+        are resolved through (its leases stay held for the caller to release; without
+        it such a part is refused, naming the option).
     :returns: one clip per part, ordinals ``1..n``.
     :raises LimitError: too many parts or bytes (see the module docstring).
     :raises AcquisitionError: any source is malformed, refused or unreadable.
+    :raises SourceError: a referenced source is missing, not accessible, retired, lost
+        or still processing after the store's wait.
     :raises PreprocessCancelled: the token was cancelled.
     """
     token = cancel or NEVER
     token.check(Checkpoint.ACQUISITION)
-    sources = declare_parts(parts, max_clips=policy.max_clips)
-    for source in sources:
+    declared = declare_parts(parts, max_clips=policy.max_clips)
+    for source in declared:
         try:
-            _precheck(source, policy)
+            _precheck(source, policy, sources)
         except SourceRefused as exc:
             raise AcquisitionError(
                 exc.detail, clip_index=source.index, origin=source.origin
@@ -204,13 +229,18 @@ async def acquire_parts(
 
     clips: list[EncodedClip] = []
     try:
-        for source in sources:
+        for source in declared:
             ctx = ClipContext(
                 clip_index=source.index, cap=budget.cap(source.index), cancel=token, held=held
             )
             ctx.check_cancel()
+            source_format = source.source_format
             try:
-                data = await _read_source(source, ctx, policy, get_client)
+                if source.origin == ORIGIN_REFERENCE:
+                    assert sources is not None
+                    data, source_format = await _read_reference(source, ctx, sources)
+                else:
+                    data = await _read_source(source, ctx, policy, get_client)
             except SourceRefused as exc:
                 raise AcquisitionError(
                     exc.detail, clip_index=source.index, origin=source.origin
@@ -218,7 +248,7 @@ async def acquire_parts(
             clips.append(
                 _finish(
                     data,
-                    source.source_format,
+                    source_format,
                     index=source.index,
                     origin=source.origin,
                     budget=budget,

@@ -13,6 +13,9 @@ Accepted parts (anything else, and any unknown key, is refused):
 * ``{"type": "audio_url", "audio_url": {"url": ...}}`` — the vLLM shape. ``format``
   (default ``"wav"``), ``sample_rate`` and ``channels`` may be given as above (audiogate
   extension).
+* ``{"type": "audio_ref", "audio_ref": {"sha256": ...}}`` — **audiogate extension**: a
+  source uploaded to the store before, named by the SHA-256 of its bytes (64 lowercase
+  hex digits; docs/sources.md). Its format is the one it was admitted as.
 
 The source string of either part is classified by **syntax alone**, never by probing
 the file system (mlx-vlm treats base64 that fails to decode as a path; we never do):
@@ -45,6 +48,7 @@ from audiogate.acquire.context import (
     ORIGIN_URL,
     SourceRefused,
 )
+from audiogate.acquire.refs import ORIGIN_REFERENCE
 from audiogate.decode.geometry import WAV, SourceFormat
 from audiogate.errors import AcquisitionError, LimitError
 
@@ -86,7 +90,9 @@ _MAX_PATH_CHARS: Final = 4096
 _PAYLOAD_KEYS: Final = {
     "input_audio": ("data", frozenset({"data", "format", "sample_rate", "channels"})),
     "audio_url": ("url", frozenset({"url", "format", "sample_rate", "channels"})),
+    "audio_ref": ("sha256", frozenset({"sha256"})),
 }
+_DIGEST: Final = re.compile(r"[0-9a-f]{64}")
 
 
 @attrs.frozen(kw_only=True)
@@ -182,7 +188,7 @@ def declare_part(part: object, index: int) -> DeclaredSource:
         if not isinstance(kind, str) or kind not in _PAYLOAD_KEYS:
             raise SourceRefused(
                 f"content part type {kind!r} is not an audio part "
-                f"(expected 'input_audio' or 'audio_url')"
+                f"(expected 'input_audio', 'audio_url' or 'audio_ref')"
             )
         extra = sorted(set(part) - {"type", kind})
         if extra:
@@ -197,6 +203,15 @@ def declare_part(part: object, index: int) -> DeclaredSource:
         value = payload.get(source_key)
         if not isinstance(value, str) or not value:
             raise SourceRefused(f"{kind}.{source_key} must be a non-empty string")
+        if kind == "audio_ref":
+            origin = ORIGIN_REFERENCE
+            if not _DIGEST.fullmatch(value):
+                raise SourceRefused(
+                    f"audio_ref.sha256 must be the source's SHA-256 as 64 lowercase "
+                    f"hexadecimal characters, not {value[:80]!r}"
+                )
+            # The stored source's own format replaces this placeholder when it is read.
+            return DeclaredSource(index=index, origin=origin, value=value, source_format=WAV)
         origin = classify_source(value)
         source_format = parse_format(payload, default=None if kind == "input_audio" else "wav")
     except SourceRefused as exc:

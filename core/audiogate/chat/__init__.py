@@ -9,6 +9,7 @@ from audiogate.chat.messages import (
     flatten_messages,
     renders_parts,
     require_unicode,
+    split_references,
 )
 from audiogate.chat.prompt_text import MAX_PROMPT_TEXT_BYTES, PROMPT_TEXT_LIMIT
 from audiogate.chat.sentinels import SENTINEL_PREFIX, SentinelCodec, parse_rendered
@@ -25,4 +26,5 @@ __all__ = [
     "parse_rendered",
     "renders_parts",
     "require_unicode",
+    "split_references",
 ]

@@ -1,11 +1,12 @@
 """OpenAI-style chat messages: validation and sentinel flattening for audio requests.
 
-Content is a string or a list of parts: ``text``, ``image_url``, ``input_audio`` and
-``audio_url``. Any other part type is refused rather than dropped, so a media part can
-never silently disappear. When the request declares audio, every media part becomes a
-private sentinel (1-based per kind, counted across all messages); requests without
-audio are passed through unchanged, so they render exactly as they would without
-audiogate (except that a string-only template gets a message of text parts as its text).
+Content is a string or a list of parts: ``text``, ``image_url``, ``input_audio``,
+``audio_url`` and ``audio_ref`` (a stored source named by digest, docs/sources.md). Any
+other part type is refused rather than dropped, so a media part can never silently
+disappear. When the request declares audio, every media part becomes a private sentinel
+(1-based per kind, counted across all messages); requests without audio are passed
+through unchanged, so they render exactly as they would without audiogate (except that
+a string-only template gets a message of text parts as its text).
 
 Where the sentinels go depends on the template. One that prints list content part by
 part (Gemma 3n's trims each text part; Qwen2-Audio's and Phi-4 MM native's iterate the
@@ -18,6 +19,7 @@ probe once.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
@@ -33,9 +35,10 @@ __all__ = [
     "flatten_messages",
     "renders_parts",
     "require_unicode",
+    "split_references",
 ]
 
-AUDIO_PART_TYPES: Final = ("input_audio", "audio_url")
+AUDIO_PART_TYPES: Final = ("input_audio", "audio_url", "audio_ref")
 _IMAGE_PART_TYPES: Final = ("image_url",)
 _PART_TYPES: Final = ("text", *_IMAGE_PART_TYPES, *AUDIO_PART_TYPES)
 
@@ -199,3 +202,52 @@ def _guard(text: str, index: int) -> None:
         raise ChatRequestError(
             f"message {index} text contains the reserved media sentinel prefix {SENTINEL_PREFIX!r}"
         )
+
+
+def _split_text(text: str, pattern: re.Pattern[str]) -> list[dict[str, Any]] | None:
+    pieces: list[dict[str, Any]] = []
+    cursor = 0
+    for match in pattern.finditer(text):
+        if match.start() > cursor:
+            pieces.append({"type": "text", "text": text[cursor : match.start()]})
+        pieces.append({"type": "audio_ref", "audio_ref": {"sha256": match.group(1)}})
+        cursor = match.end()
+    if not pieces:
+        return None
+    if cursor < len(text):
+        pieces.append({"type": "text", "text": text[cursor:]})
+    return pieces
+
+
+def split_references(
+    messages: Sequence[Mapping[str, Any]], pattern: re.Pattern[str]
+) -> list[Mapping[str, Any]]:
+    """``messages`` with each text reference to a stored source (``pattern``, the family's
+    form such as Qwen2-Audio's ``[audio:<sha256>]``, group 1 the digest) made an
+    ``audio_ref`` part at its place, so that references and audio parts are numbered
+    together in message order. Messages without a reference are returned as they are;
+    anything malformed is left for validation and the family's expansion to refuse.
+    """
+    out: list[Mapping[str, Any]] = []
+    for message in messages:
+        content = message.get("content") if isinstance(message, Mapping) else None
+        if isinstance(content, str):
+            split = _split_text(content, pattern)
+            out.append(message if split is None else {**message, "content": split})
+            continue
+        if not isinstance(content, list):
+            out.append(message)
+            continue
+        parts: list[Any] = []
+        changed = False
+        for part in content:
+            text = part.get("text") if isinstance(part, Mapping) else None
+            if isinstance(part, Mapping) and part.get("type") == "text" and isinstance(text, str):
+                split = _split_text(text, pattern)
+                if split is not None:
+                    parts.extend(split)
+                    changed = True
+                    continue
+            parts.append(part)
+        out.append({**message, "content": parts} if changed else message)
+    return out

@@ -37,6 +37,7 @@ from audiogate_qwen2audio.geometry import (
     N_MELS,
     SAMPLE_RATE_HZ,
 )
+from audiogate_qwen2audio.references import REFERENCE_RE
 
 __all__ = [
     "AUDIO_BOS_TOKEN",
@@ -231,4 +232,5 @@ def spec() -> FamilySpec:
         revision=REVISION,
         version=__version__,
         summary="Qwen2-Audio: soxr HQ, 128-bin Whisper log-mel, <|AUDIO|> per pooled row",
+        source_reference=REFERENCE_RE,
     )

@@ -1,0 +1,118 @@
+"""Stored sources named by digest: what acquisition needs of a source store.
+
+An ``audio_ref`` content part names a source by its SHA-256; the request's
+:class:`SourceAccess` resolves it through a :class:`SourceResolver` (the core's
+:class:`~audiogate.store.SourceStore` is one) into the stored bytes and their declared
+format, holding a lease on the source until the request lets go of it. Acquisition
+knows only this protocol, never the store (the store's admission uses acquisition).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Final, Protocol, runtime_checkable
+
+import attrs
+
+from audiogate.cancel import NEVER, CancelToken, Checkpoint
+from audiogate.decode.geometry import SourceFormat
+from audiogate.errors import PreprocessCancelled
+
+__all__ = [
+    "NO_STORE_MESSAGE",
+    "ORIGIN_REFERENCE",
+    "SourceAccess",
+    "SourceLease",
+    "SourceResolver",
+]
+
+#: The origin of a clip resolved from the store.
+ORIGIN_REFERENCE: Final = "source reference"
+#: The refusal of an ``audio_ref`` part where no store is configured (names the option).
+NO_STORE_MESSAGE: Final = (
+    "audio_ref parts need a source store, and none is configured (start the server with "
+    "`audiogate serve --store DIR`, or give AudioGate a store=)"
+)
+
+
+@runtime_checkable
+class SourceLease(Protocol):
+    """A held source: its bytes and declared format, until :meth:`release`."""
+
+    @property
+    def data(self) -> bytes:
+        """The source's encoded bytes (checked against its digest)."""
+        ...
+
+    @property
+    def source_format(self) -> SourceFormat:
+        """The format the source was admitted as."""
+        ...
+
+    def release(self) -> None:
+        """Let go of the source (idempotent)."""
+        ...
+
+
+@runtime_checkable
+class SourceResolver(Protocol):
+    """Resolves digests to leased sources (``audiogate.store.SourceStore``)."""
+
+    def lease(
+        self,
+        sha256: str,
+        *,
+        owner: str,
+        cancel: CancelToken = NEVER,
+        wait_s: float | None = None,
+        clip_index: int | None = None,
+    ) -> SourceLease:
+        """Lease ``sha256`` as ``owner`` sees it, waiting up to ``wait_s`` for a source
+        still processing.
+
+        :raises SourceError: missing, not accessible, retired, lost, or still processing.
+        :raises PreprocessCancelled: ``cancel`` was cancelled while waiting.
+        """
+        ...
+
+
+@attrs.define
+class SourceAccess:
+    """One request's view of a store: who asks, and the leases it holds.
+
+    :param resolver: the store.
+    :param owner: the caller (a server maps bearer tokens to owners).
+    :param wait_s: how long a reference to a processing source waits (``None``: the
+        store's default).
+    """
+
+    resolver: SourceResolver
+    owner: str
+    wait_s: float | None = None
+    leases: list[SourceLease] = attrs.field(factory=list)
+    _lock: threading.Lock = attrs.field(factory=threading.Lock, repr=False)
+    _released: bool = attrs.field(default=False, repr=False)
+
+    def open(self, sha256: str, *, cancel: CancelToken, clip_index: int) -> SourceLease:
+        """Lease ``sha256`` for this request (released by :meth:`release`).
+
+        :raises PreprocessCancelled: the request let go of its leases while this one was
+            being taken (its task was cancelled): the lease is released at once.
+        """
+        lease = self.resolver.lease(
+            sha256, owner=self.owner, cancel=cancel, wait_s=self.wait_s, clip_index=clip_index
+        )
+        with self._lock:
+            if not self._released:
+                self.leases.append(lease)
+                return lease
+        lease.release()
+        raise PreprocessCancelled(checkpoint=Checkpoint.ACQUISITION, clip_index=clip_index)
+
+    def release(self) -> None:
+        """Release every lease this request holds (and any it takes later)."""
+        with self._lock:
+            self._released = True
+            leases, self.leases = self.leases, []
+        for lease in leases:
+            lease.release()
