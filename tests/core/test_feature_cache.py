@@ -676,3 +676,35 @@ def test_serve_takes_feature_cache_bytes() -> None:
     assert off.feature_cache_bytes == 0
     small = serve_options(parser.parse_args(["--model", "m", "--feature-cache-bytes", "8MiB"]))
     assert small.feature_cache_bytes == 8 * MIB
+
+
+def test_the_source_store_is_a_persistent_tier_across_a_restart(tmp_path, decodes) -> None:
+    from audiogate.store import SourceStore
+
+    toy = CountingToy(extras=True)
+    host = toy_host(toy)
+    data, loose = wav(8_000, seed=5), wav(8_000, seed=6)
+    store = SourceStore.open(tmp_path / "store")
+    store.add(data, owner="alice", duration_us=500_000)
+    first = prepare_clips(
+        host, TOY_POLICY, encoded(data, loose), cache=FeatureCache(MIB, store=store)
+    )
+    store.close()
+    # A restart: a new store object on the same directory, an empty memory tier.
+    store = SourceStore.open(tmp_path / "store")
+    try:
+        cache = FeatureCache(MIB, store=store, metrics=AudioMetrics())
+        again = prepare_clips(host, TOY_POLICY, encoded(data, loose), cache=cache)
+    finally:
+        store.close()
+    # The stored source's features came from disk; the clip the store does not hold was
+    # not persisted (the store keeps features of its live sources only) and is computed.
+    assert (cache.hits, cache.misses) == (1, 1)
+    assert len(decodes) == 3
+    assert cache.metrics is not None
+    assert cache.metrics.value("audiogate_feature_cache_hits_total", family=FAMILY, tier="store")
+    a, b = first.clips[0], again.clips[0]
+    assert a.accounting() == b.accounting()
+    np.testing.assert_array_equal(b.features.features, a.features.features)
+    np.testing.assert_array_equal(b.waveform, a.waveform)
+    np.testing.assert_array_equal(again.inputs.inputs["features"], first.inputs.inputs["features"])
