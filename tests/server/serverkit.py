@@ -203,6 +203,7 @@ def serving(
     limits: ServerLimits | None = None,
     acquisition: AcquisitionPolicy | None = None,
     max_prefill_tokens: int | None = None,
+    owners: dict[str, str] | None = None,
     **gate_options: Any,
 ) -> Iterator[Running]:
     """Serve an example model directory on an ephemeral loopback port (``gate_options``
@@ -219,7 +220,7 @@ def serving(
         max_prefill_tokens=max_prefill_tokens,
         **gate_options,
     )
-    app = create_app(gate, limits=limits, served_model=model)
+    app = create_app(gate, limits=limits, served_model=model, owners=owners)
     with (
         ServerThread(app) as server,
         httpx.Client(base_url=server.url, timeout=60.0) as client,

@@ -13,7 +13,7 @@ This module builds the app; the concerns live beside it: :mod:`~audiogate.server
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
@@ -36,12 +36,14 @@ from audiogate.server.budgets import (
 from audiogate.server.errors import ServerConfigError, http_error
 from audiogate.server.responses import limit_unsent
 from audiogate.server.routes import AudioServer
+from audiogate.server.sources import SOURCES_PATH
 from audiogate.worker import AudioWorker, WorkerLimits
 
 __all__ = [
     "ABSOLUTE_MAX_AUDIO_REQUEST_BYTES",
     "JSON_OVERHEAD_BYTES",
     "PREPARE_PATH",
+    "SOURCES_PATH",
     "ServerLimits",
     "ServerWorker",
     "check_media_root",
@@ -101,6 +103,7 @@ def create_app(
     limits: ServerLimits | None = None,
     served_model: str | None = None,
     close_worker: bool = True,
+    owners: Mapping[str, str] | None = None,
 ) -> Starlette:
     """The Starlette app serving ``gate``.
 
@@ -111,7 +114,11 @@ def create_app(
         app gives it one (``limits.max_inflight_acquired_bytes``).
     :param served_model: the ``model`` echoed when a request names none (default: the
         family name).
-    :param close_worker: close the worker when the app shuts down.
+    :param close_worker: close the worker (and the gate's source store) when the app
+        shuts down.
+    :param owners: bearer tokens → owners (``--auth-tokens``): every ``/v1/audio/*``
+        request then needs a known token; ``None``: one anonymous owner. With a source
+        store on the gate, the app serves ``/v1/audio/sources`` (docs/sources.md).
     :raises TypeError: the gate has no :class:`ServerWorker`.
     :raises ServerConfigError: the gate's media root is not a directory.
     """
@@ -128,14 +135,24 @@ def create_app(
         limits=limits or ServerLimits(),
         served_model=served_model or gate.policy.family,
         close_worker=close_worker,
+        owners=owners,
     )
     handlers: dict[Any, Callable[[Request, Exception], Any]] = {HTTPException: http_error}
+    routes = [
+        Route(PREPARE_PATH, server.prepare, methods=["POST"]),
+        Route("/metrics", server.metrics_endpoint, methods=["GET"]),
+        Route("/healthz", server.healthz, methods=["GET"]),
+    ]
+    if server.sources is not None:
+        sources = server.sources
+        routes += [
+            Route(SOURCES_PATH, sources.add, methods=["POST"]),
+            Route(SOURCES_PATH, sources.listing, methods=["GET"]),
+            Route(SOURCES_PATH + "/{sha256}", sources.show, methods=["GET"]),
+            Route(SOURCES_PATH + "/{sha256}", sources.retire, methods=["DELETE"]),
+        ]
     app = _AudioApp(
-        routes=[
-            Route(PREPARE_PATH, server.prepare, methods=["POST"]),
-            Route("/metrics", server.metrics_endpoint, methods=["GET"]),
-            Route("/healthz", server.healthz, methods=["GET"]),
-        ],
+        routes=routes,
         exception_handlers=handlers,
         lifespan=server.lifespan,
     )

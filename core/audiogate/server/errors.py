@@ -26,6 +26,10 @@ from audiogate.errors import (
     PreprocessCancelled,
     QueueFullError,
     SizeOverflowError,
+    SourceBusyError,
+    SourceLostError,
+    SourceNotFoundError,
+    SourceRetiredError,
     WorkerUnavailableError,
 )
 from audiogate.metrics import rejection_reason
@@ -37,6 +41,7 @@ __all__ = [
     "BadRequestError",
     "RequestTimeoutError",
     "ServerConfigError",
+    "UnauthorizedError",
     "error_payload",
     "error_response",
     "http_error",
@@ -74,6 +79,13 @@ class RequestTimeoutError(BadRequestError):
         super().__init__(message, field=None)
 
 
+class UnauthorizedError(BadRequestError):
+    """The request has no bearer token the server knows (``--auth-tokens``): 401."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, field="authorization")
+
+
 class ServerConfigError(AudioGateError):
     """The server's own configuration is unusable (e.g. ``--media-path`` is not a
     directory): the server refuses to start. Never a request's answer."""
@@ -90,6 +102,14 @@ def status_for(error: BaseException) -> int:
         return STATUS_CLIENT_CLOSED
     if isinstance(error, RequestTimeoutError):
         return 408
+    if isinstance(error, UnauthorizedError):
+        return 401
+    if isinstance(error, SourceNotFoundError):
+        return 404
+    if isinstance(error, SourceRetiredError | SourceLostError):
+        return 410
+    if isinstance(error, SourceBusyError):
+        return 409
     if isinstance(error, QueueFullError):
         return 429
     if isinstance(error, WorkerUnavailableError):

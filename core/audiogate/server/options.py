@@ -17,6 +17,7 @@ import attrs
 
 from audiogate.chat.prompt_text import MAX_PROMPT_TEXT_BYTES
 from audiogate.server.budgets import ServerLimits
+from audiogate.store.records import StoreQuotas
 from audiogate.worker import WorkerLimits
 from audiogate.worker.reservations import MIB
 
@@ -60,6 +61,13 @@ class ServeOptions:
         the tokenizer's longest token.
     :param feature_cache_bytes: the feature cache's budget (``0``: none); its bytes count
         against ``worker.max_inflight_host_bytes``.
+    :param store_dir: the source store's directory (``--store``; docs/sources.md): the
+        ``/v1/audio/sources`` endpoints and ``audio_ref`` parts; ``None``: neither.
+    :param verify_store: recompute every stored blob's digest when the store opens.
+    :param auth_tokens: a file of ``TOKEN OWNER`` lines (``--auth-tokens``); every
+        ``/v1/audio/*`` request then needs ``Authorization: Bearer TOKEN`` and acts as
+        that owner. ``None``: every request is the one anonymous owner.
+    :param store_quotas: what each owner, and the store, may hold.
     """
 
     model_dir: Path = attrs.field(converter=Path)
@@ -75,6 +83,10 @@ class ServeOptions:
         default=MAX_PROMPT_TEXT_BYTES, validator=attrs.validators.ge(1)
     )
     feature_cache_bytes: int = attrs.field(default=256 * MIB, validator=attrs.validators.ge(0))
+    store_dir: Path | None = attrs.field(default=None, converter=attrs.converters.optional(Path))
+    verify_store: bool = False
+    auth_tokens: Path | None = attrs.field(default=None, converter=attrs.converters.optional(Path))
+    store_quotas: StoreQuotas = attrs.field(factory=StoreQuotas)
     log_level: str = "info"
     access_log: bool = True
 
@@ -279,6 +291,29 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
         choices=["critical", "error", "warning", "info", "debug", "trace"],
     )
     p.add_argument("--no-access-log", action="store_true", help="do not log every request")
+    p.add_argument(
+        "--store",
+        metavar="DIR",
+        help="source store directory: enables /v1/audio/sources and audio_ref parts",
+    )
+    p.add_argument(
+        "--store-verify",
+        action="store_true",
+        help="recompute every stored source's SHA-256 when the store opens",
+    )
+    p.add_argument(
+        "--store-max-bytes-per-owner", type=_size, metavar="SIZE", help="default: no limit"
+    )
+    p.add_argument(
+        "--store-max-sources-per-owner", type=_positive, metavar="N", help="default: no limit"
+    )
+    p.add_argument("--store-max-bytes", type=_size, metavar="SIZE", help="default: no limit")
+    p.add_argument(
+        "--auth-tokens",
+        metavar="FILE",
+        help="'TOKEN OWNER' lines: requests need a bearer token and act as its owner "
+        "(default: one anonymous owner)",
+    )
 
 
 def serve_options(args: argparse.Namespace) -> ServeOptions:
@@ -313,6 +348,14 @@ def serve_options(args: argparse.Namespace) -> ServeOptions:
             else {}
         ),
         feature_cache_bytes=args.feature_cache_bytes,
+        store_dir=args.store,
+        verify_store=args.store_verify,
+        auth_tokens=args.auth_tokens,
+        store_quotas=StoreQuotas(
+            max_bytes_per_owner=args.store_max_bytes_per_owner,
+            max_sources_per_owner=args.store_max_sources_per_owner,
+            max_total_bytes=args.store_max_bytes,
+        ),
         log_level=args.log_level,
         access_log=not args.no_access_log,
     )

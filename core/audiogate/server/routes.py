@@ -17,7 +17,7 @@ import contextlib
 import functools
 import math
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from typing import Any, Final, TypeVar
 
 import anyio.to_thread
@@ -57,6 +57,7 @@ from audiogate.server.errors import (
 )
 from audiogate.server.requests import parse_body, parse_call
 from audiogate.server.responses import FragmentsResponse, json_response, render_answer, render_head
+from audiogate.server.sources import SourceRoutes, owner_of
 from audiogate.worker import AudioWorker
 
 __all__ = ["AudioServer"]
@@ -127,8 +128,11 @@ class AudioServer:
         limits: ServerLimits,
         served_model: str,
         close_worker: bool,
+        owners: Mapping[str, str] | None = None,
     ) -> None:
         self.gate = gate
+        #: Bearer tokens → owners (``--auth-tokens``); ``None``: one anonymous owner.
+        self.owners = owners
         self.worker = worker
         self.metrics = worker.metrics
         self.family = gate.policy.family
@@ -157,6 +161,8 @@ class AudioServer:
             )
             gate.acquisition = attrs.evolve(gate.acquisition, shared_bytes=acquired)
         self.acquired = acquired
+        #: The ``/v1/audio/sources`` handlers, with a source store.
+        self.sources = SourceRoutes(self, gate.store) if gate.store is not None else None
 
     # --- POST /v1/audio/prepare --------------------------------------------------------
 
@@ -208,6 +214,7 @@ class AudioServer:
         return response
 
     async def _prepare(self, request: Request, hold: BudgetHold, ticket: _Ticket) -> Response:
+        owner = owner_of(request, self.owners)
         if self._queue_full():
             await self._refuse_at_the_door(request, ticket)
         body = await self._read_body(request, hold)
@@ -219,7 +226,7 @@ class AudioServer:
         del body
         call = parse_call(document)
         del document
-        result = await self._run_until_disconnect(request, call.messages)
+        result = await self._run_until_disconnect(request, call.messages, owner)
         head = render_head(result, call, self.served_model)
         inputs = result.model_inputs if call.return_features else {}
         # The answer is held until it is sent: its bound is taken from the body budget
@@ -305,10 +312,12 @@ class AudioServer:
             while await self._next_chunk(chunks) is not None:
                 pass
 
-    async def _run_until_disconnect(self, request: Request, messages: list[Any]) -> PreparedRequest:
+    async def _run_until_disconnect(
+        self, request: Request, messages: list[Any], owner: str
+    ) -> PreparedRequest:
         token = CancelToken()
         return await self._until_disconnect(
-            request, self.gate.prepare_async(messages, cancel=token), token
+            request, self.gate.prepare_async(messages, cancel=token, owner=owner), token
         )
 
     async def _until_disconnect(
@@ -399,6 +408,10 @@ class AudioServer:
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
         yield
+        if self.sources is not None:
+            await self.sources.close()
         if self.close_worker:
             await anyio.to_thread.run_sync(self.worker.close)
+            if self.gate.store is not None:
+                self.gate.store.close()
         self._helper.shutdown(wait=False)

@@ -33,6 +33,8 @@ from audiogate.server.app import ServerWorker, check_media_root, create_app
 from audiogate.server.budgets import ServerLimits
 from audiogate.server.options import ServeOptions, parse_size
 from audiogate.server.protocol import connection_cap, guarded_h11
+from audiogate.server.sources import load_auth_tokens
+from audiogate.store import SourceStore
 
 __all__ = ["ServeOptions", "ServerThread", "build_app", "parse_size", "serve", "server_registry"]
 
@@ -57,13 +59,24 @@ def build_app(options: ServeOptions, *, host: FamilyHost | None = None) -> Starl
     """
     media_root = None if options.media_root is None else options.media_root.resolve()
     check_media_root(media_root)  # before the model loads: fail fast
+    owners = None if options.auth_tokens is None else load_auth_tokens(options.auth_tokens)
     host = host or create_host()
     metrics = AudioMetrics(server_registry(), families=host.families)
+    store = None
+    if options.store_dir is not None:
+        store = SourceStore.open(
+            options.store_dir, verify=options.verify_store, quotas=options.store_quotas
+        )
+        logging.getLogger("audiogate.server").info(
+            "source store %s opened: %s", options.store_dir, store.recovery.as_dict()
+        )
     worker = ServerWorker(
         host,
         limits=attrs.evolve(options.worker, threads=options.threads),
         metrics=metrics,
         feature_cache_bytes=options.feature_cache_bytes,
+        # Features of stored sources survive a restart in the store.
+        feature_store=store,
     )
     try:
         acquisition = AcquisitionPolicy(
@@ -77,10 +90,15 @@ def build_app(options: ServeOptions, *, host: FamilyHost | None = None) -> Starl
             acquisition=acquisition,
             max_prefill_tokens=options.max_prefill_tokens,
             max_prompt_text_bytes=options.max_prompt_text_bytes,
+            store=store,
         )
-        return create_app(gate, limits=options.limits, served_model=options.model_dir.name)
+        return create_app(
+            gate, limits=options.limits, served_model=options.model_dir.name, owners=owners
+        )
     except BaseException:
         worker.close()
+        if store is not None:
+            store.close()
         raise
 
 
