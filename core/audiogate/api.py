@@ -34,6 +34,7 @@ from audiogate.acquire import (
     acquire_parts,
     acquire_suspends,
 )
+from audiogate.cache import FeatureCache, FeatureStore
 from audiogate.cancel import CancelToken, cancellable
 from audiogate.chat import (
     MAX_PROMPT_TEXT_BYTES,
@@ -235,6 +236,10 @@ class AudioGate:
     :param policy_source: shown in summaries (the model directory or ``--family NAME``).
     :param feature_backend: ``"numpy"`` (default) or ``"mlx"`` (``pip install
         'audiogate[mlx]'``); overridable per call.
+    :param feature_cache_bytes: without a worker, the budget of this gate's feature cache
+        (``0``, the default: none); with one, the worker's cache is used (give the budget
+        to :class:`~audiogate.worker.AudioWorker`).
+    :param feature_store: the persistent tier of this gate's feature cache.
     :param store: the source store ``audio_ref`` parts (and the family's text references,
         such as Qwen2-Audio's ``[audio:<sha256>]``) are resolved through
         (docs/sources.md); without one, such a part is refused.
@@ -255,11 +260,24 @@ class AudioGate:
         policy_source: str = "",
         feature_backend: FeatureBackend = "numpy",
         max_prompt_text_bytes: int = MAX_PROMPT_TEXT_BYTES,
+        feature_cache_bytes: int = 0,
+        feature_store: FeatureStore | None = None,
         store: SourceStore | None = None,
         source_wait_s: float | None = None,
     ) -> None:
         self.store = store
         self.source_wait_s = source_wait_s
+        if worker is not None and (feature_cache_bytes or feature_store is not None):
+            raise TypeError(
+                "a gate with a worker uses the worker's feature cache: pass "
+                "feature_cache_bytes and feature_store to AudioWorker"
+            )
+        #: Prepared clips by source digest and policy: the worker's, or this gate's own.
+        self.feature_cache = (
+            worker.feature_cache
+            if worker is not None
+            else FeatureCache(feature_cache_bytes, store=feature_store)
+        )
         self.host = host
         self.policy = attrs.evolve(policy, feature_backend=feature_backend)
         self.tokenizer = tokenizer
@@ -567,7 +585,14 @@ class AudioGate:
                     )
                 )
             else:
-                batch = prepare_clips(self.host, policy, encoded, cancel=token, progress=progress)
+                batch = prepare_clips(
+                    self.host,
+                    policy,
+                    encoded,
+                    cancel=token,
+                    progress=progress,
+                    cache=self.feature_cache,
+                )
                 finished = finish(batch).value
         elif self.worker is not None:
             finished = await self.worker.prepare_async(
@@ -583,7 +608,12 @@ class AudioGate:
                     lambda: (
                         finish(
                             prepare_clips(
-                                self.host, policy, encoded, cancel=token, progress=progress
+                                self.host,
+                                policy,
+                                encoded,
+                                cancel=token,
+                                progress=progress,
+                                cache=self.feature_cache,
                             )
                         ).value
                     )

@@ -17,6 +17,7 @@ import pytest
 from toyfamily import TOY_POLICY, ToyFamily, toy_policy
 
 from audiogate import create_host, hookimpl
+from audiogate.api import AudioGate
 from audiogate.cache import (
     LIMIT_FIELDS,
     RESULT_FIELDS,
@@ -209,6 +210,26 @@ def test_a_hit_takes_its_place_in_the_new_request(decodes) -> None:
     assert [c.index for c in batch.clips] == [0, 1]
     assert batch.clips[1].normalized_samples == 3_200
     assert (cache.hits, cache.misses) == (1, 2)
+
+
+def test_a_gate_without_a_worker_caches_inline_bytes_sent_again(decodes) -> None:
+    toy = CountingToy()
+    gate = AudioGate(host=toy_host(toy), policy=TOY_POLICY, feature_cache_bytes=8 * MIB)
+    data = wav(3_200)
+    one = gate.prepare(clips=encoded(data))
+    two = gate.prepare(clips=encoded(data))
+    assert len(decodes) == 1
+    assert len(toy.extracted) == 1
+    assert two.features[0] is one.features[0]
+
+
+def test_a_gate_with_a_worker_refuses_a_cache_of_its_own() -> None:
+    host = toy_host(ToyFamily())
+    with AudioWorker(host, feature_cache_bytes=MIB) as worker:
+        gate = AudioGate(host=host, policy=TOY_POLICY, worker=worker)
+        assert gate.feature_cache is worker.feature_cache
+        with pytest.raises(TypeError, match="AudioWorker"):
+            AudioGate(host=host, policy=TOY_POLICY, worker=worker, feature_cache_bytes=MIB)
 
 
 def test_admission_still_runs_a_hit_is_refused_by_a_smaller_limit(decodes) -> None:
