@@ -59,6 +59,7 @@ from audiogate.errors import (
     PlaceholderError,
     PluginError,
     PolicyError,
+    SourceLostError,
 )
 from audiogate.host import FamilyHost, create_host
 from audiogate.metrics import outcome_scope, record_outcome
@@ -468,6 +469,9 @@ class AudioGate:
                     blocking=blocking,
                 )
             except (Exception, asyncio.CancelledError) as error:
+                if isinstance(error, SourceLostError) and self.store is not None:
+                    # Also what the pipeline's digest proof finds (leases read unhashed).
+                    self.store.backend.mark_lost(error.sha256)
                 if self.worker is not None:
                     # Counted unless the worker admitted it (then it counts it).
                     outcome.settle(

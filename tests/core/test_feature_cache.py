@@ -31,7 +31,7 @@ from audiogate.cache import (
 )
 from audiogate.cache.entry import ENTRY_OVERHEAD_BYTES, MAGIC
 from audiogate.cancel import CancelToken, Checkpoint
-from audiogate.errors import LimitError, PreprocessCancelled
+from audiogate.errors import LimitError, PreprocessCancelled, SourceLostError
 from audiogate.family import RegisteredFamily
 from audiogate.metrics import AudioMetrics
 from audiogate.pipeline import EncodedClip, prepare_clips
@@ -729,3 +729,88 @@ def test_the_source_store_is_a_persistent_tier_across_a_restart(tmp_path, decode
     np.testing.assert_array_equal(b.features.features, a.features.features)
     np.testing.assert_array_equal(b.waveform, a.waveform)
     np.testing.assert_array_equal(again.inputs.inputs["features"], first.inputs.inputs["features"])
+
+
+# --- later turns: one hash, no second collation (#23) ----------------------------------
+
+
+def _counting_collate(host: Any, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    calls: list[int] = []
+    real = host.collate_features
+
+    def counting(policy: AudioPolicy, clips: Any) -> Any:
+        calls.append(len(clips))
+        return real(policy, clips)
+
+    monkeypatch.setattr(host, "collate_features", counting)
+    return calls
+
+
+def test_a_single_clip_hit_reuses_its_collated_inputs(decodes, monkeypatch) -> None:
+    host = toy_host(CountingToy())
+    collations = _counting_collate(host, monkeypatch)
+    cache = FeatureCache(64 * MIB)
+    data, other = wav(3_200, seed=1), wav(4_800, seed=2)
+    first = prepare_clips(host, TOY_POLICY, encoded(data), cache=cache)
+    again = prepare_clips(host, TOY_POLICY, encoded(data), cache=cache)
+    assert collations == [1]
+    assert again.inputs is first.inputs
+    assert again.inputs.tokens == first.inputs.tokens
+    for array in again.inputs.inputs.values():
+        assert not array.flags.writeable
+    # The collated arrays are charged with the entry.
+    (held,) = cache._entries.values()
+    assert held.collated is first.inputs
+    assert held.nbytes > attrs.evolve(held, collated=None).nbytes
+    # In a request of several clips, a hit is collated with the others, as before.
+    both = prepare_clips(host, TOY_POLICY, encoded(data, other), cache=cache)
+    assert collations == [1, 2]
+    fresh = prepare_clips(host, TOY_POLICY, encoded(data, other))
+    for name, array in fresh.inputs.inputs.items():
+        np.testing.assert_array_equal(both.inputs.inputs[name], array)
+
+
+def test_a_clip_is_hashed_once_and_a_stored_digest_not_at_all(monkeypatch) -> None:
+    import hashlib
+
+    from audiogate.acquire import clip as clip_module
+
+    hashed: list[int] = []
+
+    def counting(data: bytes) -> Any:
+        hashed.append(len(data))
+        return hashlib.sha256(data)
+
+    monkeypatch.setattr(clip_module, "hashlib", SimpleNamespace(sha256=counting))
+    data = wav(3_200)
+    clip = EncodedClip(data=data, ordinal=1)
+    assert clip.sha256 == clip.sha256 == hashlib.sha256(data).hexdigest()
+    assert len(hashed) == 1
+    stored = EncodedClip(data=data, ordinal=1, stored_sha256=clip.sha256)
+    assert stored.sha256 == clip.sha256
+    assert len(hashed) == 1
+    stored.check_digest()  # proving it is the one hash
+    assert len(hashed) == 2
+    assert stored == clip  # the digest is not part of the value
+
+
+def test_a_stored_digest_is_proven_before_decoding_and_a_hit_serves_what_it_named(
+    decodes,
+) -> None:
+    host = toy_host(CountingToy())
+    cache = FeatureCache(64 * MIB)
+    good = wav(3_200, seed=1)
+    digest = EncodedClip(data=good, ordinal=1).sha256
+    damaged = good[:-100] + bytes(100)  # same size and header, other samples
+    first = prepare_clips(host, TOY_POLICY, encoded(good), cache=cache)
+    clip = EncodedClip(data=damaged, ordinal=1, stored_sha256=digest)
+    # A hit serves the features of the bytes the digest names, computed from them.
+    hit = prepare_clips(host, TOY_POLICY, [clip], cache=cache)
+    assert hit.clips[0].features is first.clips[0].features
+    assert len(decodes) == 1
+    # A miss proves the digest before any sample is decoded: nothing of it is computed.
+    with pytest.raises(SourceLostError, match=digest):
+        prepare_clips(host, TOY_POLICY, [clip], cache=FeatureCache(64 * MIB))
+    with pytest.raises(SourceLostError):
+        prepare_clips(host, TOY_POLICY, [clip])
+    assert len(decodes) == 1

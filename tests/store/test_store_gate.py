@@ -15,6 +15,7 @@ from audiogate.errors import (
     AcquisitionError,
     DecodeError,
     LimitError,
+    SourceLostError,
     SourceNotFoundError,
     SourceRetiredError,
 )
@@ -176,3 +177,32 @@ def test_an_upload_is_admitted_like_inline_audio_under_the_models_policy(tokeniz
     assert added.record.duration_us == 2_000_000
     assert added.record.scope == "shared"
     assert store.list("anonymous") == [added.record]
+
+
+def test_a_damaged_blob_is_never_served_through_a_reference(tokenizers, store) -> None:
+    # Leases read unhashed; the pipeline proves the digest before decoding. A hit serves
+    # what was computed from the verified bytes; a miss refuses and marks the source lost.
+    gate = AudioGate.from_model_dir(
+        MODELS / FAMILIES["gemma3n"],
+        tokenizer=tokenizers["gemma3n"],
+        store=store,
+        feature_cache_bytes=64 << 20,
+    )
+    data = source(seed=21)
+    sha = gate.add_source(data, owner="alice").record.sha256
+    expected = gate.prepare(user(inline(data)))
+    first = gate.prepare(user(ref(sha)), owner="alice")
+    _same(first, expected)
+    blob = store.backend.blob_path(sha)
+    blob.write_bytes(data[:-64] + bytes(64))  # same size, same header
+    again = gate.prepare(user(ref(sha)), owner="alice")
+    _same(again, expected)
+    gate.feature_cache.clear()
+    with pytest.raises(SourceLostError):
+        gate.prepare(user(ref(sha)), owner="alice")
+    assert store.get(sha, owner="alice").status == "lost"
+    with pytest.raises(SourceLostError):
+        gate.prepare(user(ref(sha)), owner="alice")
+    # A direct read still checks the digest itself.
+    with pytest.raises(SourceLostError):
+        store.read(sha, owner="alice")

@@ -95,6 +95,7 @@ def _finish(
     index: int,
     origin: str,
     budget: RequestBudget,
+    stored_sha256: str | None = None,
 ) -> EncodedClip:
     try:
         if not data:
@@ -103,7 +104,13 @@ def _finish(
     except SourceRefused as exc:
         raise AcquisitionError(exc.detail, clip_index=index, origin=origin) from None
     budget.add(len(data))
-    return EncodedClip(data=data, source_format=source_format, ordinal=index + 1, origin=origin)
+    return EncodedClip(
+        data=data,
+        source_format=source_format,
+        ordinal=index + 1,
+        origin=origin,
+        stored_sha256=stored_sha256,
+    )
 
 
 async def _in_thread(work: Callable[[ClipContext], _T], ctx: ClipContext) -> _T:
@@ -164,13 +171,13 @@ async def _read_source(
 
 async def _read_reference(
     source: DeclaredSource, ctx: ClipContext, sources: SourceAccess
-) -> tuple[bytes, SourceFormat]:
+) -> tuple[bytes, SourceFormat, str]:
     # The lease may wait for a source still processing: in a thread, polling the token.
-    def lease(c: ClipContext) -> tuple[bytes, SourceFormat]:
+    def lease(c: ClipContext) -> tuple[bytes, SourceFormat, str]:
         held = sources.open(source.value, cancel=c.cancel, clip_index=c.clip_index)
         c.cap.check(len(held.data))
         c.hold(len(held.data))
-        return held.data, held.source_format
+        return held.data, held.source_format, held.sha256
 
     return await _in_thread(lease, ctx)
 
@@ -235,10 +242,11 @@ async def acquire_parts(
             )
             ctx.check_cancel()
             source_format = source.source_format
+            stored: str | None = None
             try:
                 if source.origin == ORIGIN_REFERENCE:
                     assert sources is not None
-                    data, source_format = await _read_reference(source, ctx, sources)
+                    data, source_format, stored = await _read_reference(source, ctx, sources)
                 else:
                     data = await _read_source(source, ctx, policy, get_client)
             except SourceRefused as exc:
@@ -252,6 +260,7 @@ async def acquire_parts(
                     index=source.index,
                     origin=source.origin,
                     budget=budget,
+                    stored_sha256=stored,
                 )
             )
     finally:

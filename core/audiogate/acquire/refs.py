@@ -41,7 +41,13 @@ class SourceLease(Protocol):
 
     @property
     def data(self) -> bytes:
-        """The source's encoded bytes (checked against its digest)."""
+        """The source's encoded bytes (their size checked; their digest too unless leased
+        with ``verify=False``)."""
+        ...
+
+    @property
+    def sha256(self) -> str:
+        """The digest the source is stored under."""
         ...
 
     @property
@@ -66,9 +72,14 @@ class SourceResolver(Protocol):
         cancel: CancelToken = NEVER,
         wait_s: float | None = None,
         clip_index: int | None = None,
+        verify: bool = True,
     ) -> SourceLease:
         """Lease ``sha256`` as ``owner`` sees it, waiting up to ``wait_s`` for a source
         still processing.
+
+        :param verify: check the bytes' digest on reading (``False``: the caller proves
+            it before using them, as :meth:`~audiogate.acquire.EncodedClip.check_digest`
+            does before decoding; the size is checked either way).
 
         :raises SourceError: missing, not accessible, retired, lost, or still processing.
         :raises PreprocessCancelled: ``cancel`` was cancelled while waiting.
@@ -94,13 +105,21 @@ class SourceAccess:
     _released: bool = attrs.field(default=False, repr=False)
 
     def open(self, sha256: str, *, cancel: CancelToken, clip_index: int) -> SourceLease:
-        """Lease ``sha256`` for this request (released by :meth:`release`).
+        """Lease ``sha256`` for this request (released by :meth:`release`); its bytes are
+        size-checked, their digest is proven where they are decoded.
 
         :raises PreprocessCancelled: the request let go of its leases while this one was
             being taken (its task was cancelled): the lease is released at once.
         """
+        # Not verified here: the clip carries the stored digest, and the pipeline proves
+        # it before decoding (a feature-cache hit decodes nothing, so it hashes nothing).
         lease = self.resolver.lease(
-            sha256, owner=self.owner, cancel=cancel, wait_s=self.wait_s, clip_index=clip_index
+            sha256,
+            owner=self.owner,
+            cancel=cancel,
+            wait_s=self.wait_s,
+            clip_index=clip_index,
+            verify=False,
         )
         with self._lock:
             if not self._released:

@@ -23,7 +23,7 @@ import numpy.typing as npt
 
 from audiogate.cache.key import FeatureKey
 from audiogate.policy.model import frozen_mapping
-from audiogate.records import ClipFeatures, readonly
+from audiogate.records import ClipFeatures, FeatureBatch, readonly
 
 __all__ = ["ENTRY_OVERHEAD_BYTES", "CachedClip", "from_blob", "to_blob"]
 
@@ -56,7 +56,11 @@ class CachedClip:
     """What processing made of one clip, minus what belongs to its request (index,
     ordinal, origin): the accounting of :class:`~audiogate.pipeline.PreparedClip`, its
     read-only waveform and its :class:`~audiogate.records.ClipFeatures` (any subclass a
-    family returns, with its extras)."""
+    family returns, with its extras).
+
+    :param collated: the family's collated inputs of a request of this clip alone, so a
+        single-clip hit skips collation (kept in memory only, charged with the entry).
+    """
 
     sha256: str
     encoded_bytes: int
@@ -74,14 +78,18 @@ class CachedClip:
     waveform: npt.NDArray[np.float32] = attrs.field(repr=False, eq=False)
     features: ClipFeatures = attrs.field(repr=False, eq=False)
     detail: Mapping[str, Any] = attrs.field(factory=frozen_mapping, converter=frozen_mapping)
+    collated: FeatureBatch | None = attrs.field(default=None, repr=False, eq=False)
 
     def arrays(self) -> Iterator[Any]:
-        """Every array the entry holds (the waveform, then the features' fields)."""
+        """Every array the entry holds (the waveform, the features' fields, then the
+        collated inputs)."""
         yield self.waveform
         for field in attrs.fields(type(self.features)):
             value = getattr(self.features, field.name)
             if hasattr(value, "nbytes") and hasattr(value, "shape"):
                 yield value
+        if self.collated is not None:
+            yield from self.collated.inputs.values()
 
     @property
     def cacheable(self) -> bool:

@@ -19,7 +19,7 @@ from audiogate.pipeline.batch import PreparedBatch, PreparedClip, RequestTotals
 from audiogate.pipeline.plans import ClipPlan, RequestPlan
 from audiogate.pipeline.preflight import decode_limits, preflight
 from audiogate.policy import MICROS_PER_SECOND, AudioPolicy
-from audiogate.records import readonly
+from audiogate.records import FeatureBatch, readonly
 
 if TYPE_CHECKING:
     from audiogate.decode.isolation import DecoderPool
@@ -105,43 +105,63 @@ def process_request(
     limits = decode_limits(policy)
     count = len(plan.clips)
     prepared: list[PreparedClip] = []
-    for clip_plan, clip in zip(plan.clips, clips, strict=True):
-        index = clip_plan.index
-        found: CachedClip | Claim | None = None
-        key: FeatureKey | None = None
-        if cache is not None and cache.enabled:
-            cancel.check(Checkpoint.DECODE, index)
-            key = feature_key(
-                host,
-                policy,
-                clip.sha256,
-                decode_frames=clip_plan.decode_geometry.frames,
-                normalized_samples=clip_plan.normalized_samples,
-            )
-            found = cache.lookup(key, family=policy.family, cancel=cancel, clip_index=index)
-        if isinstance(found, CachedClip):
-            _check_hit(policy, found, index)
-            prepared.append(_from_cache(found, index=index, clip=clip))
-            continue
-        try:
+    # Computed clips are stored once the request is collated (a single clip's entry keeps
+    # its collated inputs); their claims are released in the ``finally`` either way.
+    claims: list[Claim] = []
+    fills: list[tuple[FeatureKey, Claim | None, PreparedClip]] = []
+    collated: FeatureBatch | None = None
+    try:
+        for clip_plan, clip in zip(plan.clips, clips, strict=True):
+            index = clip_plan.index
+            found: CachedClip | Claim | None = None
+            key: FeatureKey | None = None
+            if cache is not None and cache.enabled:
+                cancel.check(Checkpoint.DECODE, index)
+                key = feature_key(
+                    host,
+                    policy,
+                    clip.sha256,
+                    decode_frames=clip_plan.decode_geometry.frames,
+                    normalized_samples=clip_plan.normalized_samples,
+                )
+                found = cache.lookup(key, family=policy.family, cancel=cancel, clip_index=index)
+            if isinstance(found, CachedClip):
+                _check_hit(policy, found, index)
+                prepared.append(_from_cache(found, index=index, clip=clip))
+                if count == 1:
+                    collated = found.collated
+                continue
+            claim = found if isinstance(found, Claim) else None
+            if claim is not None:
+                claims.append(claim)
+            # A stored digest is proven before any sample is decoded: features are only
+            # ever computed from the bytes the digest names.
+            clip.check_digest(clip_index=index)
             done = _process_clip(
                 host, policy, clip_plan, clip, limits, cancel, progress, count, decoders
             )
-            if isinstance(found, Claim):
-                found.fill(_to_cache(done))
-            elif cache is not None and key is not None:
-                cache.put(key, _to_cache(done))  # another thread's claim gave up
-        finally:
-            if isinstance(found, Claim):
-                found.release()
-        prepared.append(done)
-    cancel.check(Checkpoint.FEATURE)
-    inputs = host.collate_features(policy, [clip.features for clip in prepared])
-    if inputs.tokens != tuple(clip.tokens for clip in prepared):
-        raise PluginError(
-            f"family {policy.family!r} collated tokens {inputs.tokens}, but the clips have "
-            f"{tuple(clip.tokens for clip in prepared)}"
-        )
+            if key is not None:
+                fills.append((key, claim, done))  # no claim: another thread's gave up
+            prepared.append(done)
+        cancel.check(Checkpoint.FEATURE)
+        if collated is None:
+            inputs = host.collate_features(policy, [clip.features for clip in prepared])
+        else:
+            inputs = collated
+        if inputs.tokens != tuple(clip.tokens for clip in prepared):
+            raise PluginError(
+                f"family {policy.family!r} collated tokens {inputs.tokens}, but the clips have "
+                f"{tuple(clip.tokens for clip in prepared)}"
+            )
+        for key, claim, done in fills:
+            entry = _to_cache(done, collated=inputs if count == 1 else None)
+            if claim is not None:
+                claim.fill(entry)
+            elif cache is not None:
+                cache.put(key, entry)
+    finally:
+        for claim in claims:
+            claim.release()
     _check_prepared_bytes(policy, inputs.inputs.values())
     if progress:
         progress("done", count, count)
@@ -237,8 +257,9 @@ def _process_clip(
     )
 
 
-def _to_cache(clip: PreparedClip) -> CachedClip:
-    """The request-independent part of a prepared clip."""
+def _to_cache(clip: PreparedClip, *, collated: FeatureBatch | None = None) -> CachedClip:
+    """The request-independent part of a prepared clip (``collated``: the inputs of a
+    request of this clip alone)."""
     return CachedClip(
         sha256=clip.sha256,
         encoded_bytes=clip.encoded_bytes,
@@ -256,6 +277,7 @@ def _to_cache(clip: PreparedClip) -> CachedClip:
         waveform=clip.waveform,
         features=clip.features,
         detail=clip.detail,
+        collated=collated,
     )
 
 

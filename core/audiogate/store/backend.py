@@ -53,8 +53,9 @@ class SourceBackend(Protocol):
         record names it any more (``None``: no current record)."""
         ...
 
-    def read(self, sha256: str, nbytes: int) -> bytes | None:
-        """The blob, checked against its size and digest (``None``: missing or damaged)."""
+    def read(self, sha256: str, nbytes: int, *, verify: bool = True) -> bytes | None:
+        """The blob, checked against its size and (``verify``) its digest (``None``:
+        missing or damaged)."""
         ...
 
     def mark_lost(self, sha256: str) -> int:

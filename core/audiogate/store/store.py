@@ -74,6 +74,11 @@ class StoredLease:
         self._released = False
 
     @property
+    def sha256(self) -> str:
+        """The digest the source is stored under."""
+        return self.record.sha256
+
+    @property
     def source_format(self) -> SourceFormat:
         """The format the source was admitted as."""
         return format_from_text(self.record.source_format)
@@ -272,13 +277,19 @@ class SourceStore:
         cancel: CancelToken = NEVER,
         wait_s: float | None = None,
         clip_index: int | None = None,
+        verify: bool = True,
     ) -> StoredLease:
         """Lease ``sha256`` as ``owner`` sees it, for one request; a processing source
         is waited for (up to ``wait_s``, default the store's; polling ``cancel``).
 
+        :param verify: check the bytes' digest as they are read (``False``: only their
+            size; the caller proves the digest before using them, as acquisition's clips
+            do before decoding).
+
         :raises SourceNotFoundError: missing, or another owner's private source.
         :raises SourceRetiredError: retired, or being retired.
-        :raises SourceLostError: its bytes are gone or damaged (checked on every read).
+        :raises SourceLostError: its bytes are gone, of the wrong size, or (``verify``)
+            of the wrong digest.
         :raises SourceBusyError: still processing after ``wait_s``.
         :raises PreprocessCancelled: ``cancel`` was cancelled while waiting.
         """
@@ -310,7 +321,7 @@ class SourceStore:
                 self._cond.wait(min(left, _POLL_S))
         lease = StoredLease(self, record, b"")
         try:
-            data = self.backend.read(sha256, record.nbytes)
+            data = self.backend.read(sha256, record.nbytes, verify=verify)
         except BaseException:
             lease.release()
             raise
