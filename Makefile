@@ -8,9 +8,10 @@ BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip --disable-pip-version-check
 PLUGINS  := -e plugins/phi4mm -e plugins/gemma3n -e plugins/qwen2audio
 # The codecs extra decodes compressed audio (docs/formats.md); the tests also decode
-# WebM and MP4 through codecs-ffmpeg (PyAV), which a deployment opts into itself.
+# WebM and MP4 through codecs-ffmpeg (PyAV), which a deployment opts into itself, and
+# run `audiogate batch` (pyarrow) and its Ray engine and Ray Serve deployment (ray).
 PACKAGES := -e ".[codecs]" $(PLUGINS)
-TEST_PACKAGES := -e ".[codecs,codecs-ffmpeg]" $(PLUGINS)
+TEST_PACKAGES := -e ".[codecs,codecs-ffmpeg,batch,ray]" $(PLUGINS)
 
 .PHONY: demo test test-fast install install-test lint typecheck pytest clean soak
 

@@ -16,9 +16,18 @@ import pytest
 
 #: Never imported by ``import audiogate``, a host with the plugins, or ``audiogate families``.
 HEAVY = ("scipy", "transformers", "torch", "mlx")
-#: Imported only by the commands and paths that use them (serve, URLs, metrics, checkpoint
+#: Imported only by the commands and paths that use them (serve, batch, URLs, metrics, checkpoint
 #: config validation, soxr resampling).
-ON_DEMAND = ("httpx", "prometheus_client", "starlette", "uvicorn", "jsonschema", "soxr")
+ON_DEMAND = (
+    "httpx",
+    "prometheus_client",
+    "starlette",
+    "uvicorn",
+    "jsonschema",
+    "soxr",
+    "pyarrow",
+    "ray",
+)
 
 _PROBE = """
 import contextlib, io, json, sys
