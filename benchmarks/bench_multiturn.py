@@ -16,7 +16,14 @@ while the source is ``processing``; counted in turn 1 with the wait until it is
 mode runs with the cache
 (``--feature-cache-bytes`` default) and without (``0``).
 
-Target: turns 2-5 at least 20x cheaper in server CPU than turn 1, with the cache::
+Both answer modes run: with the feature arrays in the answer, and without them
+(``audiogate.return_features: false``: the token ids and accounting, what a client whose
+model server keeps the conversation's prefix needs on later turns); the cache-off runs
+only with features.
+
+Target: turns 2-5 at least 20x cheaper in server CPU than turn 1, by reference with the
+cache, answers without the arrays (the arrays' encoding is paid per answer: see
+docs/performance.md)::
 
     .venv/bin/python benchmarks/bench_multiturn.py
     .venv/bin/python benchmarks/bench_multiturn.py --rate 48000 --channels 2
@@ -174,9 +181,10 @@ def main() -> int:
     parser.add_argument("--conversations", type=int, default=12)
     parser.add_argument("--model", default="gemma-3n-e4b-it")
     parser.add_argument(
-        "--no-features",
-        action="store_true",
-        help="ask for answers without the feature arrays (audiogate.return_features false)",
+        "--answers",
+        choices=("both", "features", "ids"),
+        default="both",
+        help="answers with the feature arrays, without them (return_features false), or both",
     )
     args = parser.parse_args()
     clips = [
@@ -184,39 +192,37 @@ def main() -> int:
         for seed in range(args.conversations)
     ]
     modes = ["inline", *(["reference"] if has_store() else [])]
+    answers = {"both": (True, False), "features": (True,), "ids": (False,)}[args.answers]
     print(
         f"{args.conversations} conversations x {TURNS} turns, {args.seconds:g} s clips at "
         f"{args.rate} Hz x {args.channels} ch ({len(clips[0]) / 1e6:.2f} MB WAV), model "
-        f"{args.model}, features in the answer: {not args.no_features}; "
-        f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}"
+        f"{args.model}; {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}"
     )
     if "reference" not in modes:
         print("(serve has no --store in this checkout: by-reference mode skipped)")
     missed = False
     print(
-        f"{'mode':<10} {'cache':<6} "
+        f"{'answer':<9} {'mode':<10} {'cache':<6} "
         + " ".join(f"{'turn ' + str(t):>9}" for t in range(1, TURNS + 1))
         + f" {'t1 / t2-5':>10}"
     )
-    for mode in modes:
-        for cache in (False, True):
-            cpu = run(
-                mode=mode,
-                cache=cache,
-                clips=clips,
-                model=args.model,
-                features=not args.no_features,
-            )
-            later = statistics.mean(cpu[1:])
-            ratio = cpu[0] / later
-            print(
-                f"{mode:<10} {'on' if cache else 'off':<6} "
-                + " ".join(f"{c * 1e3:7.2f}ms" for c in cpu)
-                + f" {ratio:9.1f}x"
-            )
-            if cache and ratio < TARGET:
-                missed = True
-    print(f"target: turns 2-5 at least {TARGET:g}x cheaper than turn 1 with the cache")
+    for features in answers:
+        for mode in modes:
+            for cache in (False, True) if features else (True,):
+                cpu = run(mode=mode, cache=cache, clips=clips, model=args.model, features=features)
+                ratio = cpu[0] / statistics.mean(cpu[1:])
+                print(
+                    f"{'features' if features else 'ids':<9} {mode:<10} "
+                    f"{'on' if cache else 'off':<6} "
+                    + " ".join(f"{c * 1e3:7.2f}ms" for c in cpu)
+                    + f" {ratio:9.1f}x"
+                )
+                if mode == "reference" and cache and not features and ratio < TARGET:
+                    missed = True
+    print(
+        f"target: turns 2-5 at least {TARGET:g}x cheaper than turn 1 by reference with the "
+        f"cache, answers without the arrays"
+    )
     return 1 if missed else 0
 
 
