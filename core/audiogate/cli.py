@@ -649,14 +649,63 @@ def _add_serve_parser(sub: Any, *, arguments: bool) -> None:
         from audiogate.server.options import add_serve_arguments
 
         add_serve_arguments(p)
+        ray = p.add_argument_group("Ray Serve (--engine ray; docs/ray.md)")
+        ray.add_argument(
+            "--engine",
+            choices=["uvicorn", "ray"],
+            default="uvicorn",
+            help="uvicorn: one process (default); ray: replicas on Ray Serve (audiogate[ray])",
+        )
+        ray.add_argument(
+            "--num-replicas", type=_positive_int, metavar="N", help="fixed replicas (default 1)"
+        )
+        ray.add_argument("--min-replicas", type=int, metavar="N", help="autoscale from N replicas")
+        ray.add_argument(
+            "--max-replicas", type=_positive_int, metavar="N", help="autoscale up to N replicas"
+        )
+        ray.add_argument(
+            "--ray-address",
+            metavar="ADDRESS",
+            help="an existing Ray cluster (default: a local one started by ray.init())",
+        )
     p.set_defaults(handler=_cmd_serve)
 
 
 def _cmd_serve(args: argparse.Namespace, host: FamilyHost, out: TextIO) -> int:
     from audiogate.server.options import serve_options
-    from audiogate.server.run import serve
 
-    return serve(serve_options(args), host=host)
+    ray_only = [
+        flag
+        for flag, value in (
+            ("--num-replicas", args.num_replicas),
+            ("--min-replicas", args.min_replicas),
+            ("--max-replicas", args.max_replicas),
+            ("--ray-address", args.ray_address),
+        )
+        if value is not None
+    ]
+    if args.engine != "ray":
+        if ray_only:
+            raise _UsageError(f"audiogate serve: {ray_only[0]} goes with --engine ray")
+        from audiogate.server.run import serve
+
+        return serve(serve_options(args), host=host)
+    autoscaling = None
+    if args.min_replicas is not None or args.max_replicas is not None:
+        if args.num_replicas is not None:
+            raise _UsageError(
+                "audiogate serve: give --num-replicas or --min/--max-replicas, not both"
+            )
+        low = args.min_replicas if args.min_replicas is not None else 1
+        autoscaling = {"min_replicas": low, "max_replicas": args.max_replicas or max(low, 1)}
+    from audiogate.integrations.ray_serve import serve_on_ray
+
+    return serve_on_ray(
+        serve_options(args),
+        num_replicas=args.num_replicas,
+        autoscaling_config=autoscaling,
+        address=args.ray_address,
+    )
 
 
 # --- parser --------------------------------------------------------------------------

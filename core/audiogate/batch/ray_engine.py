@@ -13,6 +13,7 @@ Ray is the ``ray`` extra (``ray[data,serve]``), imported only here.
 
 from __future__ import annotations
 
+import logging
 import os
 import uuid
 from collections.abc import Callable, Iterable
@@ -138,7 +139,7 @@ def run_ray(
 
     started = not ray.is_initialized()
     if started:
-        ray.init(address=address, include_dashboard=False, logging_level="warning")
+        ray.init(address=address, include_dashboard=False, logging_level=logging.WARNING)
     try:
         context = DataContext.get_current()
         # Ray Data's bars on a terminal (ours counts rows only once the files are in).
