@@ -246,7 +246,12 @@ def signalled_once_started(
             time.sleep(0.01)
         time.sleep(delay_s)
         process.send_signal(sig)
-        out, err = process.communicate(timeout=60)
+        try:
+            out, err = process.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()  # a failed test leaves no process running
+            out, err = process.communicate()
+            raise AssertionError(f"still running 60 s after {sig.name}: {err[-2000:]}") from None
     return process.returncode, out, err
 
 
