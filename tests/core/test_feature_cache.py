@@ -212,6 +212,30 @@ def test_a_hit_takes_its_place_in_the_new_request(decodes) -> None:
     assert (cache.hits, cache.misses) == (1, 2)
 
 
+def test_the_same_clip_twice_in_one_request_is_computed_once(decodes) -> None:
+    # Its second lookup used to wait on the request's own claim, filled only after
+    # collation: the request hung until cancelled.
+    toy = CountingToy()
+    host = toy_host(toy)
+    cache = FeatureCache(64 * MIB)
+    data = wav(3_200, seed=3)
+    outcome: list[Any] = []
+    worker = threading.Thread(
+        target=lambda: outcome.append(
+            prepare_clips(host, TOY_POLICY, encoded(data, data), cache=cache)
+        ),
+        daemon=True,
+    )
+    worker.start()
+    worker.join(10)
+    assert outcome, "a request holding the same clip twice did not finish"
+    (batch,) = outcome
+    assert [c.ordinal for c in batch.clips] == [1, 2]
+    assert batch.clips[1].features is batch.clips[0].features
+    assert (len(decodes), len(toy.extracted)) == (1, 1)
+    assert (cache.hits, cache.misses, len(cache)) == (0, 1, 1)
+
+
 def test_a_gate_without_a_worker_caches_inline_bytes_sent_again(decodes) -> None:
     toy = CountingToy()
     gate = AudioGate(host=toy_host(toy), policy=TOY_POLICY, feature_cache_bytes=8 * MIB)

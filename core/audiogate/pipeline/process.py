@@ -109,6 +109,9 @@ def process_request(
     # its collated inputs); their claims are released in the ``finally`` either way.
     claims: list[Claim] = []
     fills: list[tuple[FeatureKey, Claim | None, PreparedClip]] = []
+    # A clip sent twice in one request is computed once: its second lookup would wait on
+    # this request's own claim, which is filled only after collation (a deadlock).
+    computed: dict[FeatureKey, PreparedClip] = {}
     collated: FeatureBatch | None = None
     try:
         for clip_plan, clip in zip(plan.clips, clips, strict=True):
@@ -124,6 +127,9 @@ def process_request(
                     decode_frames=clip_plan.decode_geometry.frames,
                     normalized_samples=clip_plan.normalized_samples,
                 )
+                if key in computed:
+                    prepared.append(_from_cache(_to_cache(computed[key]), index=index, clip=clip))
+                    continue
                 found = cache.lookup(key, family=policy.family, cancel=cancel, clip_index=index)
             if isinstance(found, CachedClip):
                 _check_hit(policy, found, index)
@@ -142,6 +148,7 @@ def process_request(
             )
             if key is not None:
                 fills.append((key, claim, done))  # no claim: another thread's gave up
+                computed[key] = done
             prepared.append(done)
         cancel.check(Checkpoint.FEATURE)
         if collated is None:
