@@ -168,22 +168,9 @@ class AudioWorker:
             holdings=Holdings(reservation),
         )
         job._outcome = deferred
-        # Before it can be dequeued (whoever dequeues it unregisters this), and outside
-        # the lock (a token cancelled already runs the callback right here, a no-op then:
-        # the job is not queued yet, and stops at the Queue checkpoint). A weak reference:
-        # the token must not keep a job alive that its consumer dropped.
-        job._unwatch = token.on_cancel(functools.partial(self._withdraw_ref, weakref.ref(job)))
-        # ``job.future.cancel()`` (also what asyncio.wrap_future does for a cancelled
-        # awaiting task) withdraws a queued job too, instead of leaving its reservation and
-        # queue place until a thread reaches it.
-        job.future.add_done_callback(functools.partial(self._withdraw_cancelled, weakref.ref(job)))
-        refusal = self._queue_or_refusal(job)
+        refusal = self._queue_watched(job, token)
         if refusal is None:
-            if token.cancelled:  # cancelled while it was admitted: its callback already ran
-                self._withdraw(job)
             return job
-        job._unwatch()
-        job._hand_off()
         self.record_failure(family, refusal)
         raise refusal
 
@@ -268,15 +255,9 @@ class AudioWorker:
             holdings=Holdings(reservation),
         )
         job._work = work
-        job._unwatch = token.on_cancel(functools.partial(self._withdraw_ref, weakref.ref(job)))
-        job.future.add_done_callback(functools.partial(self._withdraw_cancelled, weakref.ref(job)))
-        refusal = self._queue_or_refusal(job)
+        refusal = self._queue_watched(job, token)
         if refusal is None:
-            if token.cancelled:
-                self._withdraw(job)
             return job
-        job._unwatch()
-        job._hand_off()
         raise refusal
 
     async def call_async(
@@ -315,6 +296,27 @@ class AudioWorker:
             del job, waiter
 
     # --- the queue -------------------------------------------------------------------
+
+    def _queue_watched(self, job: AudioJob[Any], token: CancelToken) -> AudioGateError | None:
+        """Queue an admitted ``job`` that ``token`` may withdraw; ``None``, or the refusal
+        (the job then handed off, its reservation released)."""
+        # Before it can be dequeued (whoever dequeues it unregisters this), and outside
+        # the lock (a token cancelled already runs the callback right here, a no-op then:
+        # the job is not queued yet, and stops at the Queue checkpoint). A weak reference:
+        # the token must not keep a job alive that its consumer dropped.
+        job._unwatch = token.on_cancel(functools.partial(self._withdraw_ref, weakref.ref(job)))
+        # ``job.future.cancel()`` (also what asyncio.wrap_future does for a cancelled
+        # awaiting task) withdraws a queued job too, instead of leaving its reservation and
+        # queue place until a thread reaches it.
+        job.future.add_done_callback(functools.partial(self._withdraw_cancelled, weakref.ref(job)))
+        refusal = self._queue_or_refusal(job)
+        if refusal is None:
+            if token.cancelled:  # cancelled while it was admitted: its callback already ran
+                self._withdraw(job)
+            return None
+        job._unwatch()
+        job._hand_off()
+        return refusal
 
     def _queue_or_refusal(self, job: AudioJob[Any]) -> AudioGateError | None:
         """Queue an admitted job, or say why not (closed, or the queue is full)."""
