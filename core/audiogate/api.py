@@ -729,6 +729,7 @@ class AudioGate:
             source_format=source_format,
             duration_us=admitted.duration_us,
             status=status,
+            header=admitted.geometry,
         )
 
     def chat_prompt(self, text: str) -> str:
@@ -842,12 +843,12 @@ class AudioGate:
             zip(expanded.audio_spans, tokens, strict=True), 1
         ):
             run = ids[start:stop]
-            if stop - start != want or any(i != expanded.audio_token_id for i in run):
+            if stop - start != want or run.count(expanded.audio_token_id) != len(run):
                 raise PlaceholderError(
                     f"clip {ordinal} has {stop - start} audio positions in the prompt but its "
                     f"features produce {want}"
                 )
-        total = sum(1 for i in ids if i == expanded.audio_token_id)
+        total = ids.count(expanded.audio_token_id)
         if total != sum(tokens):
             raise PlaceholderError(
                 f"the expanded prompt holds {total} audio token ids but the features produce "

@@ -892,6 +892,7 @@ def test_public_names():
         "DecodeLimits",
         "ClipGeometry",
         "inspect",
+        "check_limits",
         "decode",
         "WAV",
     }

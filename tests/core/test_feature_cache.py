@@ -370,6 +370,30 @@ def test_the_code_and_the_plan_are_in_the_key() -> None:
     assert _key(TOY_POLICY, real) == _key(TOY_POLICY, real)
 
 
+def test_the_key_is_the_hash_of_the_json_of_all_its_parts() -> None:
+    # The policy's part is serialized once per policy; the text (and so the persisted
+    # entries' names) is what one json.dumps of everything gives.
+    import hashlib
+    import json
+
+    from audiogate._version import __version__
+    from audiogate.cache.key import KEY_FORMAT, policy_fingerprint
+
+    parts = {
+        "format": KEY_FORMAT,
+        "core": __version__,
+        "distribution": "audiogate-toy",
+        "distribution_version": "1.0",
+        "family_version": "0.0.1",
+        "policy": policy_fingerprint(TOY_POLICY),
+        "decode_frames": 16_000,
+        "normalized_samples": 16_000,
+    }
+    text = json.dumps(parts, sort_keys=True, separators=(",", ":"))
+    assert _key(TOY_POLICY).fingerprint == hashlib.sha256(text.encode()).hexdigest()
+    assert _key(TOY_POLICY) == _key(TOY_POLICY)
+
+
 # --- the LRU ---------------------------------------------------------------------------
 
 

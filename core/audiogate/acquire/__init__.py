@@ -23,7 +23,7 @@ from audiogate.acquire.acquire import (
     acquire_suspends,
 )
 from audiogate.acquire.addresses import refusal
-from audiogate.acquire.clip import EncodedClip
+from audiogate.acquire.clip import EncodedClip, StoredHeader
 from audiogate.acquire.held import ACQUIRED_BYTES_LIMIT, AcquiredBytes
 from audiogate.acquire.policy import (
     ABSOLUTE_MAX_BYTES,
@@ -63,6 +63,7 @@ __all__ = [
     "SourceAccess",
     "SourceLease",
     "SourceResolver",
+    "StoredHeader",
     "acquire_bytes",
     "acquire_parts",
     "acquire_paths",

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import attrs
 
-from audiogate.acquire.clip import EncodedClip
+from audiogate.acquire.clip import EncodedClip, StoredHeader
 from audiogate.acquire.context import (
     ORIGIN_BYTES,
     ORIGIN_DATA_URI,
@@ -61,7 +61,7 @@ from audiogate.acquire.files import (
 from audiogate.acquire.inline import data_uri_payload, decode_base64
 from audiogate.acquire.parts import DeclaredSource, declare_parts
 from audiogate.acquire.policy import AcquisitionPolicy
-from audiogate.acquire.refs import NO_STORE_MESSAGE, ORIGIN_REFERENCE, SourceAccess
+from audiogate.acquire.refs import NO_STORE_MESSAGE, ORIGIN_REFERENCE, SourceAccess, SourceLease
 from audiogate.acquire.sniff import check_declared_format
 from audiogate.cancel import NEVER, CancelToken, Checkpoint
 from audiogate.decode.geometry import WAV, SourceFormat
@@ -170,16 +170,39 @@ async def _read_source(
 
 
 async def _read_reference(
-    source: DeclaredSource, ctx: ClipContext, sources: SourceAccess
-) -> tuple[bytes, SourceFormat, str]:
+    source: DeclaredSource, ctx: ClipContext, sources: SourceAccess, budget: RequestBudget
+) -> EncodedClip:
     # The lease may wait for a source still processing: in a thread, polling the token.
-    def lease(c: ClipContext) -> tuple[bytes, SourceFormat, str]:
+    def lease(c: ClipContext) -> SourceLease:
         held = sources.open(source.value, cancel=c.cancel, clip_index=c.clip_index)
-        c.cap.check(len(held.data))
-        c.hold(len(held.data))
-        return held.data, held.source_format, held.sha256
+        c.cap.check(held.nbytes)
+        c.hold(held.nbytes)
+        if held.header is None:
+            held.data  # noqa: B018 (read here, off the loop: its header is read from it)
+        return held
 
-    return await _in_thread(lease, ctx)
+    held = await _in_thread(lease, ctx)
+    index = source.index
+    header = held.header
+    if header is None:
+        return _finish(
+            held.data,
+            held.source_format,
+            index=index,
+            origin=ORIGIN_REFERENCE,
+            budget=budget,
+            stored_sha256=held.sha256,
+        )
+    # Not read: the preflight admits it by the header recorded at upload, and its bytes
+    # (sniffed then, under the same format) are read only if it is decoded.
+    budget.add(held.nbytes)
+    return EncodedClip(
+        source_format=held.source_format,
+        ordinal=index + 1,
+        origin=ORIGIN_REFERENCE,
+        stored_sha256=held.sha256,
+        stored_header=StoredHeader(nbytes=held.nbytes, geometry=header, read=lambda: held.data),
+    )
 
 
 async def acquire_parts(
@@ -241,14 +264,12 @@ async def acquire_parts(
                 clip_index=source.index, cap=budget.cap(source.index), cancel=token, held=held
             )
             ctx.check_cancel()
-            source_format = source.source_format
-            stored: str | None = None
             try:
                 if source.origin == ORIGIN_REFERENCE:
                     assert sources is not None
-                    data, source_format, stored = await _read_reference(source, ctx, sources)
-                else:
-                    data = await _read_source(source, ctx, policy, get_client)
+                    clips.append(await _read_reference(source, ctx, sources, budget))
+                    continue
+                data = await _read_source(source, ctx, policy, get_client)
             except SourceRefused as exc:
                 raise AcquisitionError(
                     exc.detail, clip_index=source.index, origin=source.origin
@@ -256,11 +277,10 @@ async def acquire_parts(
             clips.append(
                 _finish(
                     data,
-                    source_format,
+                    source.source_format,
                     index=source.index,
                     origin=source.origin,
                     budget=budget,
-                    stored_sha256=stored,
                 )
             )
     finally:

@@ -15,7 +15,7 @@ from typing import Final, Protocol, runtime_checkable
 import attrs
 
 from audiogate.cancel import NEVER, CancelToken, Checkpoint
-from audiogate.decode.geometry import SourceFormat
+from audiogate.decode.geometry import ClipGeometry, SourceFormat
 from audiogate.errors import PreprocessCancelled
 
 __all__ = [
@@ -37,12 +37,26 @@ NO_STORE_MESSAGE: Final = (
 
 @runtime_checkable
 class SourceLease(Protocol):
-    """A held source: its bytes and declared format, until :meth:`release`."""
+    """A held source: its bytes, declared format and recorded header, until
+    :meth:`release`."""
 
     @property
     def data(self) -> bytes:
-        """The source's encoded bytes (their size checked; their digest too unless leased
-        with ``verify=False``)."""
+        """The source's encoded bytes, read once (their size checked; their digest too
+        unless leased with ``verify=False``).
+
+        :raises SourceError: they are gone or damaged (``SourceLostError``).
+        """
+        ...
+
+    @property
+    def nbytes(self) -> int:
+        """The size of its bytes (checked against what is stored when it was leased)."""
+        ...
+
+    @property
+    def header(self) -> ClipGeometry | None:
+        """The WAV or raw header geometry admission read at upload (``None``: not kept)."""
         ...
 
     @property
@@ -73,6 +87,7 @@ class SourceResolver(Protocol):
         wait_s: float | None = None,
         clip_index: int | None = None,
         verify: bool = True,
+        read: bool = True,
     ) -> SourceLease:
         """Lease ``sha256`` as ``owner`` sees it, waiting up to ``wait_s`` for a source
         still processing.
@@ -80,6 +95,8 @@ class SourceResolver(Protocol):
         :param verify: check the bytes' digest on reading (``False``: the caller proves
             it before using them, as :meth:`~audiogate.acquire.EncodedClip.check_digest`
             does before decoding; the size is checked either way).
+        :param read: read the bytes now (``False``: check only that they are there, of
+            their size, and read them when :attr:`SourceLease.data` is first asked for).
 
         :raises SourceError: missing, not accessible, retired, lost, or still processing.
         :raises PreprocessCancelled: ``cancel`` was cancelled while waiting.
@@ -105,8 +122,10 @@ class SourceAccess:
     _released: bool = attrs.field(default=False, repr=False)
 
     def open(self, sha256: str, *, cancel: CancelToken, clip_index: int) -> SourceLease:
-        """Lease ``sha256`` for this request (released by :meth:`release`); its bytes are
-        size-checked, their digest is proven where they are decoded.
+        """Lease ``sha256`` for this request (released by :meth:`release`): its bytes are
+        checked to be there, of their size, and read when first asked for (a source
+        with a recorded header only if it is decoded); their digest is proven where
+        they are decoded.
 
         :raises PreprocessCancelled: the request let go of its leases while this one was
             being taken (its task was cancelled): the lease is released at once.
@@ -120,6 +139,7 @@ class SourceAccess:
             wait_s=self.wait_s,
             clip_index=clip_index,
             verify=False,
+            read=False,
         )
         with self._lock:
             if not self._released:

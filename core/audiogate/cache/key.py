@@ -21,6 +21,7 @@ import attrs
 
 from audiogate._version import __version__
 from audiogate.policy import AudioPolicy
+from audiogate.policy.memo import per_policy
 
 if TYPE_CHECKING:
     from audiogate.host import FamilyHost
@@ -105,6 +106,15 @@ def policy_fingerprint(policy: AudioPolicy) -> dict[str, Any]:
     return {name: _canonical(getattr(policy, name)) for name in RESULT_FIELDS}
 
 
+def _json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+@per_policy
+def _policy_json(policy: AudioPolicy) -> str:
+    return _json(policy_fingerprint(policy))
+
+
 def feature_key(
     host: FamilyHost,
     policy: AudioPolicy,
@@ -125,9 +135,10 @@ def feature_key(
         "distribution": family.distribution,
         "distribution_version": family.distribution_version,
         "family_version": family.spec.version,
-        "policy": policy_fingerprint(policy),
         "decode_frames": decode_frames,
         "normalized_samples": normalized_samples,
     }
-    text = json.dumps(parts, sort_keys=True, separators=(",", ":"))
+    # The JSON of ``{**parts, "policy": policy_fingerprint(policy)}`` ("policy" sorts
+    # last), with the policy's part serialized once per policy.
+    text = f'{_json(parts)[:-1]},"policy":{_policy_json(policy)}}}'
     return FeatureKey(sha256, hashlib.sha256(text.encode()).hexdigest())

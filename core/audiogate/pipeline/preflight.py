@@ -25,7 +25,7 @@ import attrs
 
 from audiogate.acquire.clip import EncodedClip
 from audiogate.cancel import NEVER, CancelToken, Checkpoint
-from audiogate.decode import ClipGeometry, DecodeLimits, inspect
+from audiogate.decode import ClipGeometry, DecodeLimits, check_limits, inspect
 from audiogate.decode.samples import BLOCK_FRAMES
 from audiogate.errors import (
     EmptyAudioError,
@@ -38,6 +38,7 @@ from audiogate.errors import (
 from audiogate.host import FamilyHost
 from audiogate.pipeline.plans import ClipPlan, RequestPlan
 from audiogate.policy import MICROS_PER_SECOND, AudioPolicy
+from audiogate.policy.memo import per_policy
 
 __all__ = [
     "FLOAT32_BYTES",
@@ -51,6 +52,7 @@ FLOAT32_BYTES: Final = 4
 _INT64_MAX: Final = 2**63 - 1
 
 
+@per_policy
 def decode_limits(policy: AudioPolicy) -> DecodeLimits:
     """The decoder's per-clip checks derived from the policy.
 
@@ -162,7 +164,7 @@ def preflight(
             raise PlaceholderError(
                 f"clip {index + 1} carries ordinal {clip.ordinal}, expected {index + 1}"
             )
-        size = len(clip.data)
+        size = clip.nbytes
         if size == 0:
             raise EmptyAudioError(clip_index=index, detail="no encoded bytes")
         _check(size, policy.max_encoded_bytes_per_clip, "encoded bytes per clip", index)
@@ -175,13 +177,19 @@ def preflight(
             kind=MemoryLimitError,
         )
 
-        geometry = inspect(
-            clip.data,
-            clip_index=index,
-            source_format=clip.source_format,
-            limits=limits,
-            cancel=cancel,
-        )
+        geometry = clip.header
+        if geometry is not None:
+            # Recorded when it was stored, by inspect() of the same bytes; the policy's
+            # limits are this request's. The pipeline proves it before any decoding.
+            check_limits(geometry, limits, clip_index=index)
+        else:
+            geometry = inspect(
+                clip.data,
+                clip_index=index,
+                source_format=clip.source_format,
+                limits=limits,
+                cancel=cancel,
+            )
         if not truncating:
             source_samples, duration_us = _charge_source(
                 policy, geometry, source_samples, duration_us, index

@@ -11,9 +11,15 @@ import numpy as np
 from audiogate.acquire.clip import EncodedClip
 from audiogate.cache import CachedClip, Claim, FeatureCache, FeatureKey, feature_key
 from audiogate.cancel import NEVER, CancelToken, Checkpoint
-from audiogate.decode import DecodeLimits, decode
+from audiogate.decode import DecodeLimits, decode, inspect
 from audiogate.decode.decoder import check_rate
-from audiogate.errors import FeatureError, LimitError, MemoryLimitError, PluginError
+from audiogate.errors import (
+    FeatureError,
+    LimitError,
+    MemoryLimitError,
+    PluginError,
+    SourceLostError,
+)
 from audiogate.host import FamilyHost
 from audiogate.pipeline.batch import PreparedBatch, PreparedClip, RequestTotals
 from audiogate.pipeline.plans import ClipPlan, RequestPlan
@@ -132,6 +138,7 @@ def process_request(
                     continue
                 found = cache.lookup(key, family=policy.family, cancel=cancel, clip_index=index)
             if isinstance(found, CachedClip):
+                _check_recorded(found, clip, index)
                 _check_hit(policy, found, index)
                 prepared.append(_from_cache(found, index=index, clip=clip))
                 if count == 1:
@@ -141,8 +148,10 @@ def process_request(
             if claim is not None:
                 claims.append(claim)
             # A stored digest is proven before any sample is decoded: features are only
-            # ever computed from the bytes the digest names.
+            # ever computed from the bytes the digest names (and a recorded header from
+            # the header they hold).
             clip.check_digest(clip_index=index)
+            _check_header(clip, clip_plan, limits, index)
             done = _process_clip(
                 host, policy, clip_plan, clip, limits, cancel, progress, count, decoders
             )
@@ -242,7 +251,7 @@ def _process_clip(
         ordinal=clip.ordinal,
         origin=clip.origin,
         sha256=clip.sha256,
-        encoded_bytes=len(clip.data),
+        encoded_bytes=clip.nbytes,
         source_rate_hz=geometry.rate_hz,
         channels=geometry.channels,
         source_samples=geometry.frames,
@@ -311,6 +320,35 @@ def _from_cache(cached: CachedClip, *, index: int, clip: EncodedClip) -> Prepare
         features=cached.features,
         detail=cached.detail,
     )
+
+
+def _check_recorded(cached: CachedClip, clip: EncodedClip, index: int) -> None:
+    """A clip admitted by its recorded header must be what the hit was computed from
+    (same digest, so the same bytes): else the record is damaged."""
+    header = clip.header
+    if header is None:
+        return
+    if (
+        cached.source_rate_hz != header.rate_hz
+        or cached.channels != header.channels
+        or cached.source_samples != header.frames
+        or cached.encoded_bytes != clip.nbytes
+    ):
+        raise SourceLostError(
+            cached.sha256, clip_index=index, detail="its recorded header is not its bytes'"
+        )
+
+
+def _check_header(clip: EncodedClip, clip_plan: ClipPlan, limits: DecodeLimits, index: int) -> None:
+    """The header of a clip admitted by its recorded one, read from its (proven) bytes,
+    must be the one that was planned."""
+    if clip.header is None:
+        return
+    found = inspect(clip.data, clip_index=index, source_format=clip.source_format, limits=limits)
+    if found != clip_plan.geometry:
+        raise SourceLostError(
+            clip.sha256, clip_index=index, detail="its recorded header is not its bytes'"
+        )
 
 
 def _check_hit(policy: AudioPolicy, cached: CachedClip, index: int) -> None:

@@ -13,7 +13,7 @@ import attrs
 
 from audiogate.acquire import AcquisitionPolicy, EncodedClip, acquire_bytes
 from audiogate.cancel import NEVER, CancelToken
-from audiogate.decode.geometry import WAV, SourceFormat
+from audiogate.decode.geometry import WAV, ClipGeometry, SourceFormat
 from audiogate.host import FamilyHost
 from audiogate.pipeline.preflight import preflight
 from audiogate.policy import AudioPolicy
@@ -23,10 +23,12 @@ __all__ = ["AdmittedSource", "admit_source"]
 
 @attrs.frozen(kw_only=True)
 class AdmittedSource:
-    """An upload that passed admission: the clip (ordinal 1) and its declared duration."""
+    """An upload that passed admission: the clip (ordinal 1), its declared duration and
+    the geometry read from its header."""
 
     clip: EncodedClip
     duration_us: int
+    geometry: ClipGeometry | None = None
 
 
 def admit_source(
@@ -50,4 +52,5 @@ def admit_source(
     """
     (clip,) = acquire_bytes([data], policy=acquisition, source_format=source_format, cancel=cancel)
     plan = preflight(host, policy, [clip], cancel=cancel)
-    return AdmittedSource(clip=clip, duration_us=plan.clips[0].geometry.duration_us)
+    geometry = plan.clips[0].geometry
+    return AdmittedSource(clip=clip, duration_us=geometry.duration_us, geometry=geometry)

@@ -58,6 +58,10 @@ class SourceBackend(Protocol):
         missing or damaged)."""
         ...
 
+    def exists(self, sha256: str, nbytes: int) -> bool:
+        """Whether the blob is there with ``nbytes`` bytes (not read)."""
+        ...
+
     def mark_lost(self, sha256: str) -> int:
         """Mark every live record of ``sha256`` lost; returns how many."""
         ...

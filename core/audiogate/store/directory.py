@@ -42,6 +42,8 @@ from audiogate.store.records import (
     SourceRecord,
     SourceStatus,
     StoreQuotas,
+    header_from_text,
+    header_text,
 )
 
 __all__ = ["CRASH_ENV", "DirectoryBackend"]
@@ -63,7 +65,8 @@ CREATE TABLE IF NOT EXISTS sources (
     duration_us INTEGER NOT NULL,
     format TEXT NOT NULL,
     created_at REAL NOT NULL,
-    retired_at REAL
+    retired_at REAL,
+    header TEXT
 );
 CREATE UNIQUE INDEX IF NOT EXISTS sources_current ON sources (sha256, owner)
     WHERE status IN {_CURRENT_SQL};
@@ -78,7 +81,9 @@ CREATE TABLE IF NOT EXISTS journal (
 );
 """
 
-_COLUMNS: Final = "sha256, owner, scope, status, bytes, duration_us, format, created_at, retired_at"
+_COLUMNS: Final = (
+    "sha256, owner, scope, status, bytes, duration_us, format, created_at, retired_at, header"
+)
 
 
 def _crash_point(name: str) -> None:
@@ -114,7 +119,7 @@ def _fsync_dir(path: Path) -> None:
 
 
 def _row(row: tuple[object, ...]) -> SourceRecord:
-    sha256, owner, scope, status, nbytes, duration_us, fmt, created, retired = row
+    sha256, owner, scope, status, nbytes, duration_us, fmt, created, retired, header = row
     return SourceRecord(
         sha256=str(sha256),
         owner=str(owner),
@@ -125,6 +130,7 @@ def _row(row: tuple[object, ...]) -> SourceRecord:
         source_format=str(fmt),
         created_at=float(created),  # type: ignore[arg-type]
         retired_at=None if retired is None else float(retired),  # type: ignore[arg-type]
+        header=header_from_text(header if isinstance(header, str) else None),
     )
 
 
@@ -151,7 +157,16 @@ class DirectoryBackend:
         # An acknowledged source survives power loss, not only a crash of this process.
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.executescript(_SCHEMA)
+        self._add_header_column()
         self.report = self._recover(verify=verify)
+
+    def _add_header_column(self) -> None:
+        """Give an index made before records kept headers its ``header`` column (``NULL``:
+        those sources' headers are read from their bytes)."""
+        with self._write() as db:
+            columns = {row[1] for row in db.execute("PRAGMA table_info(sources)")}
+            if "header" not in columns:
+                db.execute("ALTER TABLE sources ADD COLUMN header TEXT")
 
     # --- paths and transactions -----------------------------------------------------
 
@@ -234,7 +249,7 @@ class DirectoryBackend:
                         (time.time(), record.sha256, record.owner),
                     )
                 db.execute(
-                    f"INSERT INTO sources ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    f"INSERT INTO sources ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         record.sha256,
                         record.owner,
@@ -245,6 +260,7 @@ class DirectoryBackend:
                         record.source_format,
                         record.created_at,
                         None,
+                        header_text(record.header),
                     ),
                 )
                 self._journal(db, "add", record.sha256, record.owner)
@@ -380,6 +396,10 @@ class DirectoryBackend:
             return self.blob_path(sha256).stat().st_size == nbytes
         except FileNotFoundError:
             return False
+
+    def exists(self, sha256: str, nbytes: int) -> bool:
+        """See :meth:`SourceBackend.exists`."""
+        return self._blob_ok(sha256, nbytes)
 
     def read(self, sha256: str, nbytes: int, *, verify: bool = True) -> bytes | None:
         """See :meth:`SourceBackend.read`."""

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any, Final, Literal
 
 import attrs
 
-from audiogate.decode.geometry import SourceFormat
+from audiogate._version import __version__
+from audiogate.decode.geometry import ClipGeometry, SourceFormat
 
 __all__ = [
     "DIGEST_RE",
@@ -22,6 +24,8 @@ __all__ = [
     "check_digest",
     "format_from_text",
     "format_text",
+    "header_from_text",
+    "header_text",
 ]
 
 #: A source's name: the SHA-256 of its encoded bytes, 64 lowercase hex digits (the
@@ -65,6 +69,47 @@ def format_from_text(text: str) -> SourceFormat:
     return SourceFormat(text)  # type: ignore[arg-type]
 
 
+# The ClipGeometry fields a recorded header keeps (its flags are those of a full WAV or
+# raw header: exact, no prefix).
+_HEADER_FIELDS: Final = (
+    "container",
+    "encoding",
+    "rate_hz",
+    "channels",
+    "frames",
+    "duration_us",
+    "data_offset",
+    "data_length",
+)
+
+
+def header_text(geometry: ClipGeometry | None) -> str | None:
+    """``geometry`` as the index keeps it (JSON, with the core version that read it), or
+    ``None`` where it is not worth keeping: only a WAV or raw header's exact geometry is
+    (a compressed header's frames are a bound the policy caps)."""
+    if geometry is None or not geometry.in_process or not geometry.exact or geometry.prefix:
+        return None
+    fields = {name: getattr(geometry, name) for name in _HEADER_FIELDS}
+    return json.dumps({"core": __version__, **fields}, separators=(",", ":"))
+
+
+def header_from_text(text: str | None) -> ClipGeometry | None:
+    """The inverse of :func:`header_text`; ``None`` for no header, one another core
+    version read (its bytes' header is read again instead) or anything malformed."""
+    if not text:
+        return None
+    try:
+        fields = json.loads(text)
+        if fields.pop("core", None) != __version__ or set(fields) != set(_HEADER_FIELDS):
+            return None
+        if not all(type(fields[name]) is int for name in _HEADER_FIELDS[2:]):
+            return None
+        geometry = ClipGeometry(**fields)
+    except (ValueError, TypeError, AttributeError):
+        return None
+    return geometry if geometry.in_process and geometry.frame_bytes else None
+
+
 @attrs.frozen(kw_only=True)
 class SourceRecord:
     """One owner's record of a stored source.
@@ -80,6 +125,9 @@ class SourceRecord:
     :param source_format: the declared format, as :func:`format_text` writes it.
     :param created_at: when it was acknowledged (Unix seconds).
     :param retired_at: when it was retired (or ``None``).
+    :param header: the header geometry admission read at upload (WAV and raw sources;
+        ``None``: not kept), so a reference is admitted without reading the bytes
+        (docs/sources.md, "Reading a source").
     """
 
     sha256: str
@@ -91,6 +139,7 @@ class SourceRecord:
     source_format: str = "wav"
     created_at: float
     retired_at: float | None = None
+    header: ClipGeometry | None = attrs.field(default=None, repr=False)
 
     @property
     def live(self) -> bool:

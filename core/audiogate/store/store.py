@@ -20,7 +20,7 @@ from typing import Final
 import attrs
 
 from audiogate.cancel import NEVER, CancelToken, Checkpoint
-from audiogate.decode.geometry import WAV, SourceFormat
+from audiogate.decode.geometry import WAV, ClipGeometry, SourceFormat
 from audiogate.errors import (
     SourceBusyError,
     SourceLostError,
@@ -38,6 +38,8 @@ from audiogate.store.records import (
     check_digest,
     format_from_text,
     format_text,
+    header_from_text,
+    header_text,
 )
 
 __all__ = ["ANONYMOUS_OWNER", "DEFAULT_SOURCE_WAIT_S", "AddedSource", "SourceStore", "StoredLease"]
@@ -62,15 +64,17 @@ class AddedSource:
 
 
 class StoredLease:
-    """A leased source: its bytes and format, held until :meth:`release` (idempotent)."""
+    """A leased source: its format, the header recorded at upload and its bytes (read when
+    first asked for, unless the lease read them), held until :meth:`release` (idempotent)."""
 
-    __slots__ = ("_released", "_store", "data", "key", "record")
+    __slots__ = ("_data", "_released", "_store", "_verify", "key", "record")
 
-    def __init__(self, store: SourceStore, record: SourceRecord, data: bytes) -> None:
+    def __init__(self, store: SourceStore, record: SourceRecord, *, verify: bool) -> None:
         self._store = store
         self.record = record
         self.key: _Key = (record.sha256, record.owner)
-        self.data = data
+        self._data: bytes | None = None
+        self._verify = verify
         self._released = False
 
     @property
@@ -79,9 +83,35 @@ class StoredLease:
         return self.record.sha256
 
     @property
+    def nbytes(self) -> int:
+        """The size of its bytes (checked against the blob when it was leased)."""
+        return self.record.nbytes
+
+    @property
+    def header(self) -> ClipGeometry | None:
+        """The header geometry admission read at upload (``None``: not kept)."""
+        return self.record.header
+
+    @property
     def source_format(self) -> SourceFormat:
         """The format the source was admitted as."""
         return format_from_text(self.record.source_format)
+
+    @property
+    def data(self) -> bytes:
+        """The source's bytes, read once (their size checked, and their digest if leased
+        with ``verify``).
+
+        :raises SourceLostError: they are gone or damaged (the source is marked lost).
+        """
+        if self._data is None:
+            sha256 = self.record.sha256
+            data = self._store.backend.read(sha256, self.record.nbytes, verify=self._verify)
+            if data is None:
+                self._store.backend.mark_lost(sha256)
+                raise SourceLostError(sha256)
+            self._data = data
+        return self._data
 
     def release(self) -> None:
         """Let go of the source; a retirement waiting for it may complete."""
@@ -146,12 +176,15 @@ class SourceStore:
         scope: Scope = "private",
         source_format: SourceFormat = WAV,
         status: SourceStatus = "ready",
+        header: ClipGeometry | None = None,
     ) -> AddedSource:
         """Store admitted ``data`` (:func:`~audiogate.store.admission.admit_source` admits
         it first) and acknowledge it: when this returns, the source survives a crash.
 
         :param status: ``"processing"`` while its features are computed (references wait;
             :meth:`mark_ready` ends it), or ``"ready"``.
+        :param header: the geometry admission read from its header (kept for a WAV or raw
+            source: references to it are then admitted without reading it).
         :raises SourceQuotaError: a quota refuses it.
         :raises ValueError: an empty owner, an unknown scope or status.
         """
@@ -170,6 +203,7 @@ class SourceStore:
             duration_us=duration_us,
             source_format=format_text(source_format),
             created_at=time.time(),
+            header=header_from_text(header_text(header)),
         )
         stored, created = self.backend.insert(bytes(data), record, self.quotas)
         return AddedSource(record=stored, created=created)
@@ -278,6 +312,7 @@ class SourceStore:
         wait_s: float | None = None,
         clip_index: int | None = None,
         verify: bool = True,
+        read: bool = True,
     ) -> StoredLease:
         """Lease ``sha256`` as ``owner`` sees it, for one request; a processing source
         is waited for (up to ``wait_s``, default the store's; polling ``cancel``).
@@ -285,6 +320,8 @@ class SourceStore:
         :param verify: check the bytes' digest as they are read (``False``: only their
             size; the caller proves the digest before using them, as acquisition's clips
             do before decoding).
+        :param read: read the bytes now (``False``: check that the blob is there with
+            their size, and read them when :attr:`StoredLease.data` is first asked for).
 
         :raises SourceNotFoundError: missing, or another owner's private source.
         :raises SourceRetiredError: retired, or being retired.
@@ -319,17 +356,19 @@ class SourceStore:
                         detail=f"waited {wait:g} s for its processing to finish",
                     )
                 self._cond.wait(min(left, _POLL_S))
-        lease = StoredLease(self, record, b"")
+        lease = StoredLease(self, record, verify=verify)
         try:
-            data = self.backend.read(sha256, record.nbytes, verify=verify)
+            if read:
+                lease.data  # noqa: B018 (read now: a lost blob is refused here)
+            elif not self.backend.exists(sha256, record.nbytes):
+                self.backend.mark_lost(sha256)
+                raise SourceLostError(sha256)
+        except SourceLostError:
+            lease.release()
+            raise SourceLostError(sha256, clip_index=clip_index) from None
         except BaseException:
             lease.release()
             raise
-        if data is None:
-            lease.release()
-            self.backend.mark_lost(sha256)
-            raise SourceLostError(sha256, clip_index=clip_index)
-        lease.data = data
         return lease
 
     def read(self, sha256: str, *, owner: str) -> bytes:

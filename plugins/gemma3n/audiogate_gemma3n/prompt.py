@@ -23,17 +23,22 @@ replaces every ``<audio_soft_token>`` with the full block (``full_audio_sequence
   Any other count is a "placeholder mismatch"; ``<start_of_audio>`` / ``<end_of_audio>``
   typed by the user are refused.
 
-Token ids: the whole expanded text is tokenized once (``add_special_tokens=False``, the
-template already rendered ``<bos>``), exactly as the processor tokenizes its expanded
-text, so tokenizing ``text`` gives ``input_ids`` by construction; then every clip's run of
-``audio_token_id`` is located and checked against its planned count. The three audio ids
-come from the policy (``boa_token_id``, ``audio_token_id``, ``eoa_token_id`` in
+Token ids: the expanded text is tokenized once (``add_special_tokens=False``, the
+template already rendered ``<bos>``), as the processor tokenizes its expanded text, but
+with one ``<audio_soft_token>`` per block; each clip's one ``audio_token_id`` (between
+``boa`` and ``eoa``, checked) is then replaced by its planned run. ``<audio_soft_token>``
+is a special token, split out before the text is tokenized, so a run of n encodes to n
+ids whatever surrounds it: tokenizing ``text`` gives ``input_ids`` (a tokenizer that does
+not keep it atomic, found by a probe once per tokenizer, gets the whole text tokenized).
+Tokenizing 188 soft tokens per clip cost a third of a cached clip's request. The three
+audio ids come from the policy (``boa_token_id``, ``audio_token_id``, ``eoa_token_id`` in
 ``config.json``, defaults 256000 / 262273 / 262272) and must be what the tokenizer maps the
 three token strings to.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from typing import Any, Final
 
@@ -118,11 +123,15 @@ def _mismatch(found: int, clips: int, what: str) -> PlaceholderError:
     )
 
 
-def _chat_pieces(segments: Sequence[PromptSegment], clips: Sequence[ClipSlot]) -> list[str]:
+# A prompt in pieces: text, or a clip whose block goes there.
+_Piece = str | ClipSlot
+
+
+def _chat_pieces(segments: Sequence[PromptSegment], clips: Sequence[ClipSlot]) -> list[_Piece]:
     audio_positions = sum(1 for s in segments if isinstance(s, MediaSegment) and s.kind == "audio")
     if audio_positions != len(clips):
         raise _mismatch(audio_positions, len(clips), "audio positions")
-    pieces: list[str] = []
+    pieces: list[_Piece] = []
     seen = {"audio": 0, "image": 0}
     for segment in segments:
         if isinstance(segment, TextSegment):
@@ -141,7 +150,7 @@ def _chat_pieces(segments: Sequence[PromptSegment], clips: Sequence[ClipSlot]) -
                 f"must name {kind} 1, 2, ... once each, in order"
             )
         if kind == "audio":
-            pieces.append(audio_block(clips[segment.ordinal - 1].tokens))
+            pieces.append(clips[segment.ordinal - 1])
         else:
             pieces.append(IMAGE_TOKEN)
     return pieces
@@ -157,26 +166,32 @@ def _anchor(text: str) -> int:
     return len(text) if end < 0 else end
 
 
-def _plain_pieces(segments: Sequence[PromptSegment], clips: Sequence[ClipSlot]) -> list[str]:
+def _plain_pieces(segments: Sequence[PromptSegment], clips: Sequence[ClipSlot]) -> list[_Piece]:
     text = "".join(s.text for s in segments if isinstance(s, TextSegment))
     _refuse_reserved(text, _PLAIN_RESERVED, "the prompt")
     found = text.count(AUDIO_TOKEN)
-    blocks = [audio_block(clip.tokens) for clip in clips]
     if found == len(clips):
         parts = text.split(AUDIO_TOKEN)
-        pieces = [parts[0]]
-        for block, part in zip(blocks, parts[1:], strict=True):
-            pieces += [block, part]
+        pieces: list[_Piece] = [parts[0]]
+        for clip, part in zip(clips, parts[1:], strict=True):
+            pieces += [clip, part]
         return pieces
     if found == 0:
         at = _anchor(text)
-        return [text[:at], *blocks, text[at:]]
+        return [text[:at], *clips, text[at:]]
     raise _mismatch(found, len(clips), f"{AUDIO_TOKEN} placeholders")
 
 
 def _token_id(tokenizer: Any, token: str) -> int | None:
     value = tokenizer.convert_tokens_to_ids(token)
     return value if isinstance(value, int) else None
+
+
+def _join(pieces: Sequence[_Piece], *, collapsed: bool = False) -> str:
+    """The prompt text (``collapsed``: one soft token per block)."""
+    return "".join(
+        p if isinstance(p, str) else audio_block(1 if collapsed else p.tokens) for p in pieces
+    )
 
 
 def _spans(
@@ -210,6 +225,75 @@ def _spans(
     return tuple(spans)
 
 
+def _encode(tokenizer: Any, text: str) -> list[int]:
+    return list(map(int, tokenizer.encode(text, add_special_tokens=False)))
+
+
+def _splice(
+    collapsed: list[int], clips: Sequence[ClipSlot], boa: int, audio: int, eoa: int
+) -> tuple[tuple[int, ...], tuple[tuple[int, int], ...]]:
+    """``input_ids`` and spans from the ids of the collapsed text: each clip's one audio id
+    (checked to sit between ``boa`` and ``eoa``, once per clip) replaced by its run."""
+    found = collapsed.count(audio)
+    if found != len(clips):
+        raise _mismatch(found, len(clips), "audio token runs after tokenization")
+    for name, value in (("<start_of_audio>", boa), ("<end_of_audio>", eoa)):
+        count = collapsed.count(value)
+        if count != len(clips):
+            raise PlaceholderError(
+                f"the tokenized prompt has {count} {name} ids ({value}) for {len(clips)} clips"
+            )
+    ids: list[int] = []
+    spans: list[tuple[int, int]] = []
+    cursor = 0
+    for index, clip in enumerate(clips):
+        at = collapsed.index(audio, cursor)
+        if (
+            at == 0
+            or collapsed[at - 1] != boa
+            or at + 1 >= len(collapsed)
+            or collapsed[at + 1] != eoa
+        ):
+            raise PlaceholderError(
+                f"clip {index}: the tokenized prompt does not hold its block of "
+                f"<start_of_audio> + {clip.tokens} x {audio} + <end_of_audio>"
+            )
+        ids += collapsed[cursor:at]
+        spans.append((len(ids), len(ids) + clip.tokens))
+        ids += [audio] * clip.tokens
+        cursor = at + 1
+    ids += collapsed[cursor:]
+    return tuple(ids), tuple(spans)
+
+
+# Per tokenizer, per (boa, audio, eoa): whether splicing gives what encoding gives.
+_ATOMIC: weakref.WeakKeyDictionary[Any, dict[tuple[int, int, int], bool]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _atomic(tokenizer: Any, boa: int, audio: int, eoa: int) -> bool:
+    """Whether ``tokenizer`` encodes a run of soft tokens as one id each, whatever
+    surrounds it: probed once per tokenizer (a run of 3 in text, against a run of 1)."""
+    ids = (boa, audio, eoa)
+    try:
+        known = _ATOMIC.setdefault(tokenizer, {})
+    except TypeError:  # not weakly referenceable: probed every time
+        known = {}
+    if ids in known:
+        return known[ids]
+    probe = ClipSlot(ordinal=1, tokens=3, frames=1, sha256="0" * 64)
+    pieces: list[_Piece] = ["<start_of_turn>user\nListen:", probe, "Say it.<end_of_turn>\n"]
+    try:
+        collapsed = _encode(tokenizer, _join(pieces, collapsed=True))
+        spliced, _ = _splice(collapsed, [probe], boa, audio, eoa)
+        atomic = spliced == tuple(_encode(tokenizer, _join(pieces)))
+    except PlaceholderError:
+        atomic = False
+    known[ids] = atomic
+    return atomic
+
+
 def expand_prompt(
     policy: AudioPolicy,
     segments: Sequence[PromptSegment],
@@ -228,7 +312,7 @@ def expand_prompt(
     boa, audio, eoa = _ids(policy)
     chat = any(isinstance(s, MediaSegment) for s in segments)
     pieces = _chat_pieces(segments, clips) if chat else _plain_pieces(segments, clips)
-    text = "".join(pieces)
+    text = _join(pieces)
     if tokenizer is None:
         return ExpandedPrompt(input_ids=(), text=text, audio_spans=(), audio_token_id=audio)
     for token, expected in ((BOA_TOKEN, boa), (AUDIO_TOKEN, audio), (EOA_TOKEN, eoa)):
@@ -238,6 +322,11 @@ def expand_prompt(
                 f"the tokenizer maps {token!r} to id {actual}, but the checkpoint's policy "
                 f"says {expected}"
             )
-    ids = tuple(int(i) for i in tokenizer.encode(text, add_special_tokens=False))
-    spans = _spans(np.asarray(ids, dtype=np.int64), clips, boa, audio, eoa)
+    if _atomic(tokenizer, boa, audio, eoa):
+        ids, spans = _splice(
+            _encode(tokenizer, _join(pieces, collapsed=True)), clips, boa, audio, eoa
+        )
+    else:
+        ids = tuple(_encode(tokenizer, text))
+        spans = _spans(np.asarray(ids, dtype=np.int64), clips, boa, audio, eoa)
     return ExpandedPrompt(input_ids=ids, text=text, audio_spans=spans, audio_token_id=audio)

@@ -223,3 +223,42 @@ def test_the_stand_in_tokenizer_keeps_gemmas_low_special_ids(tokenizer):
     assert ids[-1] == 106
     assert not set(ids[1:-1]) & set(SPECIAL_TOKENS.values())
     assert tokenizer.decode(ids[1:-1]) == "hi\n\n"
+
+
+class _Merging:
+    """A tokenizer that does not keep ``<audio_soft_token>`` atomic: a run of more than one
+    gains an extra id after it (what a non-special spelling merged by BPE could do)."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def convert_tokens_to_ids(self, token):
+        return self.inner.convert_tokens_to_ids(token)
+
+    def encode(self, text, add_special_tokens=False):
+        out = []
+        ids = self.inner.encode(text, add_special_tokens=add_special_tokens)
+        for index, token in enumerate(ids):
+            out.append(token)
+            run_ends = token == AUDIO and (index + 1 == len(ids) or ids[index + 1] != AUDIO)
+            if run_ends and index > 0 and ids[index - 1] == AUDIO:
+                out.append(7)
+        return out
+
+
+@pytest.mark.parametrize("clips", [1, 2])
+def test_spliced_ids_are_what_encoding_the_whole_text_gives(host, policy, tokenizer, clips):
+    from audiogate_gemma3n.prompt import _encode
+
+    rendered = render(tokenizer, [{"type": "audio"}, {"type": "text", "text": " a b "}] * clips)
+    expanded = host.expand_prompt(policy, segments_from_rendered(rendered), slots(clips), tokenizer)
+    assert expanded.input_ids == tuple(_encode(tokenizer, expanded.text))
+    check_invariants(expanded, tokenizer, slots(clips))
+
+
+def test_a_tokenizer_that_merges_soft_tokens_gets_the_whole_text_encoded(host, policy, tokenizer):
+    # Spliced, its ids would look right; encoded whole, the extra id shows and is refused.
+    merging = _Merging(tokenizer)
+    text = [TextSegment("<start_of_turn>user\n<audio_soft_token><end_of_turn>\n")]
+    with pytest.raises(PlaceholderError, match="does not hold its block"):
+        host.expand_prompt(policy, text, slots(1), merging)
