@@ -8,6 +8,9 @@ every running block has finished.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -148,3 +151,46 @@ def test_blocks_run_in_a_busy_pool_without_waiting_for_it() -> None:
         release.set()
         for blocker in blockers:
             blocker.result()
+
+
+def test_one_block_thread_keeps_every_block_on_the_calling_thread(monkeypatch) -> None:
+    monkeypatch.setattr(audiogate.dsp.blocks, "BLOCK_THREADS", audiogate.dsp.blocks.BLOCK_THREADS)
+    audiogate.dsp.blocks.set_block_threads(1)
+    assert block_threads(1000) == 1
+    threads: set[int] = set()
+    run_blocks(
+        40,
+        lambda _: threads.add(threading.get_ident()),
+        cancel=NEVER,
+        checkpoint=Checkpoint.FEATURE,
+        clip_index=0,
+    )
+    assert threads == {threading.get_ident()}
+    audiogate.dsp.blocks.set_block_threads(50)  # capped
+    assert audiogate.dsp.blocks.BLOCK_THREADS == audiogate.dsp.blocks.MAX_BLOCK_THREADS
+
+
+@pytest.mark.parametrize("value", [0, -1, 1.5, "2", True, None])
+def test_block_threads_must_be_a_positive_integer(value) -> None:
+    with pytest.raises(ValueError, match="positive integer"):
+        audiogate.dsp.blocks.set_block_threads(value)
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [("1", "1"), (" 2 ", "2"), ("64", "2"), ("", None), ("0", "ValueError"), ("two", "ValueError")],
+)
+def test_the_environment_sets_the_block_threads_at_import(text, want) -> None:
+    env = {**os.environ, "AUDIOGATE_BLOCK_THREADS": text}
+    code = "import audiogate.dsp.blocks as b; print(b.BLOCK_THREADS)"
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
+    )
+    if want == "ValueError":
+        assert done.returncode != 0
+        assert "AUDIOGATE_BLOCK_THREADS must be a positive integer" in done.stderr
+    elif want is None:  # unset or blank: the usable CPUs, at most two
+        expected = min(audiogate.dsp.blocks.MAX_BLOCK_THREADS, audiogate.dsp.blocks.usable_cpus())
+        assert done.stdout.strip() == str(expected)
+    else:
+        assert done.stdout.strip() == want

@@ -25,6 +25,7 @@ from audiogate.batch.rows import GateSpec, policy_fingerprint, prepare_row
 from audiogate.batch.shards import (
     BatchCounts,
     ExtraMissingError,
+    parquet_options,
     part_name,
     require_pyarrow,
     rows_table,
@@ -147,11 +148,16 @@ def run_ray(
         # Reading and writing take no CPU slot: the actors hold one each, and on a
         # machine with as many cores as actors a read task waiting for a slot would
         # wait forever.
+        # One block per batch: Ray Data's default of a few large blocks per file keeps
+        # the writers idle until a whole block is prepared and balances badly.
+        blocks = max(1, -(-len(manifest.refs) // batch_rows))
         if manifest.kind == "parquet":
-            dataset = ray.data.read_parquet(str(manifest.path), num_cpus=0)
+            dataset = ray.data.read_parquet(
+                str(manifest.path), num_cpus=0, override_num_blocks=blocks
+            )
             text_column = None
         else:
-            dataset = ray.data.read_text(str(manifest.path), num_cpus=0)
+            dataset = ray.data.read_text(str(manifest.path), num_cpus=0, override_num_blocks=blocks)
             text_column = "text"
         prepared = dataset.map_batches(
             RayRowPreparer,
@@ -163,7 +169,13 @@ def run_ray(
         )
         staging = out_dir / f"{STAGING_PREFIX}{uuid.uuid4().hex[:12]}"
         prepared.write_parquet(
-            str(staging), min_rows_per_file=batch_rows, ray_remote_args={"num_cpus": 0}
+            str(staging),
+            min_rows_per_file=batch_rows,
+            ray_remote_args={"num_cpus": 0},
+            # Without a cap, tasks that hold no CPU start as many worker processes as
+            # there are blocks ready, and their start-up starves the actors.
+            concurrency=workers,
+            **parquet_options(),
         )
     finally:
         if started:

@@ -27,6 +27,7 @@ __all__ = [
     "finished_shards",
     "next_part_number",
     "output_schema",
+    "parquet_options",
     "part_name",
     "require_pyarrow",
     "rows_table",
@@ -80,11 +81,36 @@ def output_schema() -> Any:
     )
 
 
+#: Columns stored without compression, dictionary or statistics: the ``.npy`` bytes of
+#: float32 log-mel features do not compress (snappy saved 0.02 % and doubled the write
+#: time), and min/max statistics of binary blobs serve no reader.
+RAW_COLUMNS: Final = ("features", "masks")
+
+
 def rows_table(rows: Sequence[Mapping[str, Any]]) -> Any:
     """``rows`` (from :func:`~audiogate.batch.rows.prepare_row`) as an Arrow table."""
     pa = require_pyarrow()
     schema = output_schema()
-    return pa.Table.from_pylist([dict(r) for r in rows], schema=schema)
+    columns = {name: [row[name] for row in rows] for name in schema.names}
+    return pa.Table.from_pydict(columns, schema=schema)
+
+
+def parquet_options() -> dict[str, Any]:
+    """The ``pyarrow.parquet`` writer options of every shard (both engines): snappy,
+    dictionaries and statistics for the small columns, none of them for
+    :data:`RAW_COLUMNS`. Options name Parquet's leaf columns (``input_ids.list.element``)."""
+    pa = require_pyarrow()
+
+    def leaf(field: Any) -> str:
+        return f"{field.name}.list.element" if pa.types.is_list(field.type) else field.name
+
+    fields = list(output_schema())
+    small = [leaf(f) for f in fields if f.name not in RAW_COLUMNS]
+    return {
+        "compression": {leaf(f): "none" if f.name in RAW_COLUMNS else "snappy" for f in fields},
+        "use_dictionary": small,
+        "write_statistics": small,
+    }
 
 
 def part_name(number: int) -> str:
@@ -101,7 +127,7 @@ class ShardWriter:
         pq = require_pyarrow().parquet
         self.path = out_dir / part_name(number)
         self.partial = out_dir / f".{self.path.name}.{os.getpid()}.partial"
-        self._writer = pq.ParquetWriter(str(self.partial), output_schema())
+        self._writer = pq.ParquetWriter(str(self.partial), output_schema(), **parquet_options())
         self._pending: list[Mapping[str, Any]] = []
 
     def write(self, row: Mapping[str, Any]) -> None:

@@ -26,6 +26,11 @@ audiogate worker threads extracting at once share it: each still makes progress 
 own thread, and the machine is oversubscribed by at most the pool's size, which costs
 less than leaving a core idle on one-clip requests. Short clips (one block) never touch
 the pool: handing a block to a sleeping thread costs tens of microseconds on a VM.
+
+A process that is itself one of several workers sharing the machine's cores (a batch
+process, a Ray actor) gains nothing from a helper thread and loses to the
+oversubscription: it calls :func:`set_block_threads` with ``1`` before its first clip, or
+is started with ``AUDIOGATE_BLOCK_THREADS=1`` in its environment.
 """
 
 from __future__ import annotations
@@ -38,7 +43,15 @@ from typing import Final
 
 from audiogate.cancel import CancelToken, Checkpoint
 
-__all__ = ["BLOCK_THREADS", "MAX_BLOCK_THREADS", "block_threads", "run_blocks"]
+__all__ = [
+    "BLOCK_THREADS",
+    "BLOCK_THREADS_ENV",
+    "MAX_BLOCK_THREADS",
+    "block_threads",
+    "run_blocks",
+    "set_block_threads",
+    "usable_cpus",
+]
 
 #: Two threads halve the float64 FFT floor of the frontends on the 2-vCPU target (the
 #: reference extractors use torch's two intra-op threads there). More would multiply the
@@ -47,16 +60,37 @@ __all__ = ["BLOCK_THREADS", "MAX_BLOCK_THREADS", "block_threads", "run_blocks"]
 MAX_BLOCK_THREADS: Final = 2
 
 
-def _usable_cpus() -> int:
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask; the CPU count elsewhere)."""
     try:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # not on Linux
         return os.cpu_count() or 1
 
 
+#: The environment variable that sets :data:`BLOCK_THREADS` at import (a positive
+#: integer, at most :data:`MAX_BLOCK_THREADS`; ``1``: no helper thread).
+BLOCK_THREADS_ENV: Final = "AUDIOGATE_BLOCK_THREADS"
+
+
+def _default_threads() -> int:
+    threads = max(1, min(MAX_BLOCK_THREADS, usable_cpus()))
+    text = os.environ.get(BLOCK_THREADS_ENV, "").strip()
+    if not text:
+        return threads
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ValueError(f"{BLOCK_THREADS_ENV} must be a positive integer, got {text!r}")
+    return min(value, MAX_BLOCK_THREADS)
+
+
 #: Threads per clip, counting the caller's: the CPUs this process may use, at most
-#: :data:`MAX_BLOCK_THREADS`.
-BLOCK_THREADS: Final = max(1, min(MAX_BLOCK_THREADS, _usable_cpus()))
+#: :data:`MAX_BLOCK_THREADS`, or what ``AUDIOGATE_BLOCK_THREADS`` says; changed only by
+#: :func:`set_block_threads` (tests and benchmarks may patch it).
+BLOCK_THREADS = _default_threads()
 
 _POOL_LOCK = threading.Lock()
 _POOL: ThreadPoolExecutor | None = None
@@ -66,6 +100,19 @@ def block_threads(blocks: int) -> int:
     """Threads :func:`run_blocks` uses for ``blocks`` blocks (size the per-thread scratch
     in a plan's ``working_bytes`` with this)."""
     return max(1, min(BLOCK_THREADS, blocks))
+
+
+def set_block_threads(threads: int) -> None:
+    """Use up to ``threads`` threads per clip in this process from now on (``1``: every
+    block in the caller's thread; capped at :data:`MAX_BLOCK_THREADS`).
+
+    For a process that is one of several workers on the machine's cores; call it before
+    the first clip, as the plans' scratch estimates read the value when they are made.
+    """
+    global BLOCK_THREADS
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise ValueError(f"block threads must be a positive integer, got {threads!r}")
+    BLOCK_THREADS = min(threads, MAX_BLOCK_THREADS)
 
 
 def _pool() -> ThreadPoolExecutor:

@@ -1,0 +1,123 @@
+"""What the engines change for throughput, without changing a row: one thread per clip in
+each worker process, one event loop per thread for acquisition (no thread, no loop per
+row), and uncompressed feature columns."""
+
+from __future__ import annotations
+
+import gc
+import io
+import os
+import threading
+import warnings
+from pathlib import Path
+
+import attrs
+import pytest
+from batchkit import GEMMA
+
+import audiogate.dsp.blocks
+from audiogate.batch import BatchOptions, GateSpec, policy_fingerprint, prepare_row, run_batch
+from audiogate.batch.run import _worker_spec
+from audiogate.batch.shards import RAW_COLUMNS, output_schema, rows_table
+
+pa = pytest.importorskip("pyarrow")
+pq = pytest.importorskip("pyarrow.parquet")
+
+
+def _options(tmp_path: Path, **kw) -> BatchOptions:
+    spec = GateSpec(model_dir=str(GEMMA), media_root=str(tmp_path))
+    return BatchOptions(gate=spec, manifest=tmp_path / "m.jsonl", out_dir=tmp_path / "o", **kw)
+
+
+def test_workers_sharing_the_cores_run_one_thread_per_clip(tmp_path, monkeypatch):
+    monkeypatch.setattr("audiogate.batch.run.usable_cpus", lambda: 4)
+    assert _worker_spec(_options(tmp_path, workers=1)).block_threads is None
+    assert _worker_spec(_options(tmp_path, workers=2)).block_threads == 2
+    assert _worker_spec(_options(tmp_path, workers=4)).block_threads == 1
+    assert _worker_spec(_options(tmp_path, workers=8)).block_threads == 1
+    # A Ray actor reserves one CPU, wherever it runs.
+    assert _worker_spec(_options(tmp_path, workers=1, engine="ray")).block_threads == 1
+    # The caller's own choice stands.
+    mine = _options(tmp_path, workers=4)
+    mine = attrs.evolve(mine, gate=attrs.evolve(mine.gate, block_threads=2))
+    assert _worker_spec(mine).block_threads == 2
+
+
+def test_building_the_gate_applies_its_block_threads(monkeypatch):
+    monkeypatch.setattr(audiogate.dsp.blocks, "BLOCK_THREADS", 2)
+    GateSpec(family="gemma3n", block_threads=1).build()
+    assert audiogate.dsp.blocks.BLOCK_THREADS == 1
+    GateSpec(family="gemma3n").build()  # None: the process keeps its setting
+    assert audiogate.dsp.blocks.BLOCK_THREADS == 1
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc")
+def test_rows_reuse_one_event_loop_per_thread_and_start_no_thread(manifest, monkeypatch):
+    monkeypatch.setattr(audiogate.dsp.blocks, "BLOCK_THREADS", 1)
+    path, media = manifest
+    gate = GateSpec(model_dir=str(GEMMA), media_root=str(media)).build()
+    fingerprint = policy_fingerprint(gate.policy)
+    lines = [line for line in path.read_text().splitlines() if line.strip()]
+    found: dict[str, object] = {}
+
+    def run() -> None:
+        before = threading.active_count()
+        rows = [prepare_row(gate, line, fingerprint=fingerprint) for line in lines * 3]
+        found["statuses"] = [row["status"] for row in rows]
+        found["threads"] = threading.active_count() - before
+
+    run()  # the main thread's loop, made once
+    fds = _open_fds()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ResourceWarning)
+        for _ in range(3):
+            thread = threading.Thread(target=run)
+            thread.start()
+            thread.join()
+            assert found["threads"] == 0  # acquisition read every file in the row's thread
+            gc.collect()
+    assert _open_fds() == fds  # each thread's loop was closed with its thread
+    statuses = found["statuses"]
+    assert statuses.count("ok") == 3 * 5
+    assert statuses.count("error") == 3 * 8
+
+
+def test_feature_columns_are_stored_uncompressed(manifest, tmp_path):
+    path, media = manifest
+    out = tmp_path / "out"
+    run_batch(
+        BatchOptions(
+            gate=GateSpec(model_dir=str(GEMMA), media_root=str(media)),
+            manifest=path,
+            out_dir=out,
+            workers=1,
+        ),
+        progress=io.StringIO(),
+    )
+    shard = next(out.glob("part-*.parquet"))
+    group = pq.ParquetFile(str(shard)).metadata.row_group(0)
+    codecs, stats = {}, {}
+    for i in range(group.num_columns):
+        column = group.column(i)
+        name = column.path_in_schema.split(".")[0]
+        codecs[name], stats[name] = column.compression, column.is_stats_set
+    assert {codecs[name] for name in RAW_COLUMNS} == {"UNCOMPRESSED"}
+    assert not any(stats[name] for name in RAW_COLUMNS)
+    assert codecs["id"] == codecs["input_ids"] == codecs["status"] == "SNAPPY"
+    assert stats["id"]
+    assert stats["input_ids"]
+
+
+def test_rows_table_builds_what_arrow_builds_from_the_rows(manifest):
+    path, media = manifest
+    gate = GateSpec(model_dir=str(GEMMA), media_root=str(media)).build()
+    fingerprint = policy_fingerprint(gate.policy)
+    rows = [
+        prepare_row(gate, line, fingerprint=fingerprint) for line in path.read_text().splitlines()
+    ]
+    want = pa.Table.from_pylist(rows, schema=output_schema())
+    assert rows_table(rows).equals(want)
