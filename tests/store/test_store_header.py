@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import base64
 import sqlite3
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +18,7 @@ from storekit import source
 
 from audiogate.api import AudioGate, load_tokenizer
 from audiogate.decode import inspect
-from audiogate.errors import LimitError, SourceLostError
+from audiogate.errors import LimitError, SourceLostError, SourceNotFoundError
 from audiogate.store import SourceStore
 from audiogate.store.records import header_from_text, header_text
 
@@ -182,3 +184,57 @@ def test_a_header_is_kept_only_as_this_core_read_it(tokenizer) -> None:
     assert header_from_text(None) is None
     assert header_text(attrs.evolve(geometry, exact=False)) is None
     assert header_text(attrs.evolve(geometry, container="flac", encoding="flac")) is None
+
+
+# --- leases on the event loop ----------------------------------------------------------
+
+
+def test_try_lease_takes_a_ready_source_and_leaves_waits_and_writes_to_lease(store) -> None:
+    data = source(seed=7)
+    ready = store.add(data, owner="alice", duration_us=1_000_000).record.sha256
+    lease = store.try_lease(ready, owner="alice")
+    assert lease is not None
+    assert store.leases(ready, owner="alice") == 1
+    assert lease.data == data
+    lease.release()
+    assert store.leases(ready, owner="alice") == 0
+    busy = store.add(source(seed=8), owner="alice", duration_us=1, status="processing")
+    assert store.try_lease(busy.record.sha256, owner="alice") is None
+    assert store.leases(busy.record.sha256, owner="alice") == 0
+    # Lost but not known yet: lease() finds it and marks it (a write), not try_lease().
+    store.backend.blob_path(ready).unlink()
+    assert store.try_lease(ready, owner="alice") is None
+    assert store.get(ready, owner="alice").status == "ready"
+    assert store.leases(ready, owner="alice") == 0
+    with pytest.raises(SourceLostError):
+        store.lease(ready, owner="alice", read=False)
+    with pytest.raises(SourceLostError):
+        store.try_lease(ready, owner="alice")
+    with pytest.raises(SourceNotFoundError):
+        store.try_lease("0" * 64, owner="alice")
+    with pytest.raises(SourceNotFoundError):
+        store.try_lease(busy.record.sha256, owner="bob")
+
+
+def test_a_look_up_does_not_wait_for_a_writer(store) -> None:
+    sha = store.add(source(seed=9), owner="alice", duration_us=1_000_000).record.sha256
+    writing = threading.Event()
+    done = threading.Event()
+
+    def hold_the_write_lock() -> None:
+        with store.backend._write():  # what an upload holds through its fsyncs
+            writing.set()
+            done.wait(10)
+
+    writer = threading.Thread(target=hold_the_write_lock)
+    writer.start()
+    try:
+        assert writing.wait(10)
+        started = time.monotonic()
+        lease = store.try_lease(sha, owner="alice")
+        assert time.monotonic() - started < 5
+        assert lease is not None
+        lease.release()
+    finally:
+        done.set()
+        writer.join()

@@ -33,6 +33,7 @@ work at its next chunk and closes any HTTP stream.
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, TypeVar
@@ -172,17 +173,26 @@ async def _read_source(
 async def _read_reference(
     source: DeclaredSource, ctx: ClipContext, sources: SourceAccess, budget: RequestBudget
 ) -> EncodedClip:
-    # The lease may wait for a source still processing: in a thread, polling the token.
-    def lease(c: ClipContext) -> SourceLease:
-        held = sources.open(source.value, cancel=c.cancel, clip_index=c.clip_index)
+    def take(c: ClipContext, held: SourceLease) -> SourceLease:
         c.cap.check(held.nbytes)
         c.hold(held.nbytes)
         if held.header is None:
-            held.data  # noqa: B018 (read here, off the loop: its header is read from it)
+            held.data  # noqa: B018 (read now, off the loop: its header is read from it)
         return held
 
-    held = await _in_thread(lease, ctx)
     index = source.index
+    # A ready source whose blob is there is leased on the loop (an index look-up and a
+    # stat); one still processing (waited for, polling the token) or lost (marked so)
+    # is leased in a thread, as is the read of one without a recorded header.
+    held = sources.try_open(source.value, clip_index=index)
+    if held is None:
+        opened = functools.partial(sources.open, source.value, clip_index=index)
+        held = await _in_thread(lambda c: take(c, opened(cancel=c.cancel)), ctx)
+    elif held.header is None:
+        lease = held
+        held = await _in_thread(lambda c: take(c, lease), ctx)
+    else:
+        take(ctx, held)
     header = held.header
     if header is None:
         return _finish(

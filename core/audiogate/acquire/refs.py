@@ -103,6 +103,16 @@ class SourceResolver(Protocol):
         """
         ...
 
+    def try_lease(
+        self, sha256: str, *, owner: str, clip_index: int | None = None
+    ) -> SourceLease | None:
+        """:meth:`lease` (``verify=False, read=False``) without waiting or writing, for an
+        event loop: ``None`` where :meth:`lease` would wait or mark the source lost.
+
+        :raises SourceError: missing, not accessible, retired, or lost.
+        """
+        ...
+
 
 @attrs.define
 class SourceAccess:
@@ -141,6 +151,17 @@ class SourceAccess:
             verify=False,
             read=False,
         )
+        return self._keep(lease, clip_index)
+
+    def try_open(self, sha256: str, *, clip_index: int) -> SourceLease | None:
+        """:meth:`open` where it needs no wait and no write, on the event loop (``None``:
+        call :meth:`open`, off the loop)."""
+        lease = self.resolver.try_lease(sha256, owner=self.owner, clip_index=clip_index)
+        if lease is None:
+            return None
+        return self._keep(lease, clip_index)
+
+    def _keep(self, lease: SourceLease, clip_index: int) -> SourceLease:
         with self._lock:
             if not self._released:
                 self.leases.append(lease)

@@ -158,6 +158,14 @@ class DirectoryBackend:
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.executescript(_SCHEMA)
         self._add_header_column()
+        # Look-ups of a digest (every reference) read through a connection of their own:
+        # in WAL mode a reader never waits for a writer, so they never wait behind the
+        # write lock's fsyncs (an upload's, a retirement's).
+        self._reader = sqlite3.connect(
+            self.root / _INDEX, isolation_level=None, check_same_thread=False, timeout=60.0
+        )
+        self._reader.execute("PRAGMA query_only=ON")
+        self._read_lock = threading.Lock()
         self.report = self._recover(verify=verify)
 
     def _add_header_column(self) -> None:
@@ -317,9 +325,10 @@ class DirectoryBackend:
         return None if row is None else _row(row)
 
     def current(self, sha256: str) -> list[SourceRecord]:
-        """See :meth:`SourceBackend.current`."""
-        with self._lock:
-            rows = self._db.execute(
+        """See :meth:`SourceBackend.current` (what is committed; never waits for a
+        writer)."""
+        with self._read_lock:
+            rows = self._reader.execute(
                 f"SELECT {_COLUMNS} FROM sources WHERE sha256 = ? ORDER BY id", (sha256,)
             ).fetchall()
         latest: dict[str, SourceRecord] = {}
@@ -452,6 +461,8 @@ class DirectoryBackend:
 
     def close(self) -> None:
         """Close the index."""
+        with self._read_lock:
+            self._reader.close()
         with self._lock:
             self._db.close()
 

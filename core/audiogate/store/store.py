@@ -330,22 +330,12 @@ class SourceStore:
         :raises SourceBusyError: still processing after ``wait_s``.
         :raises PreprocessCancelled: ``cancel`` was cancelled while waiting.
         """
-        if not isinstance(sha256, str) or not sha256:
-            raise SourceNotFoundError(repr(sha256), clip_index=clip_index)
         wait = self.wait_s if wait_s is None else wait_s
         deadline = time.monotonic() + wait
         while True:
             with self._cond:
-                record = self._visible(sha256, owner)
-                if record is None:
-                    raise SourceNotFoundError(sha256, clip_index=clip_index)
-                key: _Key = (sha256, record.owner)
-                if record.status == "retired" or key in self._retiring:
-                    raise SourceRetiredError(sha256, clip_index=clip_index)
-                if record.status == "lost":
-                    raise SourceLostError(sha256, clip_index=clip_index)
-                if record.status == "ready":
-                    self._leases[key] += 1
+                record = self._take(sha256, owner, clip_index)
+                if record is not None:
                     break
                 cancel.check(Checkpoint.ACQUISITION, clip_index)
                 left = deadline - time.monotonic()
@@ -370,6 +360,49 @@ class SourceStore:
             lease.release()
             raise
         return lease
+
+    def try_lease(
+        self, sha256: str, *, owner: str, clip_index: int | None = None
+    ) -> StoredLease | None:
+        """:meth:`lease` with ``verify=False, read=False`` where it neither waits nor
+        writes, so an event loop may call it: ``None`` where :meth:`lease` would wait
+        for a processing source or mark a lost one (call it then, off the loop). The
+        look-up never waits for a writer; the blob's size is checked by ``stat``.
+
+        :raises SourceNotFoundError: missing, or another owner's private source.
+        :raises SourceRetiredError: retired, or being retired.
+        :raises SourceLostError: already marked lost.
+        """
+        with self._cond:
+            record = self._take(sha256, owner, clip_index)
+        if record is None:
+            return None
+        lease = StoredLease(self, record, verify=False)
+        if not self.backend.exists(sha256, record.nbytes):
+            lease.release()
+            return None
+        return lease
+
+    def _take(self, sha256: str, owner: str, clip_index: int | None) -> SourceRecord | None:
+        """Count a lease on the record ``owner`` sees if it is ready (``None``: still
+        processing); call with ``_cond`` held.
+
+        :raises SourceError: missing or not accessible, retired, or lost.
+        """
+        if not isinstance(sha256, str) or not sha256:
+            raise SourceNotFoundError(repr(sha256), clip_index=clip_index)
+        record = self._visible(sha256, owner)
+        if record is None:
+            raise SourceNotFoundError(sha256, clip_index=clip_index)
+        key: _Key = (sha256, record.owner)
+        if record.status == "retired" or key in self._retiring:
+            raise SourceRetiredError(sha256, clip_index=clip_index)
+        if record.status == "lost":
+            raise SourceLostError(sha256, clip_index=clip_index)
+        if record.status != "ready":
+            return None
+        self._leases[key] += 1
+        return record
 
     def read(self, sha256: str, *, owner: str) -> bytes:
         """The bytes of a source ``owner`` may reference (a lease taken and released)."""
