@@ -59,6 +59,19 @@ def test_every_string_counts_in_utf8_and_a_media_part_as_its_sentinel() -> None:
     assert prompt_text_bytes([{"role": "user", "content": None, "n": 12}]) == 4 + 4 + 7 + 1 + 2
 
 
+def test_other_mappings_and_sequences_count_as_dicts_and_lists_do() -> None:
+    from types import MappingProxyType
+
+    audio = {"type": "input_audio", "input_audio": {"data": "A" * 100, "format": "wav"}}
+    message = {"role": "user", "content": [audio, {"type": "text", "text": "héllo"}]}
+    as_json = prompt_text_bytes([message])
+    proxied = MappingProxyType(
+        {"role": "user", "content": (MappingProxyType(audio), {"type": "text", "text": "héllo"})}
+    )
+    assert prompt_text_bytes((proxied,)) == as_json
+    assert prompt_text_bytes([{"role": "user", "content": b"bytes are not text"}]) == 4 + 4 + 7
+
+
 def test_counting_stops_past_the_limit_without_encoding_a_long_string() -> None:
     assert prompt_text_bytes(_user("x" * 10_000), stop_after=100) > 100
     with pytest.raises(ContextLimitError) as caught:

@@ -68,8 +68,13 @@ class FlattenedChat:
         return bool(self.audio_parts)
 
 
+def _is_mapping(value: object) -> bool:
+    # A JSON object is a dict: checked first, as the ABC check costs more.
+    return isinstance(value, (dict, Mapping))
+
+
 def _parts(message: Mapping[str, Any], index: int) -> list[Mapping[str, Any]] | None:
-    if not isinstance(message, Mapping):
+    if not _is_mapping(message):
         raise ChatRequestError(f"message {index} must be an object, got {type(message).__name__}")
     role = message.get("role")
     if not isinstance(role, str) or not role:
@@ -86,7 +91,7 @@ def _parts(message: Mapping[str, Any], index: int) -> list[Mapping[str, Any]] | 
             f"got {type(content).__name__}"
         )
     for position, part in enumerate(content):
-        if not isinstance(part, Mapping) or not isinstance(part.get("type"), str):
+        if not _is_mapping(part) or not isinstance(part.get("type"), str):
             raise ChatRequestError(
                 f"message {index} part {position} must be an object with a 'type'"
             )

@@ -99,14 +99,17 @@ def prompt_text_bytes(messages: Any, *, stop_after: int | None = None) -> int:
                 total += len(item)  # at least one byte per character: past the limit
             else:
                 total += _text_bytes(item)
-        elif isinstance(item, Mapping):
+        # JSON's dict and list first: the ABC checks cost more than the walk itself.
+        elif isinstance(item, dict) or (not isinstance(item, list) and isinstance(item, Mapping)):
             if item.get("type") in _MEDIA_TYPES:
                 total += _MEDIA_PART_BYTES
                 continue
             for key, value in item.items():
                 stack.append(key)
                 stack.append(value)
-        elif isinstance(item, Sequence) and not isinstance(item, bytes | bytearray):
+        elif isinstance(item, list) or (
+            isinstance(item, Sequence) and not isinstance(item, bytes | bytearray)
+        ):
             stack.extend(item)
         elif item is not None:
             total += len(repr(item)) if isinstance(item, int | float | bool) else 0

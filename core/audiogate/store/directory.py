@@ -145,6 +145,7 @@ class DirectoryBackend:
     def __init__(self, root: str | os.PathLike[str], *, verify: bool = False) -> None:
         self.root = Path(root)
         self.blobs = self.root / "blobs"
+        self._blobs_dir = str(self.blobs)
         self.features = self.root / "features"
         self.tmp = self.root / "tmp"
         for path in (self.root, self.blobs, self.features, self.tmp):
@@ -408,7 +409,11 @@ class DirectoryBackend:
 
     def exists(self, sha256: str, nbytes: int) -> bool:
         """See :meth:`SourceBackend.exists`."""
-        return self._blob_ok(sha256, nbytes)
+        # Every reference asks: a string path, not two Path joins.
+        try:
+            return os.stat(os.path.join(self._blobs_dir, sha256[:2], sha256)).st_size == nbytes
+        except FileNotFoundError:
+            return False
 
     def read(self, sha256: str, nbytes: int, *, verify: bool = True) -> bytes | None:
         """See :meth:`SourceBackend.read`."""
