@@ -14,7 +14,7 @@ from toyfamily import TOY_POLICY, ToyFamily
 from audiogate import create_host
 from audiogate.acquire import EncodedClip, StoredHeader
 from audiogate.cache import FeatureCache
-from audiogate.decode import inspect
+from audiogate.decode import SourceFormat, inspect
 from audiogate.errors import LimitError, SourceLostError
 from audiogate.pipeline import prepare_clips
 from audiogate.pipeline import process as process_module
@@ -148,6 +148,36 @@ def test_a_recorded_header_that_is_not_the_bytes_is_refused(host, decodes) -> No
     other = attrs.evolve(mono, channels=2, data_length=mono.data_length * 2)
     with pytest.raises(SourceLostError, match="recorded header"):
         prepare_clips(host, TOY_POLICY, [stored(data, Reads(data), header=other)], cache=cache)
+
+
+def test_a_hit_computed_from_another_reading_of_the_bytes_is_not_served(host) -> None:
+    # The same bytes as raw f32 mono and as raw pcm16 stereo: as many frames, so the same
+    # key. A stored clip is computed from its own reading, and nothing is refused.
+    data = noise(samples=3_200, seed=9).astype("<f4").tobytes()
+    mono = SourceFormat.raw("f32", rate_hz=16_000, channels=1)
+    stereo = SourceFormat.raw("pcm16", rate_hz=16_000, channels=2)
+    cache = FeatureCache(64 * MIB)
+    prepare_clips(
+        host, TOY_POLICY, [EncodedClip(data=data, ordinal=1, source_format=mono)], cache=cache
+    )
+    expected = prepare_clips(
+        host, TOY_POLICY, [EncodedClip(data=data, ordinal=1, source_format=stereo)]
+    )
+    inline = EncodedClip(data=data, ordinal=1)
+    header = inspect(data, clip_index=0, source_format=stereo)
+    reads = Reads(data)
+    clip = EncodedClip(
+        source_format=stereo,
+        ordinal=1,
+        stored_sha256=inline.sha256,
+        stored_header=StoredHeader(nbytes=len(data), geometry=header, read=reads),
+    )
+    served = prepare_clips(host, TOY_POLICY, [clip], cache=cache)
+    assert reads.count == 1
+    assert served.clips[0].channels == 2
+    np.testing.assert_array_equal(
+        served.clips[0].features.features, expected.clips[0].features.features
+    )
 
 
 def test_bytes_gone_or_damaged_are_refused_where_they_are_read(host, decodes) -> None:

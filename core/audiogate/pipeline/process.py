@@ -137,8 +137,12 @@ def process_request(
                     prepared.append(_from_cache(_to_cache(computed[key]), index=index, clip=clip))
                     continue
                 found = cache.lookup(key, family=policy.family, cancel=cancel, clip_index=index)
+            if isinstance(found, CachedClip) and not _fits_header(found, clip):
+                # Computed from another reading of these bytes (a raw source stored under
+                # another declared geometry): this clip is computed from its own, and a
+                # recorded header that is not its bytes' is refused there.
+                found = None
             if isinstance(found, CachedClip):
-                _check_recorded(found, clip, index)
                 _check_hit(policy, found, index)
                 prepared.append(_from_cache(found, index=index, clip=clip))
                 if count == 1:
@@ -322,21 +326,16 @@ def _from_cache(cached: CachedClip, *, index: int, clip: EncodedClip) -> Prepare
     )
 
 
-def _check_recorded(cached: CachedClip, clip: EncodedClip, index: int) -> None:
-    """A clip admitted by its recorded header must be what the hit was computed from
-    (same digest, so the same bytes): else the record is damaged."""
+def _fits_header(cached: CachedClip, clip: EncodedClip) -> bool:
+    """Whether a hit was computed from a clip of the geometry a stored clip was admitted
+    by (its recorded header); a clip without one is admitted by its own header."""
     header = clip.header
-    if header is None:
-        return
-    if (
-        cached.source_rate_hz != header.rate_hz
-        or cached.channels != header.channels
-        or cached.source_samples != header.frames
-        or cached.encoded_bytes != clip.nbytes
-    ):
-        raise SourceLostError(
-            cached.sha256, clip_index=index, detail="its recorded header is not its bytes'"
-        )
+    return header is None or (
+        cached.source_rate_hz == header.rate_hz
+        and cached.channels == header.channels
+        and cached.source_samples == header.frames
+        and cached.encoded_bytes == clip.nbytes
+    )
 
 
 def _check_header(clip: EncodedClip, clip_plan: ClipPlan, limits: DecodeLimits, index: int) -> None:
