@@ -238,3 +238,11 @@ def test_a_look_up_does_not_wait_for_a_writer(store) -> None:
     finally:
         done.set()
         writer.join()
+
+
+def test_a_look_up_by_digest_uses_an_index(store) -> None:
+    # Every reference looks its digest up: not a scan of every record ever kept.
+    plan = store.backend._reader.execute(
+        "EXPLAIN QUERY PLAN SELECT * FROM sources WHERE sha256 = ? ORDER BY id", ("0",)
+    ).fetchall()
+    assert any("INDEX sources_sha256" in str(row) for row in plan), plan

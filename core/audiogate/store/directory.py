@@ -71,6 +71,7 @@ CREATE TABLE IF NOT EXISTS sources (
 CREATE UNIQUE INDEX IF NOT EXISTS sources_current ON sources (sha256, owner)
     WHERE status IN {_CURRENT_SQL};
 CREATE INDEX IF NOT EXISTS sources_owner ON sources (owner);
+CREATE INDEX IF NOT EXISTS sources_sha256 ON sources (sha256);
 CREATE TABLE IF NOT EXISTS journal (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
     at REAL NOT NULL,
