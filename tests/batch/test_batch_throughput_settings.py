@@ -119,5 +119,9 @@ def test_rows_table_builds_what_arrow_builds_from_the_rows(manifest):
     rows = [
         prepare_row(gate, line, fingerprint=fingerprint) for line in path.read_text().splitlines()
     ]
+    # A family without masks (null items), several clips, and no clip at all.
+    rows.append({**rows[0], "masks": [None, b"m"], "features": [b"a", b"b"]})
+    rows.append({**rows[0], "masks": [], "features": []})
     want = pa.Table.from_pylist(rows, schema=output_schema())
     assert rows_table(rows).equals(want)
+    assert rows_table(rows[:0]).equals(pa.Table.from_pylist([], schema=output_schema()))
