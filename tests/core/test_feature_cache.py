@@ -394,6 +394,55 @@ def test_the_key_is_the_hash_of_the_json_of_all_its_parts() -> None:
     assert _key(TOY_POLICY) == _key(TOY_POLICY)
 
 
+def test_a_raw_declaration_is_in_the_key_and_a_container_s_is_not() -> None:
+    from audiogate.decode.geometry import AUTO, WAV, SourceFormat
+
+    def key(source_format: SourceFormat) -> FeatureKey:
+        return feature_key(
+            _fake_host(),
+            TOY_POLICY,
+            "a" * 64,
+            decode_frames=3_200,
+            normalized_samples=3_200,
+            source_format=source_format,
+        )
+
+    assert key(WAV) == key(AUTO) == _key(TOY_POLICY, decode_frames=3_200, normalized_samples=3_200)
+    raws = [
+        SourceFormat.raw("f32", rate_hz=16_000, channels=1),
+        SourceFormat.raw("pcm16", rate_hz=16_000, channels=2),
+        SourceFormat.raw("f32", rate_hz=8_000, channels=1),
+    ]
+    assert len({key(f) for f in raws} | {key(WAV)}) == 4
+
+
+def test_the_same_bytes_declared_as_other_raw_samples_are_not_a_hit(decodes) -> None:
+    # 12,800 bytes are 3,200 frames both as f32 mono and as pcm16 stereo, at 16 kHz: the
+    # same plan sizes, other samples. The second declaration used to get the first's
+    # features.
+    from audiogate.decode.geometry import SourceFormat
+
+    host = toy_host(CountingToy())
+    cache = FeatureCache(64 * MIB)
+    data = (noise(samples=3_200, seed=5) * 0.5).astype("<f4").tobytes()
+    mono = SourceFormat.raw("f32", rate_hz=16_000, channels=1)
+    stereo = SourceFormat.raw("pcm16", rate_hz=16_000, channels=2)
+
+    def clip(source_format: SourceFormat) -> list[EncodedClip]:
+        return [EncodedClip(data=data, ordinal=1, source_format=source_format)]
+
+    first = prepare_clips(host, TOY_POLICY, clip(mono), cache=cache)
+    second = prepare_clips(host, TOY_POLICY, clip(stereo), cache=cache)
+    assert (cache.hits, cache.misses) == (0, 2)
+    uncached = prepare_clips(host, TOY_POLICY, clip(stereo))
+    np.testing.assert_array_equal(
+        second.clips[0].features.features, uncached.clips[0].features.features
+    )
+    assert not np.array_equal(first.clips[0].features.features, second.clips[0].features.features)
+    again = prepare_clips(host, TOY_POLICY, clip(mono), cache=cache)
+    assert again.clips[0].features is first.clips[0].features  # still a hit
+
+
 # --- the LRU ---------------------------------------------------------------------------
 
 

@@ -24,6 +24,7 @@ from audiogate.policy import AudioPolicy
 from audiogate.policy.memo import per_policy
 
 if TYPE_CHECKING:
+    from audiogate.decode.geometry import SourceFormat
     from audiogate.host import FamilyHost
 
 __all__ = ["KEY_FORMAT", "LIMIT_FIELDS", "RESULT_FIELDS", "FeatureKey", "feature_key"]
@@ -122,14 +123,19 @@ def feature_key(
     *,
     decode_frames: int,
     normalized_samples: int,
+    source_format: SourceFormat | None = None,
 ) -> FeatureKey:
     """The key of one clip of a request planned under ``policy``.
 
     :param decode_frames: the source frames the plan decodes (a prefix when truncating).
     :param normalized_samples: the plan's normalized samples (where a truncation cuts).
+    :param source_format: what the caller declared about the bytes. A raw source's
+        encoding, rate and channels are in the key: the same bytes declared otherwise
+        are other samples. A container's header is in its bytes, so its declaration is
+        not (``"auto"`` and ``"wav"`` share their entries).
     """
     family = host.family(policy.family)
-    parts = {
+    parts: dict[str, Any] = {
         "format": KEY_FORMAT,
         "core": __version__,
         "distribution": family.distribution,
@@ -138,7 +144,14 @@ def feature_key(
         "decode_frames": decode_frames,
         "normalized_samples": normalized_samples,
     }
+    if source_format is not None and source_format.container == "raw":
+        parts["declared"] = [
+            source_format.container,
+            source_format.encoding,
+            source_format.rate_hz,
+            source_format.channels,
+        ]
     # The JSON of ``{**parts, "policy": policy_fingerprint(policy)}`` ("policy" sorts
-    # last), with the policy's part serialized once per policy.
+    # after every other part), with the policy's part serialized once per policy.
     text = f'{_json(parts)[:-1]},"policy":{_policy_json(policy)}}}'
     return FeatureKey(sha256, hashlib.sha256(text.encode()).hexdigest())

@@ -132,6 +132,7 @@ def process_request(
                     clip.sha256,
                     decode_frames=clip_plan.decode_geometry.frames,
                     normalized_samples=clip_plan.normalized_samples,
+                    source_format=clip.source_format,
                 )
                 if key in computed:
                     prepared.append(_from_cache(_to_cache(computed[key]), index=index, clip=clip))
