@@ -6,11 +6,17 @@ N generated clips (default 2,000) of 1 to 30 s (uniform, seeded), 16 kHz mono PC
 (noise over a tone), each a manifest row ``{"id", "audio"}`` under a media root; family
 Gemma 3n's pinned defaults (``--family gemma3n``). Paths:
 
-* **in-process**: one gate, ``prepare_row`` over the rows in this process (one thread):
-  the single-thread rate r1 the targets are relative to;
+* **in-process (1 thread)**: the engines' per-row code in one fresh process on one thread
+  (``GateSpec(block_threads=1)``): ``prepare_row`` and the shard writer ``run_shard``,
+  writing the same Parquet shards. The rate r1 the targets are relative to. Also shown:
+  ``prepare_row`` alone on one thread, and on the two threads per clip a server uses;
 * **local**: ``audiogate batch --engine local --workers CORES`` as a subprocess;
-* **ray**: ``audiogate batch --engine ray --workers CORES`` (Ray's local cluster, started
-  and stopped by the command, counted in its time);
+* **ray, running cluster**: ``ray start --head`` first, then ``--engine ray --ray-address
+  auto`` (the job alone is timed; CPU is the machine's, from ``/proc/stat``, as the
+  cluster's processes are not the command's children);
+* **ray, own ray.init()**: ``--engine ray`` starting and stopping its local cluster;
+* **Ray's floor**: the same Ray Data pipeline with an actor that passes rows through, on
+  the same manifest: Ray's own seconds for this many rows, and the best share they leave;
 * **transformers**: ``soundfile.read`` and ``Gemma3nAudioFeatureExtractor`` per clip, one
   process (what a dataset script would do without audiogate).
 
