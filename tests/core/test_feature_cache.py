@@ -35,7 +35,6 @@ from audiogate.errors import LimitError, PreprocessCancelled, SourceLostError
 from audiogate.family import RegisteredFamily
 from audiogate.metrics import AudioMetrics
 from audiogate.pipeline import EncodedClip, prepare_clips
-from audiogate.pipeline import process as process_module
 from audiogate.pipeline.process import _check_hit
 from audiogate.policy import AudioPolicy
 from audiogate.records import ClipFeatures, FeaturePlan, readonly
@@ -99,20 +98,6 @@ class CountingToy(ToyFamily):
             tail=readonly(np.arange(3, dtype=np.float32)),
             label="extras",
         )
-
-
-@pytest.fixture
-def decodes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Every decode the pipeline runs, by clip index."""
-    calls: list[int] = []
-    real = process_module.decode
-
-    def counting(*args: Any, **kwargs: Any) -> Any:
-        calls.append(kwargs["clip_index"])
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(process_module, "decode", counting)
-    return calls
 
 
 def toy_host(toy: ToyFamily) -> Any:

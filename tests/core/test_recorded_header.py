@@ -17,24 +17,9 @@ from audiogate.cache import FeatureCache
 from audiogate.decode import SourceFormat, inspect
 from audiogate.errors import LimitError, SourceLostError
 from audiogate.pipeline import prepare_clips
-from audiogate.pipeline import process as process_module
 from audiogate.testing.audio import noise, wav_bytes
 
 MIB = 1 << 20
-
-
-@pytest.fixture
-def decodes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Every decode the pipeline runs, by clip index."""
-    calls: list[int] = []
-    real = process_module.decode
-
-    def counting(*args: Any, **kwargs: Any) -> Any:
-        calls.append(kwargs["clip_index"])
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(process_module, "decode", counting)
-    return calls
 
 
 @pytest.fixture
