@@ -20,6 +20,7 @@ from typing import Any, Final, TextIO
 import attrs
 
 from audiogate import __version__
+from audiogate.argtypes import positive_int
 from audiogate.errors import (
     AudioGateError,
     LimitError,
@@ -419,16 +420,6 @@ output: OUT/part-NNNNN.parquet (id, status, error_code, error, input_ids, tokens
 """
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
-    return value
-
-
 def _add_batch_parser(sub: Any) -> None:
     p = sub.add_parser(
         "batch",
@@ -455,13 +446,13 @@ def _add_batch_parser(sub: Any) -> None:
     )
     p.add_argument(
         "--workers",
-        type=_positive_int,
+        type=positive_int,
         metavar="N",
         help="processes (local) or actors (ray); default: this machine's cores",
     )
     p.add_argument(
         "--shard-rows",
-        type=_positive_int,
+        type=positive_int,
         default=128,
         metavar="N",
         help="rows per output shard (default 128)",
@@ -657,11 +648,11 @@ def _add_serve_parser(sub: Any, *, arguments: bool) -> None:
             help="uvicorn: one process (default); ray: replicas on Ray Serve (audiogate[ray])",
         )
         ray.add_argument(
-            "--num-replicas", type=_positive_int, metavar="N", help="fixed replicas (default 1)"
+            "--num-replicas", type=positive_int, metavar="N", help="fixed replicas (default 1)"
         )
         ray.add_argument("--min-replicas", type=int, metavar="N", help="autoscale from N replicas")
         ray.add_argument(
-            "--max-replicas", type=_positive_int, metavar="N", help="autoscale up to N replicas"
+            "--max-replicas", type=positive_int, metavar="N", help="autoscale up to N replicas"
         )
         ray.add_argument(
             "--ray-address",

@@ -15,6 +15,7 @@ from typing import Any, Final
 
 import attrs
 
+from audiogate.argtypes import positive_int
 from audiogate.chat.prompt_text import MAX_PROMPT_TEXT_BYTES
 from audiogate.server.budgets import ServerLimits
 from audiogate.store.records import StoreQuotas
@@ -129,23 +130,13 @@ def _port(text: str) -> int:
     return value
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
-    return value
-
-
 #: ``--workers``: each is a thread started at once; far more than any machine has cores
 #: would only fail to start ("can't start new thread") or exhaust memory.
 MAX_WORKERS: Final = 1024
 
 
 def _workers(text: str) -> int:
-    value = _positive(text)
+    value = positive_int(text)
     if value > MAX_WORKERS:
         raise argparse.ArgumentTypeError(
             f"{text!r} is too many worker threads (1 to {MAX_WORKERS})"
@@ -193,7 +184,10 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
         help=f"audio worker threads (1 to {MAX_WORKERS}; default {threads})",
     )
     p.add_argument(
-        "--queue-depth", type=_positive, metavar="N", help=f"jobs waiting (default {queue_depth})"
+        "--queue-depth",
+        type=positive_int,
+        metavar="N",
+        help=f"jobs waiting (default {queue_depth})",
     )
     p.add_argument(
         "--max-queued-encoded-bytes", type=_size, metavar="SIZE", help=f"default {queued}"
@@ -244,7 +238,7 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     max_connections = _default(ServerLimits, "max_connections")
     p.add_argument(
         "--max-connections",
-        type=_positive,
+        type=positive_int,
         default=max_connections,
         metavar="N",
         help=(
@@ -263,7 +257,7 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
             f"--body-timeout, else 408 (default {min_body_rate}; 0: off)"
         ),
     )
-    p.add_argument("--max-prefill-tokens", type=_positive, metavar="N", help="prompt length cap")
+    p.add_argument("--max-prefill-tokens", type=positive_int, metavar="N", help="prompt length cap")
     text_cap = _size_text(_default(ServeOptions, "max_prompt_text_bytes"))
     p.add_argument(
         "--max-prompt-text-bytes",
@@ -305,7 +299,7 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
         "--store-max-bytes-per-owner", type=_size, metavar="SIZE", help="default: no limit"
     )
     p.add_argument(
-        "--store-max-sources-per-owner", type=_positive, metavar="N", help="default: no limit"
+        "--store-max-sources-per-owner", type=positive_int, metavar="N", help="default: no limit"
     )
     p.add_argument("--store-max-bytes", type=_size, metavar="SIZE", help="default: no limit")
     p.add_argument(
