@@ -72,6 +72,13 @@ def test_other_mappings_and_sequences_count_as_dicts_and_lists_do() -> None:
     assert prompt_text_bytes([{"role": "user", "content": b"bytes are not text"}]) == 4 + 4 + 7
 
 
+def test_a_type_that_is_not_a_string_is_counted_not_a_crash() -> None:
+    # {"type": []} made the media-type look-up raise TypeError (unhashable): a 500.
+    assert prompt_text_bytes([{"role": {"type": []}}]) == 4 + 4
+    assert prompt_text_bytes([{"type": {"input_audio": 1}}]) == 4 + 11 + 1
+    assert prompt_text_bytes([{"type": ["input_audio"]}]) == 4 + 11
+
+
 def test_counting_stops_past_the_limit_without_encoding_a_long_string() -> None:
     assert prompt_text_bytes(_user("x" * 10_000), stop_after=100) > 100
     with pytest.raises(ContextLimitError) as caught:

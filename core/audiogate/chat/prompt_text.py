@@ -101,7 +101,8 @@ def prompt_text_bytes(messages: Any, *, stop_after: int | None = None) -> int:
                 total += _text_bytes(item)
         # JSON's dict and list first: the ABC checks cost more than the walk itself.
         elif isinstance(item, dict) or (not isinstance(item, list) and isinstance(item, Mapping)):
-            if item.get("type") in _MEDIA_TYPES:
+            kind = item.get("type")
+            if isinstance(kind, str) and kind in _MEDIA_TYPES:  # a list is not hashable
                 total += _MEDIA_PART_BYTES
                 continue
             for key, value in item.items():
