@@ -17,30 +17,64 @@ from batchkit import GEMMA
 
 import audiogate.dsp.blocks
 from audiogate.batch import BatchOptions, GateSpec, policy_fingerprint, prepare_row, run_batch
-from audiogate.batch.run import _worker_spec
 from audiogate.batch.shards import RAW_COLUMNS, output_schema, rows_table
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 
 
-def _options(tmp_path: Path, **kw) -> BatchOptions:
-    spec = GateSpec(model_dir=str(GEMMA), media_root=str(tmp_path))
-    return BatchOptions(gate=spec, manifest=tmp_path / "m.jsonl", out_dir=tmp_path / "o", **kw)
+def test_workers_sharing_the_cores_run_one_thread_per_clip(manifest, tmp_path, monkeypatch):
+    import audiogate.batch.local as local
 
+    specs: list[GateSpec] = []
+    monkeypatch.setattr(local, "usable_cpus", lambda: 4)
 
-def test_workers_sharing_the_cores_run_one_thread_per_clip(tmp_path, monkeypatch):
-    monkeypatch.setattr("audiogate.batch.run.usable_cpus", lambda: 4)
-    assert _worker_spec(_options(tmp_path, workers=1)).block_threads is None
-    assert _worker_spec(_options(tmp_path, workers=2)).block_threads == 2
-    assert _worker_spec(_options(tmp_path, workers=4)).block_threads == 1
-    assert _worker_spec(_options(tmp_path, workers=8)).block_threads == 1
-    # A Ray actor reserves one CPU, wherever it runs.
-    assert _worker_spec(_options(tmp_path, workers=1, engine="ray")).block_threads == 1
+    class Pool:
+        """Records the spec the pool's processes would be spawned with."""
+
+        def __init__(self, *, initargs, **kw) -> None:
+            specs.append(initargs[0])
+
+        def __enter__(self):
+            raise RuntimeError("stop")
+
+        def __exit__(self, *exc) -> None:
+            return None
+
+    monkeypatch.setattr(local.concurrent.futures, "ProcessPoolExecutor", Pool)
+    _, media = manifest
+    spec = GateSpec(model_dir=str(GEMMA), media_root=str(media))
+    shards = [(0, ()), (1, ())]
+    for workers, want in ((2, 2), (4, 1), (8, 1)):
+        with pytest.raises(RuntimeError, match="stop"):
+            local.run_local(spec, None, tmp_path, shards, workers=workers, on_shard=print)
+        assert specs.pop().block_threads == want
     # The caller's own choice stands.
-    mine = _options(tmp_path, workers=4)
-    mine = attrs.evolve(mine, gate=attrs.evolve(mine.gate, block_threads=2))
-    assert _worker_spec(mine).block_threads == 2
+    with pytest.raises(RuntimeError, match="stop"):
+        local.run_local(
+            attrs.evolve(spec, block_threads=2), None, tmp_path, shards, workers=4, on_shard=print
+        )
+    assert specs.pop().block_threads == 2
+    assert spec.for_workers(1).block_threads == 1
+
+
+def test_one_worker_runs_in_the_caller_s_process_and_leaves_its_threads_alone(
+    manifest, tmp_path, monkeypatch
+):
+    monkeypatch.setattr(audiogate.dsp.blocks, "BLOCK_THREADS", 2)
+    path, media = manifest
+    for workers in (1, 2):  # one shard: no pool either way
+        run_batch(
+            BatchOptions(
+                gate=GateSpec(model_dir=str(GEMMA), media_root=str(media)),
+                manifest=path,
+                out_dir=tmp_path / f"w{workers}",
+                workers=workers,
+                shard_rows=100,
+            ),
+            progress=io.StringIO(),
+        )
+        assert audiogate.dsp.blocks.BLOCK_THREADS == 2
 
 
 def test_building_the_gate_applies_its_block_threads(monkeypatch):

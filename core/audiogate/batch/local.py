@@ -18,6 +18,7 @@ from typing import Any
 from audiogate.batch.manifest import Manifest, RowRef, read_rows
 from audiogate.batch.rows import GateSpec, policy_fingerprint, prepare_row
 from audiogate.batch.shards import BatchCounts, ShardWriter
+from audiogate.dsp.blocks import usable_cpus
 
 __all__ = ["Shard", "run_local", "run_shard"]
 
@@ -75,6 +76,9 @@ def run_local(
             total.merge(counts)
             on_shard(counts)
         return total
+    # Each process has cores // workers cores of its own: a second thread per clip would
+    # only oversubscribe the others' (docs/datasets.md, "Memory and parallelism").
+    spec = spec.for_workers(max(1, usable_cpus() // workers))
     # spawn, not fork: the driver may hold threads (tokenizers, a progress thread).
     context = multiprocessing.get_context("spawn")
     with concurrent.futures.ProcessPoolExecutor(

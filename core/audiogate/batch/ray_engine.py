@@ -161,7 +161,11 @@ def run_ray(
             text_column = "text"
         prepared = dataset.map_batches(
             RayRowPreparer,
-            fn_constructor_kwargs={"spec": spec, "done": done, "text_column": text_column},
+            fn_constructor_kwargs={
+                "spec": spec.for_workers(1),  # an actor reserves one CPU
+                "done": done,
+                "text_column": text_column,
+            },
             batch_size=batch_rows,
             batch_format="pyarrow",
             compute=ray.data.ActorPoolStrategy(size=workers),

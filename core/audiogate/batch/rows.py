@@ -115,6 +115,13 @@ class GateSpec:
         if (self.model_dir is None) == (self.family is None):
             raise ValueError("GateSpec: give exactly one of model_dir and family")
 
+    def for_workers(self, threads: int) -> GateSpec:
+        """This spec for a process or actor that is one of several workers: ``threads``
+        threads per clip, unless :attr:`block_threads` says otherwise."""
+        if self.block_threads is not None:
+            return self
+        return attrs.evolve(self, block_threads=threads)
+
     def build(self) -> Any:
         """The :class:`~audiogate.api.AudioGate` (no worker: one row at a time in the
         calling thread, under the policy's per-request budgets)."""

@@ -25,7 +25,6 @@ from audiogate.batch.shards import (
     require_pyarrow,
     write_success,
 )
-from audiogate.dsp.blocks import usable_cpus
 
 __all__ = ["BatchOptions", "BatchProgress", "run_batch"]
 
@@ -118,20 +117,6 @@ def _shards(refs: Sequence[RowRef], size: int, first: int) -> list[tuple[int, tu
     ]
 
 
-def _worker_spec(options: BatchOptions) -> GateSpec:
-    """The gate spec the engine's processes build: one thread per clip where each process
-    (or Ray actor, which reserves one CPU) has a core of its own; a helper thread per
-    clip would only oversubscribe the cores the other workers use."""
-    spec = options.gate
-    if spec.block_threads is not None:
-        return spec
-    if options.engine == "ray":
-        return attrs.evolve(spec, block_threads=1)
-    if options.workers > 1:
-        return attrs.evolve(spec, block_threads=max(1, usable_cpus() // options.workers))
-    return spec
-
-
 def run_batch(options: BatchOptions, *, progress: TextIO | None = None) -> dict[str, Any]:
     """Prepare every row of the manifest not finished yet; returns ``_SUCCESS.json``'s
     content (rows, ok and errors by code over the whole output, and this run's seconds
@@ -170,7 +155,7 @@ def run_batch(options: BatchOptions, *, progress: TextIO | None = None) -> dict[
         from audiogate.batch.ray_engine import run_ray
 
         counts = run_ray(
-            _worker_spec(options),
+            options.gate,
             manifest,
             out_dir,
             frozenset(done),
@@ -185,7 +170,7 @@ def run_batch(options: BatchOptions, *, progress: TextIO | None = None) -> dict[
         from audiogate.batch.local import run_local
 
         counts = run_local(
-            _worker_spec(options),
+            options.gate,
             manifest,
             out_dir,
             _shards(pending, options.shard_rows, first),
