@@ -13,6 +13,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import attrs
 import httpx
 import pytest
 import uvicorn
@@ -74,7 +75,8 @@ SIZE_OPTIONS = [
         ["--port", "http"],
         *([option, size] for option in SIZE_OPTIONS for size in ("0", "0KiB", "-5")),
         *(
-            ["--body-timeout", seconds]
+            [option, seconds]
+            for option in ("--body-timeout", "--store-wait", "--store-retire-timeout")
             for seconds in ("0", "-0", "-1", "nan", "inf", "-inf", "1e999", "soon")
         ),
     ],
@@ -110,6 +112,36 @@ def test_the_smallest_and_largest_serve_values_make_valid_options(monkeypatch) -
     assert largest.threads == 1024
     assert largest.limits.max_inflight_acquired_bytes == 99_999_999_999 << 30
     assert run_module._config(_tiny_app(), largest).timeout_graceful_shutdown > 0
+
+
+def test_the_store_waits_are_options(monkeypatch) -> None:
+    from audiogate.server import run as run_module
+    from audiogate.server.budgets import ServerLimits
+    from audiogate.server.options import ServeOptions
+    from audiogate.store import DEFAULT_SOURCE_WAIT_S
+
+    seen = []
+    monkeypatch.setattr(run_module, "serve", lambda options, host=None: seen.append(options) or 0)
+    assert main(["serve", "--model", "m"]) == 0
+    flags = ["--store-wait", "2.5", "--store-retire-timeout", "0.25"]
+    assert main(["serve", "--model", "m", *flags]) == 0
+    default, given = seen
+    assert (
+        default.source_wait_s == DEFAULT_SOURCE_WAIT_S == ServeOptions(model_dir="m").source_wait_s
+    )
+    assert default.limits.retire_timeout_s == ServerLimits().retire_timeout_s == 60.0
+    assert (given.source_wait_s, given.limits.retire_timeout_s) == (2.5, 0.25)
+    # The store the server opens waits that long for a source still processing.
+    opened = []
+
+    def open_store(path, **kwargs):
+        opened.append(kwargs)
+        raise RuntimeError("opened")
+
+    monkeypatch.setattr(run_module.SourceStore, "open", open_store)
+    with pytest.raises(RuntimeError, match="opened"):
+        run_module.build_app(attrs.evolve(given, store_dir="store"))
+    assert opened[0]["wait_s"] == 2.5
 
 
 def test_parse_size() -> None:

@@ -127,6 +127,29 @@ def test_another_owners_private_source_answers_exactly_like_a_missing_one(runnin
     assert theirs.text.replace(sha, "X") == absent.text.replace(missing, "X")
 
 
+def test_retiring_a_held_source_waits_for_its_leases_up_to_the_timeout(tmp_path) -> None:
+    from audiogate.server.budgets import ServerLimits
+
+    store = SourceStore.open(tmp_path / "store")
+    limits = ServerLimits(retire_timeout_s=0.3)
+    with serving("qwen2-audio-7b-instruct", store=store, owners=TOKENS, limits=limits) as running:
+        client = running.client
+        data = _wav(7)
+        headers = {**ALICE, "Content-Type": "audio/wav"}
+        sha = client.post("/v1/audio/sources", content=data, headers=headers).json()["sha256"]
+        _ready(client, sha, ALICE)
+        lease = store.lease(sha, owner="alice")  # a request still holding it
+        started = time.monotonic()
+        busy = client.delete(f"/v1/audio/sources/{sha}", headers=ALICE)
+        assert busy.status_code == 409, busy.text
+        assert time.monotonic() - started >= 0.3
+        assert client.get(f"/v1/audio/sources/{sha}", headers=ALICE).json()["status"] == "ready"
+        lease.release()
+        retired = client.delete(f"/v1/audio/sources/{sha}", headers=ALICE)
+        assert retired.status_code == 200
+        assert retired.json()["status"] == "retired"
+
+
 def test_retire_refuses_new_references_and_keeps_history(running) -> None:
     client = running.client
     data = _wav(3)

@@ -64,6 +64,8 @@ class ServerLimits:
         the process's open-file limit); one more is answered 503 and closed.
     :param min_body_rate: bytes per second a body must average once it has been arriving
         for ``body_idle_timeout_s`` (else 408); 0 turns the check off.
+    :param retire_timeout_s: how long ``DELETE /v1/audio/sources/{sha256}`` waits for the
+        requests holding the source to release it (then 409, and it is not retired).
     """
 
     max_body_bytes: int | None = attrs.field(
@@ -79,6 +81,7 @@ class ServerLimits:
     header_timeout_s: float = attrs.field(default=10.0, validator=attrs.validators.gt(0))
     max_connections: int = attrs.field(default=1024, validator=attrs.validators.ge(1))
     min_body_rate: int = attrs.field(default=32 * 1024, validator=attrs.validators.ge(0))
+    retire_timeout_s: float = attrs.field(default=60.0, validator=attrs.validators.gt(0))
 
 
 class ServerMetrics:

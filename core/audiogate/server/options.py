@@ -19,6 +19,7 @@ from audiogate.argtypes import positive_int
 from audiogate.chat.prompt_text import MAX_PROMPT_TEXT_BYTES
 from audiogate.server.budgets import ServerLimits
 from audiogate.store.records import StoreQuotas
+from audiogate.store.store import DEFAULT_SOURCE_WAIT_S
 from audiogate.worker import WorkerLimits
 from audiogate.worker.reservations import MIB
 
@@ -69,6 +70,8 @@ class ServeOptions:
         ``/v1/audio/*`` request then needs ``Authorization: Bearer TOKEN`` and acts as
         that owner. ``None``: every request is the one anonymous owner.
     :param store_quotas: what each owner, and the store, may hold.
+    :param source_wait_s: how long a reference to a source still ``processing`` waits for
+        it to be ready (then 409).
     """
 
     model_dir: Path = attrs.field(converter=Path)
@@ -88,6 +91,9 @@ class ServeOptions:
     verify_store: bool = False
     auth_tokens: Path | None = attrs.field(default=None, converter=attrs.converters.optional(Path))
     store_quotas: StoreQuotas = attrs.field(factory=StoreQuotas)
+    source_wait_s: float = attrs.field(
+        default=DEFAULT_SOURCE_WAIT_S, validator=attrs.validators.gt(0)
+    )
     log_level: str = "info"
     access_log: bool = True
 
@@ -303,6 +309,21 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--store-max-bytes", type=_size, metavar="SIZE", help="default: no limit")
     p.add_argument(
+        "--store-wait",
+        type=_seconds,
+        default=_default(ServeOptions, "source_wait_s"),
+        metavar="SECONDS",
+        help="how long a reference to a source still processing waits for it "
+        "(default: %(default)g)",
+    )
+    p.add_argument(
+        "--store-retire-timeout",
+        type=_seconds,
+        default=_default(ServerLimits, "retire_timeout_s"),
+        metavar="SECONDS",
+        help="how long retiring a source waits for the requests holding it (default: %(default)g)",
+    )
+    p.add_argument(
         "--auth-tokens",
         metavar="FILE",
         help="'TOKEN OWNER' lines: requests need a bearer token and act as its owner "
@@ -334,6 +355,7 @@ def serve_options(args: argparse.Namespace) -> ServeOptions:
             header_timeout_s=args.header_timeout,
             max_connections=args.max_connections,
             min_body_rate=args.min_body_rate,
+            retire_timeout_s=args.store_retire_timeout,
         ),
         max_prefill_tokens=args.max_prefill_tokens,
         **(
@@ -344,6 +366,7 @@ def serve_options(args: argparse.Namespace) -> ServeOptions:
         feature_cache_bytes=args.feature_cache_bytes,
         store_dir=args.store,
         verify_store=args.store_verify,
+        source_wait_s=args.store_wait,
         auth_tokens=args.auth_tokens,
         store_quotas=StoreQuotas(
             max_bytes_per_owner=args.store_max_bytes_per_owner,

@@ -65,7 +65,10 @@ def build_app(options: ServeOptions, *, host: FamilyHost | None = None) -> Starl
     store = None
     if options.store_dir is not None:
         store = SourceStore.open(
-            options.store_dir, verify=options.verify_store, quotas=options.store_quotas
+            options.store_dir,
+            verify=options.verify_store,
+            quotas=options.store_quotas,
+            wait_s=options.source_wait_s,
         )
         logging.getLogger("audiogate.server").info(
             "source store %s opened: %s", options.store_dir, store.recovery.as_dict()

@@ -50,7 +50,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CONTENT_TYPES",
-    "RETIRE_TIMEOUT_S",
     "SOURCES_PATH",
     "SourceRoutes",
     "UnauthorizedError",
@@ -58,8 +57,6 @@ __all__ = [
 ]
 
 SOURCES_PATH: Final = "/v1/audio/sources"
-#: How long ``DELETE`` waits for the requests holding a source (then 409, not retired).
-RETIRE_TIMEOUT_S: Final = 60.0
 
 #: Raw upload media types → the declared format (parameters after ``;`` are ignored).
 CONTENT_TYPES: Final[Mapping[str, SourceFormat]] = {
@@ -271,7 +268,10 @@ class SourceRoutes:
             owner = owner_of(request, self.server.owners)
             sha256 = _digest(request)
             record = await asyncio.to_thread(
-                self.store.retire, sha256, owner=owner, timeout_s=RETIRE_TIMEOUT_S
+                self.store.retire,
+                sha256,
+                owner=owner,
+                timeout_s=self.server.limits.retire_timeout_s,
             )
         except AudioGateError as error:
             return error_response(error, close=False)
