@@ -15,6 +15,11 @@ Plugin authors: see ``docs/plugins/dsp.md`` for an example of each.
   triangles of transformers, librosa and SpeechLib, bit for bit from the family's own
   edges), :func:`~audiogate.dsp.melbank.sparse_projection` and
   :func:`~audiogate.dsp.melbank.covered_bins`.
+* :mod:`audiogate.dsp.whisper`: the Whisper log-mel frontend (80 or 128 Slaney bins,
+  the 30 s window, ``"longest"`` padding, Voxtral's multiple of 30 s, 30 s chunks), which
+  every family whose processor runs ``WhisperFeatureExtractor`` computes with; its plan
+  and constants are in :mod:`audiogate.dsp.whisper_geometry` (no SciPy), its bank in
+  :mod:`audiogate.dsp.slaney`. Not re-exported here: importing the kernel builds its banks.
 * :mod:`audiogate.dsp.identity`: :func:`~audiogate.dsp.identity.plan_identity` and
   :func:`~audiogate.dsp.identity.resample_identity`, the resample that passes a clip on.
 * :mod:`audiogate.dsp.mlx_loader`: :func:`~audiogate.dsp.mlx_loader.load_mlx_module`,

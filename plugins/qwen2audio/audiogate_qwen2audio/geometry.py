@@ -13,6 +13,8 @@ from typing import Final
 
 import attrs
 
+from audiogate.dsp.whisper_geometry import CHUNK_SAMPLES, HOP, N_FFT, SAMPLE_RATE_HZ
+
 __all__ = [
     "FEATURE_SHAPE",
     "HOP",
@@ -27,11 +29,8 @@ __all__ = [
     "whisper_geometry",
 ]
 
-SAMPLE_RATE_HZ: Final = 16_000
 #: ``n_samples``: the 30 s window every clip is padded to (and the per-clip maximum).
-MAX_SAMPLES: Final = SAMPLE_RATE_HZ * 30  # 480,000
-N_FFT: Final = 400
-HOP: Final = 160
+MAX_SAMPLES: Final = CHUNK_SAMPLES  # 480,000
 N_MELS: Final = 128
 MAX_FRAMES: Final = MAX_SAMPLES // HOP  # 3000 = nb_max_frames = 2 × max_source_positions
 #: Pooled rows of a full window: ``audio_tokens(3000)``.
