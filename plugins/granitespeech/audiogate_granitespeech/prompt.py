@@ -11,9 +11,10 @@ format?"``), with no delimiters around it. Two inputs reach :func:`expand_prompt
   a bare :class:`~audiogate.records.MediaSegment`; it becomes the clip's n
   ``<|audio|>``, where the user would have typed the placeholder.
 * **Plain** (text only). The text carries one ``<|audio|>`` per clip, in clip order, as
-  the processor takes it; each becomes that clip's n ``<|audio|>``. A count that
-  differs from the clips' is refused (the processor would fail on it, or leave audio
-  unplaced).
+  the processor takes it; each becomes that clip's n ``<|audio|>``. Another non-zero
+  count is refused (the processor would fail on it, or leave audio unplaced); a text
+  without any gets the clips' runs, in order, at the start of its last user turn
+  (after ``<|start_of_role|>user<|end_of_role|>``), or at its start without one.
 
 A ``<|audio|>`` typed into chat text, or into a plain prompt of a request without audio,
 is refused, as are image parts (Granite Speech has no image input).
@@ -37,7 +38,10 @@ from audiogate.records import (
 from audiogate_granitespeech.geometry import audio_tokens
 from audiogate_granitespeech.policy import AUDIO_TOKEN, AUDIO_TOKEN_INDEX
 
-__all__ = ["CHAT_TEMPLATE", "expand_prompt"]
+__all__ = ["CHAT_TEMPLATE", "USER_TURN", "expand_prompt"]
+
+#: Where a user turn's content starts in the rendered template.
+USER_TURN: Final = "<|start_of_role|>user<|end_of_role|>"
 
 #: The chat template of ibm-granite/granite-speech-3.3-2b's tokenizer: Granite 3.3
 #: instruct's (system default with the date, tools, documents, thinking and controls).
@@ -187,6 +191,12 @@ def _plain_pieces(
 ) -> list[_Piece]:
     text = "".join(s.text for s in segments if isinstance(s, TextSegment))
     parts = text.split(audio)
+    if len(parts) == 1 and clips:
+        # No placeholder at all: the clips go where the model card puts them, at the
+        # start of the last user turn (or of the prompt, without one).
+        at = text.rfind(USER_TURN)
+        cut = at + len(USER_TURN) if at >= 0 else 0
+        parts = [text[:cut], *([""] * (len(clips) - 1)), text[cut:]]
     if len(parts) - 1 != len(clips):
         raise PlaceholderError(
             f"the prompt has {len(parts) - 1} {audio!r} placeholder(s) for {len(clips)} audio "

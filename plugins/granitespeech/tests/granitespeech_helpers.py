@@ -137,6 +137,10 @@ def install_torchaudio_stand_in() -> None:
         module.transforms = transforms  # type: ignore[attr-defined]
         sys.modules["torchaudio"] = module
         sys.modules["torchaudio.transforms"] = transforms
+    from transformers.utils import import_utils
+
+    # transformers caches the answer; one asked before the stand-in existed said no.
+    import_utils.is_torchaudio_available.cache_clear()
     extractor_module = sys.modules.get(
         "transformers.models.granite_speech.feature_extraction_granite_speech"
     )
