@@ -20,6 +20,7 @@ import types
 from typing import Any
 
 import numpy as np
+
 from audiogate_granitespeech.geometry import granite_geometry
 from audiogate_granitespeech.prompt import CHAT_TEMPLATE
 
