@@ -1,0 +1,20 @@
+"""Audio Flamingo 3 family plugin for audiogate.
+
+Where each stage lives (the file map every shipped family shares), one module a line:
+
+* ``policy``: pinned constants (10 minutes in 30 s windows, ``<sound>`` 151669), checkpoint
+  keys, ``spec()``.
+* ``geometry``: samples → 30 s windows → Whisper frames → pooled rows (``af3_geometry``).
+* ``resample``: ``plan_resample`` / ``resample``: soxr HQ at ``librosa.load``'s length.
+* ``features``: the features stage on :mod:`audiogate.dsp.whisper` (``"windows"`` mode).
+* ``collate``: ``collate_features``: ``input_features`` and ``input_features_mask``, a row
+  per window.
+* ``prompt``: ``expand_prompt``: chat audio parts or ``<sound>`` → n × ``<sound>``.
+* ``plugin``: the hook implementations only, each delegating to one function above.
+"""
+
+from __future__ import annotations
+
+from audiogate_audioflamingo3._version import __version__
+
+__all__ = ["__version__"]
