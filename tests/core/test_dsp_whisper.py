@@ -46,7 +46,7 @@ def _extractor(n_mels: int) -> Any:
 
 
 def _signal(kind: str, samples: int, seed: int = 0) -> np.ndarray:
-    rng = np.random.default_rng(seed + samples)
+    rng = np.random.default_rng(samples + seed)
     t = np.arange(samples) / 16_000
     if kind == "noise":
         x = 0.2 * rng.standard_normal(samples)
