@@ -1,0 +1,19 @@
+"""Qwen2.5-Omni family plugin for audiogate (the thinker's audio input).
+
+Where each stage lives, one module a line:
+
+* ``policy``: pinned constants (300 s, 7,500 rows), checkpoint keys, ``spec()``.
+* ``geometry``: samples → Whisper frames (one 300 s window) → encoder rows.
+* ``resample``: ``plan_resample`` / ``resample``: 16 kHz as is, any other rate via soxr HQ.
+* ``features``: ``plan_features`` and ``extract_features`` on :mod:`audiogate.dsp.whisper`.
+* ``collate``: ``collate_features``: ``input_features`` and ``feature_attention_mask``.
+* ``prompt``: ``expand_prompt``: each audio part or plain ``<|audio_bos|><|AUDIO|><|audio_eos|>``
+  → ``<|audio_bos|>`` + n × ``<|AUDIO|>`` + ``<|audio_eos|>``.
+* ``plugin``: the hook implementations only, each delegating to one function above.
+"""
+
+from __future__ import annotations
+
+from audiogate_qwen25omni._version import __version__
+
+__all__ = ["__version__"]

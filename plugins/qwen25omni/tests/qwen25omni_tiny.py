@@ -1,0 +1,53 @@
+"""A tiny random ``Qwen2_5OmniThinkerForConditionalGeneration`` (the builder to add to
+``audiogate.testing.tiny_models`` once families are merged)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def build_tiny_thinker(seed: int = 0) -> Any:
+    """The thinker at toy widths with the checkpoint's audio frontend and token ids."""
+    import torch
+    import transformers
+
+    torch.manual_seed(seed)
+    config = transformers.Qwen2_5OmniThinkerConfig(
+        audio_config={
+            "d_model": 16,
+            "encoder_layers": 1,
+            "encoder_attention_heads": 2,
+            "encoder_ffn_dim": 32,
+            "num_mel_bins": 128,
+            "max_source_positions": 1500,
+            "n_window": 100,
+            "output_dim": 32,
+        },
+        vision_config={
+            "depth": 1,
+            "hidden_size": 16,
+            "intermediate_size": 32,
+            "num_heads": 2,
+            "out_hidden_size": 32,
+            "fullatt_block_indexes": [0],
+        },
+        text_config={
+            "vocab_size": 152_064,
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_hidden_layers": 1,
+            "num_attention_heads": 2,
+            "num_key_value_heads": 1,
+            "rope_parameters": {
+                "rope_type": "default",
+                "rope_theta": 1_000_000.0,
+                "mrope_section": [2, 3, 3],
+            },
+        },
+        audio_token_index=151_646,
+        # Read by the thinker's position ids; the checkpoint's config.json carries them.
+        vision_start_token_id=151_652,
+        vision_end_token_id=151_653,
+        vision_token_id=151_654,
+    )
+    return transformers.Qwen2_5OmniThinkerForConditionalGeneration(config).eval()

@@ -1,0 +1,18 @@
+"""Qwen2.5-Omni passes the family contract suite (``audiogate.testing.contract``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import audiogate_qwen25omni.plugin as family_plugin
+from audiogate.testing.contract import FamilyContract
+
+MODELS = Path(__file__).resolve().parents[3] / "examples" / "models"
+
+
+class TestQwen25OmniContract(FamilyContract):
+    family = "qwen25omni"
+    plugins = (family_plugin,)
+    sample_rates_hz = (8_000, 16_000, 44_100, 48_000, 96_000)
+    model_dir = MODELS / "qwen2.5-omni-7b"
+    user_placeholder = "<|audio_bos|><|AUDIO|><|audio_eos|>"
