@@ -9,7 +9,10 @@ Two inputs reach :func:`expand_prompt`:
 * **Chat** (the segments contain :class:`~audiogate.records.MediaSegment` s): the stand-in
   chat template (``examples/models/voxtral-mini-3b-2507``) renders the messages as
   mistral-common does, each audio part a sentinel where it stands; every bare audio
-  segment becomes its clip's block.
+  segment becomes its clip's block. The template joins non-empty text of a turn with a
+  blank line (:data:`JOIN`), sentinels included, where mistral-common joins only adjacent
+  text (an audio chunk ends the run): the one join on each side of an audio segment is
+  dropped.
 * **Plain** (text only): Voxtral has no text placeholder (``VoxtralProcessor`` refuses
   ``[AUDIO]`` in text), so the blocks of all clips, in order, go right after the last
   ``[INST]`` (where an audio-first user turn puts them, as in the model card's examples and
@@ -45,13 +48,15 @@ from audiogate_voxtral.policy import (
     BEGIN_AUDIO_TOKEN_ID,
 )
 
-__all__ = ["BOS", "SYSTEM_PROMPT", "USER_TURN", "expand_prompt"]
+__all__ = ["BOS", "JOIN", "SYSTEM_PROMPT", "USER_TURN", "expand_prompt"]
 
 #: Where a user turn's content starts in the rendered prompt.
 USER_TURN: Final = "[INST]"
 BOS: Final = "<s>"
 #: mistral-common (tokenizer v7) refuses a system message in a conversation with audio.
 SYSTEM_PROMPT: Final = "[SYSTEM_PROMPT]"
+#: What mistral-common's normalizer (and the template) puts between adjacent text.
+JOIN: Final = "\n\n"
 
 
 @attrs.frozen
@@ -108,9 +113,16 @@ _Piece = str | int
 def _chat_pieces(segments: Sequence[PromptSegment], clips: Sequence[ClipSlot]) -> list[_Piece]:
     pieces: list[_Piece] = []
     expected = 1
-    for segment in segments:
+    for position, segment in enumerate(segments):
         if isinstance(segment, TextSegment):
-            pieces.append(segment.text)
+            text = segment.text
+            before = segments[position - 1] if position else None
+            after = segments[position + 1] if position + 1 < len(segments) else None
+            if isinstance(before, MediaSegment) and text.startswith(JOIN):
+                text = text[len(JOIN) :]
+            if isinstance(after, MediaSegment) and text.endswith(JOIN):
+                text = text[: -len(JOIN)]
+            pieces.append(text)
             continue
         if segment.kind != "audio":
             raise PlaceholderError(

@@ -182,3 +182,53 @@ def test_apply_chat_template_end_to_end(rates, seconds):
     got = prepared.model_inputs["input_features"]
     assert got.shape == want.shape
     assert float(np.abs(got - want).max()) <= TOLERANCE
+
+
+def test_apply_chat_template_end_to_end_multi_turn():
+    """Audio between text parts, two user messages in a row, an assistant turn: the ids
+    mistral-common encodes (its normalizer joins adjacent text with a blank line)."""
+    pytest.importorskip("mistral_common")
+    from transformers import AutoProcessor
+
+    import audiogate_voxtral.plugin as family_plugin
+    from audiogate.api import AudioGate
+    from audiogate.host import create_host
+
+    processor = AutoProcessor.from_pretrained(str(MODEL_DIR), local_files_only=True)
+    payloads = [
+        wav_base64(make_signal("noise", samples=8_000 * (i + 1), seed=i), rate_hz=16_000)
+        for i in range(4)
+    ]
+
+    def conversation(audio):
+        return [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "First:"},
+                    audio(0),
+                    {"type": "text", "text": "and"},
+                    {"type": "text", "text": "second:"},
+                    audio(1),
+                    audio(2),
+                ],
+            },
+            {"role": "user", "content": "Same speaker?"},
+            {"role": "assistant", "content": "Yes. "},
+            {"role": "user", "content": [audio(3), {"type": "text", "text": "\n\nAnd this?"}]},
+        ]
+
+    reference = processor.apply_chat_template(
+        conversation(lambda i: {"type": "audio", "base64": payloads[i]})
+    )
+    gate = AudioGate.from_model_dir(
+        MODEL_DIR, host=create_host(plugins=[family_plugin], load_entry_points=False)
+    )
+    prepared = gate.prepare(
+        conversation(
+            lambda i: {"type": "input_audio", "input_audio": {"data": payloads[i], "format": "wav"}}
+        )
+    )
+    assert list(prepared.input_ids) == reference["input_ids"][0].tolist()
+    want = reference["input_features"].numpy()
+    assert float(np.abs(prepared.model_inputs["input_features"] - want).max()) <= TOLERANCE

@@ -101,26 +101,45 @@ AUDIO_CONFIG: Final = {
 }
 #: mistral-common's ``InstructTokenizerV7`` chat format for text conversations: ``<s>``,
 #: ``[SYSTEM_PROMPT]…[/SYSTEM_PROMPT]`` where a system message stands, ``[INST]…[/INST]``
-#: around each user turn's parts (text verbatim, in order), an assistant turn's text
-#: right-stripped of spaces and closed by ``</s>``. Audio parts are encoded by the
-#: processor (``[BEGIN_AUDIO]`` + one ``[AUDIO]`` per 80 ms), never by this template.
+#: around each run of user messages, an assistant run right-stripped of spaces and closed
+#: by ``</s>``. As mistral-common's normalizer does, consecutive messages of one role are
+#: one turn, and non-empty text (parts of a message, and messages of a run) is joined with
+#: a blank line. Audio parts are encoded by the processor (``[BEGIN_AUDIO]`` + one
+#: ``[AUDIO]`` per 80 ms, no blank line around them), never by this template; audiogate
+#: hands it each audio part as a text part holding a sentinel, and its expansion drops the
+#: blank lines this template joins a sentinel with.
 CHAT_TEMPLATE: Final = (
-    "{%- macro text(content) -%}"
-    "{%- if content is string -%}{{ content }}"
-    "{%- else -%}{%- for part in content -%}"
-    "{%- if part['type'] == 'text' -%}{{ part['text'] }}"
-    "{%- else -%}{{ raise_exception('Voxtral: only text parts are rendered by the template; "
-    "audio parts are encoded by the processor') }}"
-    "{%- endif -%}{%- endfor -%}{%- endif -%}"
-    "{%- endmacro -%}"
     "{{ bos_token }}"
+    "{%- set ns = namespace(text=false) -%}"
     "{%- for message in messages -%}"
-    "{%- if message['role'] == 'system' -%}[SYSTEM_PROMPT]{{ text(message['content']) }}"
-    "[/SYSTEM_PROMPT]"
-    "{%- elif message['role'] == 'user' -%}[INST]{{ text(message['content']) }}[/INST]"
-    "{%- elif message['role'] == 'assistant' -%}{{ text(message['content']).rstrip(' ') }}"
-    "{{ eos_token }}"
-    "{%- else -%}{{ raise_exception('Voxtral: roles are system, user and assistant') }}"
+    "{%- set role = message['role'] -%}"
+    "{%- if role not in ('system', 'user', 'assistant') -%}"
+    "{{ raise_exception('Voxtral: roles are system, user and assistant') }}"
+    "{%- endif -%}"
+    "{%- set opens = loop.first or role == 'system' or loop.previtem['role'] != role -%}"
+    "{%- set closes = loop.last or role == 'system' or loop.nextitem['role'] != role -%}"
+    "{%- if opens -%}"
+    "{%- set ns.text = false -%}"
+    "{%- if role == 'system' -%}[SYSTEM_PROMPT]{%- elif role == 'user' -%}[INST]{%- endif -%}"
+    "{%- endif -%}"
+    "{%- set content = message['content'] -%}"
+    "{%- set parts = [{'type': 'text', 'text': content}] if content is string else content -%}"
+    "{%- set ns.out = '' -%}"
+    "{%- for part in parts -%}"
+    "{%- if part['type'] != 'text' -%}"
+    "{{ raise_exception('Voxtral: the template renders text parts; audio parts are "
+    "encoded by the processor') }}"
+    "{%- endif -%}"
+    "{%- if part['text'] -%}"
+    "{%- if ns.text -%}{%- set ns.out = ns.out + '\n\n' -%}{%- endif -%}"
+    "{%- set ns.out = ns.out + part['text'] -%}"
+    "{%- set ns.text = true -%}"
+    "{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- if role == 'assistant' and closes -%}{{ ns.out.rstrip(' ') }}{{ eos_token }}"
+    "{%- else -%}{{ ns.out }}{%- endif -%}"
+    "{%- if closes -%}"
+    "{%- if role == 'system' -%}[/SYSTEM_PROMPT]{%- elif role == 'user' -%}[/INST]{%- endif -%}"
     "{%- endif -%}"
     "{%- endfor -%}"
 )
