@@ -1,12 +1,18 @@
 # The two quick-start commands (see README): `make demo` and `make test`.
-# Both create .venv with the core and the three family plugins; nothing else is needed
-# but Python 3.11 or newer, this make (GNU) and access to the package registries.
+# Both create .venv with the core and the shipped family plugins (families.toml); nothing
+# else is needed but Python 3.11 or newer, this make (GNU) and access to the package registries.
 
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip --disable-pip-version-check
-PLUGINS  := -e plugins/phi4mm -e plugins/gemma3n -e plugins/qwen2audio
+# The shipped families' distributions, one line each in families.toml (scripts/shipped.py).
+FAMILIES ?= families.toml
+SHIPPED  := $(PYTHON) scripts/shipped.py --list $(FAMILIES)
+PLUGINS  := $(shell $(SHIPPED) pip-args)
+ifeq ($(PLUGINS),)
+$(error $(SHIPPED) listed no family plugin: it needs Python 3.11 or newer as $(PYTHON))
+endif
 # The codecs extra decodes compressed audio (docs/formats.md); the tests also decode
 # WebM and MP4 through codecs-ffmpeg (PyAV), which a deployment opts into itself, and
 # run `audiogate batch` (pyarrow) and its Ray engine and Ray Serve deployment (ray).
@@ -16,8 +22,8 @@ TEST_PACKAGES := -e ".[codecs,codecs-ffmpeg,batch,ray]" $(PLUGINS)
 .PHONY: demo test test-fast install install-test lint typecheck pytest clean soak
 
 # What an install depends on: a change to any of these reinstalls, nothing else does.
-INSTALL_INPUTS := pyproject.toml plugins/phi4mm/pyproject.toml plugins/gemma3n/pyproject.toml \
-	plugins/qwen2audio/pyproject.toml requirements/test.txt Makefile
+INSTALL_INPUTS := pyproject.toml $(FAMILIES) $(shell $(SHIPPED) install-inputs) \
+	requirements/test.txt Makefile
 
 $(BIN)/python:
 	@echo "==> Creating $(VENV) with $(PYTHON)"
@@ -32,7 +38,7 @@ install-test: $(VENV)/.installed-test
 # The packages are editable installs: code changes need no reinstall, so each stamp is
 # remade only when an install input changed (or the venv is new).
 $(VENV)/.installed: $(BIN)/python $(INSTALL_INPUTS)
-	@echo "==> Installing audiogate, the three family plugins and transformers (about 2 minutes the first time)"
+	@echo "==> Installing audiogate, the shipped family plugins and transformers (about 2 minutes the first time)"
 	$(PIP) install --progress-bar on $(PACKAGES) "transformers==5.24.0" "jinja2==3.1.6"
 	@touch $@
 
@@ -40,7 +46,7 @@ $(VENV)/.installed: $(BIN)/python $(INSTALL_INPUTS)
 $(VENV)/.installed-test: $(BIN)/python $(INSTALL_INPUTS)
 	@echo "==> Installing torch (the CPU wheel) for the reference processors and tiny models"
 	$(PIP) install --progress-bar on "torch==2.13.0"
-	@echo "==> Installing audiogate, the three family plugins and the test tools"
+	@echo "==> Installing audiogate, the shipped family plugins and the test tools"
 	$(PIP) install --progress-bar on $(TEST_PACKAGES) -r requirements/test.txt
 	@touch $@ $(VENV)/.installed
 

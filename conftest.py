@@ -13,13 +13,47 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from shipped import ShippedFamily, shipped_families
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 # Tiny-model tests rely on the models' own placeholder-count checks.
 os.environ.pop("TRANSFORMERS_DISABLE_TORCH_CHECK", None)
 
-MODEL_TYPES = {"phi4mm": "phi4mm", "gemma3n": "gemma3n", "qwen2audio": "qwen2_audio"}
+_SHIPPED = shipped_families()
+_ROOT = Path(__file__).resolve().parent
+_EXAMPLES = _ROOT / "examples" / "models"
+
+
+def _model_type(family: ShippedFamily) -> str | None:
+    """The ``model_type`` of the family's first bundled example directory."""
+    for example in family.examples:
+        config = _EXAMPLES / example / "config.json"
+        if config.is_file():
+            return str(json.loads(config.read_text("utf-8"))["model_type"])
+    return None
+
+
+#: family → the model_type its example checkpoint declares (``model_dir``'s default).
+MODEL_TYPES = {
+    family.name: model_type
+    for family in _SHIPPED
+    if (model_type := _model_type(family)) is not None
+}
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """Skip ``plugins/<dir>`` unless families.toml lists it or the command line names it
+    (a family's folder is collected from the moment its line is added)."""
+    if collection_path.parent != _ROOT / "plugins" or not collection_path.is_dir():
+        return None
+    if collection_path.name in {family.dir for family in _SHIPPED}:
+        return None
+    for arg in config.invocation_params.args:
+        named = (config.invocation_params.dir / str(arg).partition("::")[0]).resolve()
+        if named == collection_path or collection_path in named.parents:
+            return None
+    return True
 
 
 ModelDirFactory = Callable[..., Path]

@@ -24,10 +24,13 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
+from shipped import shipped_families
+
 ROOT: Final = Path(__file__).resolve().parent.parent
 REFERENCE: Final = ROOT / "docs" / "reference"
-#: The families whose key reference is generated (installed plugins vary; these ship).
-SHIPPED_FAMILIES: Final = ("phi4mm", "gemma3n", "qwen2audio")
+#: The families whose key reference is generated (installed plugins vary; these ship:
+#: families.toml).
+SHIPPED_FAMILIES: Final = tuple(family.name for family in shipped_families())
 HELP_COLUMNS: Final = "100"
 COMMAND: Final = "python scripts/gen_docs.py"
 

@@ -11,14 +11,13 @@ import importlib
 import sys
 from pathlib import Path
 
+from shipped import ShippedFamily, shipped_families
+
 from audiogate.policy import build_schema, dump_schema
 
 ROOT = Path(__file__).resolve().parent.parent
-FAMILIES = {
-    "phi4mm": "audiogate_phi4mm",
-    "gemma3n": "audiogate_gemma3n",
-    "qwen2audio": "audiogate_qwen2audio",
-}
+#: The shipped families (families.toml), each with its package's schema.json.
+FAMILIES: tuple[ShippedFamily, ...] = shipped_families()
 
 
 def main() -> int:
@@ -26,10 +25,10 @@ def main() -> int:
     parser.add_argument("--check", action="store_true", help="fail if a schema is stale")
     args = parser.parse_args()
     stale = []
-    for family, package in FAMILIES.items():
-        module = importlib.import_module(f"{package}.policy")
-        text = dump_schema(build_schema(family, module.POLICY_KEYS))
-        path = ROOT / "plugins" / family / package / "schema.json"
+    for family in FAMILIES:
+        module = importlib.import_module(f"{family.package}.policy")
+        text = dump_schema(build_schema(family.name, module.POLICY_KEYS))
+        path = family.root / family.package / "schema.json"
         if not path.exists() or path.read_text("utf-8") != text:
             stale.append(str(path.relative_to(ROOT)))
             if not args.check:

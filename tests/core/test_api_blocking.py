@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from shipped import shipped_families
 
 from audiogate import create_host
 from audiogate.acquire import AcquisitionPolicy, acquire_suspends
@@ -23,7 +24,7 @@ from audiogate.pipeline import EncodedClip
 from audiogate.testing.audio import tone, wav_bytes
 from audiogate.worker import AudioWorker
 
-FAMILIES = ("gemma3n", "phi4mm", "qwen2audio")
+FAMILIES = tuple(family.name for family in shipped_families())
 WAV = wav_bytes(tone(seconds=0.5, rate_hz=16_000), rate_hz=16_000)
 
 

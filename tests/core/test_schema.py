@@ -6,11 +6,12 @@ import json
 
 import pytest
 from jsonschema import Draft202012Validator
+from shipped import shipped_families
 
 from audiogate.policy import build_schema, dump_schema
 from audiogate.testing.checkpoints import pinned_document
 
-FAMILIES = ("phi4mm", "gemma3n", "qwen2audio")
+FAMILIES = tuple(family.name for family in shipped_families())
 
 
 @pytest.mark.parametrize("family", FAMILIES)

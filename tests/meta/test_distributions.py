@@ -23,27 +23,21 @@ pytest.importorskip("hatchling", reason="hatchling (requirements/test.txt) build
 
 from hatchling.builders.sdist import SdistBuilder
 from hatchling.builders.wheel import WheelBuilder
+from shipped import shipped_families
 
 ROOT = Path(__file__).resolve().parents[2]
 
 #: distribution root, import package directory (relative), entry-point group → names.
-DISTRIBUTIONS = {
+DISTRIBUTIONS: dict[str, tuple[Path, str, dict[str, dict[str, str]]]] = {
     "audiogate": (ROOT, "core/audiogate", {"console_scripts": {"audiogate": "audiogate.cli:main"}}),
-    "audiogate-phi4mm": (
-        ROOT / "plugins" / "phi4mm",
-        "audiogate_phi4mm",
-        {"audiogate.families": {"phi4mm": "audiogate_phi4mm.plugin"}},
-    ),
-    "audiogate-gemma3n": (
-        ROOT / "plugins" / "gemma3n",
-        "audiogate_gemma3n",
-        {"audiogate.families": {"gemma3n": "audiogate_gemma3n.plugin"}},
-    ),
-    "audiogate-qwen2audio": (
-        ROOT / "plugins" / "qwen2audio",
-        "audiogate_qwen2audio",
-        {"audiogate.families": {"qwen2audio": "audiogate_qwen2audio.plugin"}},
-    ),
+}
+# The shipped families (families.toml): plugins/<dir>, one entry point per family listed.
+for _family in shipped_families():
+    _, _, _groups = DISTRIBUTIONS.setdefault(
+        _family.distribution, (_family.root, _family.package, {"audiogate.families": {}})
+    )
+    _groups["audiogate.families"][_family.name] = f"{_family.package}.plugin"
+DISTRIBUTIONS |= {
     "audiogate-toyvoice": (
         ROOT / "examples" / "plugins" / "audiogate-toyvoice",
         "audiogate_toyvoice",

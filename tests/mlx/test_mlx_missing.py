@@ -11,15 +11,17 @@ import sys
 import attrs
 import numpy as np
 import pytest
+from shipped import shipped_families
 
 from audiogate.cancel import NEVER
 from audiogate.errors import PluginError
 from audiogate.records import ClipFeatures
 
+#: The shipped families with an MLX kernel of their own.
 PACKAGES = {
-    "phi4mm": "audiogate_phi4mm",
-    "gemma3n": "audiogate_gemma3n",
-    "qwen2audio": "audiogate_qwen2audio",
+    family.name: family.package
+    for family in shipped_families()
+    if (family.root / family.package / "mlx_logmel.py").is_file()
 }
 
 

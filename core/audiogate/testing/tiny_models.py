@@ -4,11 +4,25 @@ Each keeps the family's real special-token ids and vocabulary size, and shrinks
 everything else (the configs below), so a test can run the real model code's
 placeholder checks on our ``input_ids`` and collated features in milliseconds. Needs
 torch and transformers (test dependencies); no weights are downloaded.
+
+Phi-4 MM, Gemma 3n and Qwen2-Audio are built here. Any other installed family brings its
+own: a module ``tiny_model`` in its package (the package of its ``audiogate.families``
+entry point, e.g. ``audiogate_voxtral.tiny_model``) with
+
+* ``build() -> model``: the tiny model (seeded and put in eval mode here);
+* optionally ``LOGITS_TO_KEEP: bool`` (default ``False``): the forward takes
+  ``logits_to_keep=1`` (worth it for a large vocabulary);
+* optionally ``forward_inputs(model_inputs) -> dict``: the collated inputs under the
+  names the model's forward takes, where they differ.
+
+So a shipped family's tiny model is its folder's business, not this module's.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Mapping, Sequence
+from types import ModuleType
 from typing import Any
 from unittest import mock
 
@@ -134,17 +148,42 @@ def _qwen2audio() -> Any:
 
 
 _BUILDERS = {"phi4mm": _phi4mm, "gemma3n": _gemma3n, "qwen2audio": _qwen2audio}
+#: Whether the forward takes ``logits_to_keep`` (Qwen2-Audio's does not).
+_LOGITS_TO_KEEP = {"phi4mm": True, "gemma3n": True, "qwen2audio": False}
+
+
+def _family_module(family: str) -> ModuleType | None:
+    """The ``tiny_model`` module of the installed plugin registering ``family``, if any."""
+    from importlib.metadata import entry_points
+
+    for entry in entry_points(group="audiogate.families", name=family):
+        package = entry.module.partition(".")[0]
+        name = f"{package}.tiny_model"
+        try:
+            return importlib.import_module(name)
+        except ModuleNotFoundError as error:
+            if error.name != name:
+                raise
+    return None
 
 
 def build_tiny_model(family: str, *, seed: int = 0) -> Any:
-    """A tiny random model of ``family`` in eval mode."""
+    """A tiny random model of ``family`` in eval mode.
+
+    :raises ValueError: neither this module nor the family's plugin has one.
+    """
     import torch
 
+    builder = _BUILDERS.get(family)
+    if builder is None:
+        module = _family_module(family)
+        builder = getattr(module, "build", None)
+    if builder is None:
+        raise ValueError(
+            f"no tiny model for {family!r}: one of {sorted(_BUILDERS)}, or a family whose "
+            "package has a tiny_model module with build()"
+        )
     torch.manual_seed(seed)
-    try:
-        builder = _BUILDERS[family]
-    except KeyError:
-        raise ValueError(f"no tiny model for {family!r}; one of {sorted(_BUILDERS)}") from None
     return builder().eval()
 
 
@@ -201,12 +240,16 @@ def forward_tiny_model(
     import numpy as np
     import torch
 
+    module = None if family in _BUILDERS else _family_module(family)
     if family == "phi4mm":
         model_inputs = native_phi4mm_inputs(model_inputs)
+    elif module is not None and hasattr(module, "forward_inputs"):
+        model_inputs = module.forward_inputs(model_inputs)
     tensors = {name: torch.from_numpy(np.array(value)) for name, value in model_inputs.items()}
     ids = torch.tensor([list(input_ids)], dtype=torch.long)
     extra: dict[str, Any] = {"attention_mask": torch.ones_like(ids)}
-    if family != "qwen2audio":
+    keep = _LOGITS_TO_KEEP.get(family, bool(getattr(module, "LOGITS_TO_KEEP", False)))
+    if keep:
         extra["logits_to_keep"] = 1  # the 200k-262k vocabulary dominates otherwise
     with torch.no_grad():
         return model(input_ids=ids, **tensors, **extra)

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from audiogate_toyvoice.geometry import frame_count, token_count
-from audiogate_toyvoice.melbank import mel_bank
 
 from audiogate.cancel import NEVER
 from audiogate.errors import FeatureError
 from audiogate.host import FamilyHost
 from audiogate.records import readonly
+from audiogate_toyvoice.geometry import frame_count, token_count
+from audiogate_toyvoice.melbank import mel_bank
 
 
 @pytest.mark.parametrize(

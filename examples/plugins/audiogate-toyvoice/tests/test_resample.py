@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 import pytest
-from audiogate_toyvoice.policy import PINNED
-from audiogate_toyvoice.resample import MAX_PHASES, plan_resample, resample
 
 from audiogate.cancel import NEVER, CancelToken, Checkpoint
 from audiogate.errors import DecodeError, LimitError, PreprocessCancelled
 from audiogate.records import readonly
+from audiogate_toyvoice.policy import PINNED
+from audiogate_toyvoice.resample import MAX_PHASES, plan_resample, resample
 
 EDGE = 200  # outputs near either end see the zero padding
 
