@@ -13,6 +13,7 @@ Where each stage lives, one module a line:
   as the processor pads a batch.
 * ``prompt``: ``expand_prompt``: chat audio parts or ``<|audio|>`` → n × ``<|audio|>``.
 * ``plugin``: the hook implementations only, each delegating to one function above.
+* ``tiny_model``: a tiny random ``GraniteSpeechForConditionalGeneration`` for tests.
 """
 
 from __future__ import annotations
