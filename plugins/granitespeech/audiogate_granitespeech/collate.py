@@ -42,7 +42,12 @@ from audiogate_granitespeech.geometry import (
     N_MELS,
     granite_geometry,
 )
-from audiogate_granitespeech.logmel import LOG_FLOOR, batch_frames, clamp_and_scale
+from audiogate_granitespeech.logmel import (
+    LOG_FLOOR,
+    batch_frames,
+    clamp_and_scale,
+    clip_interior_frames,
+)
 
 __all__ = ["collate_features"]
 
@@ -97,16 +102,9 @@ def _padded_row(
         own_frames = clip.features.reshape(-1, N_MELS)[:interior]
         np.maximum(own_frames, _scaled(floor), out=out[:interior])
     else:
-        head = batch_frames(
-            clip.waveform,
-            total_samples=total,
-            first=0,
-            stop=interior,
-            clip_index=index,
-            cancel=NEVER,
-        )
+        head = out[:interior]
+        clip_interior_frames(clip.waveform, head, clip_index=index, cancel=NEVER)
         clamp_and_scale(head, floor)
-        out[:interior] = head
     clamp_and_scale(tail, floor)
     kept = max(0, min(stored, reach) - interior)
     out[interior : interior + kept] = tail[:kept]

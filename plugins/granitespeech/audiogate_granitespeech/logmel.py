@@ -57,6 +57,7 @@ __all__ = [
     "LogMel",
     "batch_frames",
     "clamp_and_scale",
+    "clip_interior_frames",
     "granite_log_mel",
     "hann_window_torch",
     "working_bytes",
@@ -312,3 +313,27 @@ def batch_frames(
         )
         _run(_framed(segment, count), out, clip_index=clip_index, cancel=cancel)
     return out
+
+
+def clip_interior_frames(
+    waveform: npt.NDArray[np.float32],
+    out: npt.NDArray[np.float32],
+    *,
+    clip_index: int,
+    cancel: CancelToken,
+) -> None:
+    """Unclamped log-mel frames ``0 .. len(out) - 1`` of the clip into ``out``
+    ``[shape=(count, 80)]``, all of them interior (they read no sample past the clip, so
+    they are the same alone and in a batch): frames 0 and 1 from a reflected copy of the
+    clip's first 360 samples, the rest straight from the clip, without a padded copy."""
+    count = out.shape[0]
+    head = min(2, count)
+    if head:
+        segment = _batch_segment(
+            waveform, waveform.shape[0], -HALF_WINDOW, HOP * (head - 1) + HALF_WINDOW
+        )
+        _run(_framed(segment, head), out[:head], clip_index=clip_index, cancel=cancel)
+    if count > 2:
+        # Frame 2 starts at sample 160 * 2 - 200 = 120.
+        start = 2 * HOP - HALF_WINDOW
+        _run(_framed(waveform[start:], count - 2), out[2:], clip_index=clip_index, cancel=cancel)

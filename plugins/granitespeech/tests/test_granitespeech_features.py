@@ -104,7 +104,9 @@ def test_long_clip_matches_the_extractor(host, policy):
 
 BATCHES = [
     [("noise", 16_000), ("speechlike", 8_000), ("tone", 300)],
-    [("crescendo", 5_000), ("noise", 5_100)],  # the loud end is a reflected frame alone
+    [("crescendo", 5_000), ("noise", 5_100)],
+    # Clip 1's loudest frame is one of its reflected last frames: in the batch its
+    # maximum drops, and its interior frames are recomputed (collate's second path).
     [("crescendo", 4_000), ("noise", 4_150), ("crescendo", 4_399), ("noise", 4_401)],
     [("clipped", 48_000), ("crescendo", 320), ("silence", 16_000)],
     [("speechlike", 16_000), ("speechlike", 16_000)],
