@@ -10,7 +10,8 @@ Where each stage lives (the file map every shipped family shares), one module a 
 * ``collate``: ``collate_features``: ``input_features`` and ``input_features_mask``, a row
   per window.
 * ``prompt``: ``expand_prompt``: chat audio parts or ``<sound>`` → n × ``<sound>``.
-* ``plugin``: the hook implementations only, each delegating to one function above.
+* ``plugin``: registers the family with its stages (``audiogate.package_stages``).
+* ``tiny_model``: a tiny random model of the family for tests.
 """
 
 from __future__ import annotations

@@ -24,30 +24,11 @@ CODEC = SentinelCodec("feedfacefeedface")
 
 @pytest.fixture(scope="module")
 def model():
-    """Real vocabulary size and ``<sound>`` id; every width tiny."""
-    config = transformers.AudioFlamingo3Config(
-        audio_config={
-            "num_mel_bins": 128,
-            "hidden_size": 16,
-            "intermediate_size": 32,
-            "num_hidden_layers": 1,
-            "num_attention_heads": 2,
-            "max_source_positions": 1500,
-        },
-        text_config={
-            "model_type": "qwen2",
-            "vocab_size": 151_672,
-            "hidden_size": 16,
-            "intermediate_size": 32,
-            "num_hidden_layers": 1,
-            "num_attention_heads": 2,
-            "num_key_value_heads": 1,
-            "tie_word_embeddings": True,
-        },
-        audio_token_id=151_669,
-    )
+    """The family's tiny model (``audiogate_audioflamingo3.tiny_model``), seeded."""
+    from audiogate_audioflamingo3 import tiny_model
+
     torch.manual_seed(0)
-    return transformers.AudioFlamingo3ForConditionalGeneration(config).eval()
+    return tiny_model.build().eval()
 
 
 def prepare(host, policy, tokenizer, lengths):
@@ -112,3 +93,13 @@ def test_one_sound_too_many_or_too_few_raises_in_the_model(host, policy, tokeniz
     )
     with pytest.raises((ValueError, RuntimeError)):
         forward(model, batch, ids)
+
+
+def test_the_shared_tiny_model_helpers_find_this_familys(host, policy, tokenizer):
+    """``audiogate.testing.tiny_models`` builds and runs it through the entry point."""
+    from audiogate.testing.tiny_models import build_tiny_model, forward_tiny_model
+
+    built = build_tiny_model("audioflamingo3")
+    batch, prompt = prepare(host, policy, tokenizer, [16_000, 600_000])
+    out = forward_tiny_model("audioflamingo3", built, prompt.input_ids, batch.inputs)
+    assert torch.isfinite(out.logits).all()
