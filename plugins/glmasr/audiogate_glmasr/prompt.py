@@ -1,0 +1,321 @@
+"""Prompt expansion: each clip becomes ``<|begin_of_audio|>`` + n × ``<|pad|>`` +
+``<|end_of_audio|>``.
+
+``GlmAsrProcessor`` replaces each ``<|pad|>`` of the text by ``<|pad|>`` × the clip's rows.
+Two inputs reach :func:`expand_prompt`:
+
+* **Chat** (the segments come from chat messages). The checkpoint's template
+  (:data:`CHAT_TEMPLATE`) prints each audio part of a message as
+  ``<|begin_of_audio|><|pad|><|end_of_audio|><|user|>\\n`` at the part's position and
+  text parts verbatim, then trims the message's content. The core turns each audio
+  part into a text part holding its sentinel, which the template prints at the part's
+  position, so each audio media segment is replaced by that block with its n
+  ``<|pad|>``; where the block ends the message's content (nothing, or the next role
+  token, follows it), the trim has removed its final newline, and so does the expansion.
+  ``<|pad|>``, ``<|begin_of_audio|>`` or ``<|end_of_audio|>`` typed in chat text is
+  refused.
+* **Plain** (text only). Each ``<|pad|>`` is one clip's placeholder, in clip order, as
+  the processor reads it; their number must equal the clips'. A placeholder already
+  between ``<|begin_of_audio|>`` and ``<|end_of_audio|>`` gets just its rows; a bare one
+  is wrapped in the two; any other use of the delimiters is refused. Without any
+  placeholder, each clip's template block is inserted, in order, right after the last
+  ``<|user|>\\n`` (where the template puts audio that opens a user turn), or at the start
+  of the prompt when it has no user turn.
+
+With no clips the text is kept as it is, and any of the three audio tokens in it is
+refused. Image parts are refused (GLM-ASR has no image input).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Final
+
+import attrs
+
+from audiogate.errors import PlaceholderError, PolicyError
+from audiogate.policy import AudioPolicy
+from audiogate.records import (
+    ClipSlot,
+    ExpandedPrompt,
+    MediaSegment,
+    PromptSegment,
+    TextSegment,
+    check_span_count,
+)
+from audiogate_glmasr.geometry import MAX_FRAMES, audio_tokens
+from audiogate_glmasr.policy import (
+    AUDIO_BOS_TOKEN,
+    AUDIO_BOS_TOKEN_ID,
+    AUDIO_EOS_TOKEN,
+    AUDIO_EOS_TOKEN_ID,
+    AUDIO_TOKEN,
+    AUDIO_TOKEN_ID,
+)
+
+__all__ = ["CHAT_TEMPLATE", "ROLE_TOKENS", "USER_TURN", "expand_prompt"]
+
+#: zai-org/GLM-ASR-Nano-2512's chat template, as transformers'
+#: ``convert_glmasr_weights_to_hf.py`` writes it with the processor.
+CHAT_TEMPLATE: Final = """{%- macro to_text(content) -%}
+{%- if content is string -%}
+{{- content -}}
+{%- elif content is iterable and content is not mapping -%}
+{%- for item in content -%}
+{%- if item is mapping and item.type == 'text' and item.text is defined -%}
+{{- item.text -}}
+{%- elif item is mapping and (item.type == 'audio' or 'audio' in item) -%}
+<|begin_of_audio|><|pad|><|end_of_audio|><|user|>
+{% elif item is string -%}
+{{- item -}}
+{%- endif -%}
+{%- endfor -%}
+{%- else -%}
+{{- content -}}
+{%- endif -%}
+{%- endmacro -%}
+{%- for m in messages -%}
+{%- if m.role == 'system' -%}
+<|system|>
+{{ to_text(m.content) | trim }}
+{%- elif m.role == 'user' -%}
+<|user|>
+{{ to_text(m.content) | trim }}
+{%- elif m.role == 'assistant' -%}
+<|assistant|>
+{{ to_text(m.content) | trim }}
+{%- endif -%}
+{%- endfor -%}
+{%- if add_generation_prompt -%}
+<|assistant|>
+{% endif -%}"""
+#: What the template prints to open each message (and the generation prompt): text that
+#: starts with one of them right after an audio block ends that block's message.
+ROLE_TOKENS: Final = ("<|system|>", "<|user|>", "<|assistant|>")
+#: Where a user turn's content starts in the rendered template.
+USER_TURN: Final = "<|user|>\n"
+#: What the template prints after an audio part's ``<|end_of_audio|>``.
+_BLOCK_TAIL: Final = "<|user|>\n"
+
+
+@attrs.frozen
+class _Markers:
+    audio: str
+    bos: str
+    eos: str
+    audio_id: int
+    bos_id: int
+    eos_id: int
+
+    @property
+    def reserved(self) -> tuple[str, ...]:
+        return (self.audio, self.bos, self.eos)
+
+
+def _markers(policy: AudioPolicy) -> _Markers:
+    options = policy.options
+    return _Markers(
+        audio=str(options.get("audio_token", AUDIO_TOKEN)),
+        bos=str(options.get("audio_bos_token", AUDIO_BOS_TOKEN)),
+        eos=str(options.get("audio_eos_token", AUDIO_EOS_TOKEN)),
+        audio_id=int(options.get("audio_token_id", AUDIO_TOKEN_ID)),
+        bos_id=int(options.get("audio_bos_token_id", AUDIO_BOS_TOKEN_ID)),
+        eos_id=int(options.get("audio_eos_token_id", AUDIO_EOS_TOKEN_ID)),
+    )
+
+
+def _check_clips(clips: Sequence[ClipSlot]) -> None:
+    for index, clip in enumerate(clips):
+        if clip.ordinal != index + 1:
+            raise PlaceholderError(
+                f"audio clip {index + 1} carries ordinal {clip.ordinal}; expected {index + 1}"
+            )
+        expected = audio_tokens(clip.frames) if 0 <= clip.frames <= MAX_FRAMES else None
+        if expected is None or clip.tokens != expected or clip.tokens < 1:
+            raise PlaceholderError(
+                f"audio clip {clip.ordinal} claims {clip.tokens} tokens for {clip.frames} valid "
+                f"frames; GLM-ASR merges them into {expected} (at least 1 is needed)"
+            )
+
+
+def _refuse_raw_markers(text: str, markers: Sequence[str], where: str) -> None:
+    for marker in markers:
+        if marker in text:
+            raise PlaceholderError(
+                f"{where} contains the raw audio token {marker!r} with no clip behind it; in "
+                f"chat messages audio is placed by audio parts only"
+            )
+
+
+# A prompt as pieces: text, or the index of a clip whose rows go there.
+_Piece = str | int
+
+
+def _chat_pieces(
+    segments: Sequence[PromptSegment], clips: Sequence[ClipSlot], markers: _Markers
+) -> list[_Piece]:
+    pieces: list[_Piece] = []
+    expected = 1
+    for position, segment in enumerate(segments):
+        if isinstance(segment, TextSegment):
+            pieces.append(segment.text)
+            continue
+        if segment.kind != "audio":
+            raise PlaceholderError(
+                f"the prompt has a {segment.kind} part (ordinal {segment.ordinal}); "
+                f"GLM-ASR accepts audio only"
+            )
+        if segment.ordinal != expected or segment.ordinal > len(clips):
+            raise PlaceholderError(
+                f"audio part {segment.ordinal} appears where audio part {expected} is expected; "
+                f"the request has {len(clips)} audio clip(s), each placed once, in order"
+            )
+        after = segments[position + 1] if position + 1 < len(segments) else None
+        # The template trims each message's content: a block that ends it loses its "\n".
+        ends_content = after is None or (
+            isinstance(after, TextSegment) and after.text.startswith(ROLE_TOKENS)
+        )
+        tail = _BLOCK_TAIL[:-1] if ends_content else _BLOCK_TAIL
+        pieces.extend((markers.bos, segment.ordinal - 1, markers.eos + tail))
+        expected += 1
+    if expected - 1 != len(clips):
+        raise PlaceholderError(
+            f"the prompt places {expected - 1} audio part(s) but the request has "
+            f"{len(clips)} audio clip(s)"
+        )
+    written = "".join(s.text for s in segments if isinstance(s, TextSegment))
+    _refuse_raw_markers(written, markers.reserved, "the rendered prompt")
+    return pieces
+
+
+def _plain_pieces(
+    segments: Sequence[PromptSegment], clips: Sequence[ClipSlot], markers: _Markers
+) -> list[_Piece]:
+    text = "".join(s.text for s in segments if isinstance(s, TextSegment))
+    parts = text.split(markers.audio)
+    placeholders = len(parts) - 1
+    if not placeholders:
+        _refuse_raw_markers(text, markers.reserved, "the prompt")
+        at = text.rfind(USER_TURN)
+        cut = at + len(USER_TURN) if at >= 0 else 0
+        blocks: list[_Piece] = []
+        for index in range(len(clips)):
+            blocks.extend((markers.bos, index, markers.eos + _BLOCK_TAIL))
+        return [text[:cut], *blocks, text[cut:]]
+    if placeholders != len(clips):
+        raise PlaceholderError(
+            f"the prompt has {placeholders} {markers.audio!r} placeholder(s) for "
+            f"{len(clips)} audio clip(s); write one per clip, in order, or none"
+        )
+    pieces: list[_Piece] = []
+    wrapped = 0
+    for index in range(placeholders):
+        left, right = parts[index], parts[index + 1]
+        opened, closed = left.endswith(markers.bos), right.startswith(markers.eos)
+        if opened != closed:
+            raise PlaceholderError(
+                f"audio placeholder {index + 1} is half wrapped in {markers.bos}…{markers.eos}; "
+                f"write {markers.audio!r} bare or as {markers.bos + markers.audio + markers.eos!r}"
+            )
+        wrapped += opened
+        pieces.append(left if opened else left + markers.bos)
+        pieces.append(index)
+        if not closed:
+            parts[index + 1] = markers.eos + right
+    pieces.append(parts[-1])
+    written = "".join(p for p in pieces if isinstance(p, str))
+    for marker in (markers.bos, markers.eos):
+        if written.count(marker) != len(clips):
+            raise PlaceholderError(
+                f"the prompt uses {marker!r} outside its {len(clips)} audio placeholder(s); "
+                f"it may only delimit a {markers.audio!r}"
+            )
+    return pieces
+
+
+def _token_id(tokenizer: Any, token: str) -> int | None:
+    value = tokenizer.convert_tokens_to_ids(token)
+    return value if isinstance(value, int) else None
+
+
+def _check_tokenizer(tokenizer: Any, markers: _Markers) -> None:
+    for token, expected in (
+        (markers.audio, markers.audio_id),
+        (markers.bos, markers.bos_id),
+        (markers.eos, markers.eos_id),
+    ):
+        got = _token_id(tokenizer, token)
+        ids = tokenizer.encode(token, add_special_tokens=False)
+        if got != expected or list(ids) != [expected]:
+            raise PolicyError(
+                f"the tokenizer maps {token!r} to {got} (encodes it as {list(ids)}); the "
+                f"audio policy needs the single id {expected}",
+                file="tokenizer",
+                value=got,
+            )
+
+
+def expand_prompt(
+    policy: AudioPolicy,
+    segments: Sequence[PromptSegment],
+    clips: Sequence[ClipSlot],
+    tokenizer: Any,
+    *,
+    chat: bool = False,
+) -> ExpandedPrompt:
+    """Expand a chat-rendered or plain prompt (see the module docstring).
+
+    :param chat: the segments come from chat messages (always so with a media segment).
+    :returns: the text with every clip's n ``<|pad|>``; with a tokenizer also the ids and
+        each clip's span of audio ids (the text tokenizes to exactly those ids).
+    :raises PlaceholderError: a missing, extra, reordered or unknown audio position or
+        placeholder, an image part, or an audio token typed where it places no clip.
+    :raises PolicyError: the tokenizer's audio token ids differ from the policy's.
+    """
+    markers = _markers(policy)
+    _check_clips(clips)
+    if chat or any(isinstance(s, MediaSegment) for s in segments):
+        pieces = _chat_pieces(segments, clips, markers)
+    else:
+        pieces = _plain_pieces(segments, clips, markers)
+
+    # Adjacent text merged; the only split points are the runs of <|pad|>, which sit
+    # between the atomic special tokens <|begin_of_audio|> and <|end_of_audio|>: encoding
+    # piece by piece then equals encoding the whole text.
+    merged: list[_Piece] = []
+    for piece in pieces:
+        if isinstance(piece, str) and merged and isinstance(merged[-1], str):
+            merged[-1] += piece
+        elif not (isinstance(piece, str) and not piece):
+            merged.append(piece)
+    text = "".join(p if isinstance(p, str) else markers.audio * clips[p].tokens for p in merged)
+    if tokenizer is None:
+        return ExpandedPrompt(
+            input_ids=(), text=text, audio_spans=(), audio_token_id=markers.audio_id
+        )
+
+    _check_tokenizer(tokenizer, markers)
+    ids: list[int] = []
+    spans: list[tuple[int, int]] = []
+    for piece in merged:
+        if isinstance(piece, str):
+            encoded = [int(i) for i in tokenizer.encode(piece, add_special_tokens=False)]
+            if markers.audio_id in encoded:
+                raise PlaceholderError(
+                    f"prompt text tokenizes to the audio id {markers.audio_id} outside the "
+                    f"audio positions"
+                )
+            ids.extend(encoded)
+        else:
+            start = len(ids)
+            ids.extend([markers.audio_id] * clips[piece].tokens)
+            spans.append((start, len(ids)))
+    tokens = [clip.tokens for clip in clips]
+    if not check_span_count(spans, tokens):
+        raise PlaceholderError(f"expanded audio spans {spans} do not match clip tokens {tokens}")
+    return ExpandedPrompt(
+        input_ids=tuple(ids),
+        text=text,
+        audio_spans=tuple(spans),
+        audio_token_id=markers.audio_id,
+    )

@@ -1,0 +1,156 @@
+"""Windows, frames and token counts (``geometry``), the features plan, and the bundled
+example model directory."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from audiogate.cancel import NEVER
+from audiogate.errors import FeatureError, LimitError
+from audiogate.policy.checkpoint import read_checkpoint_configs
+from audiogate_glmasr.geometry import (
+    MAX_FRAMES,
+    MAX_ROWS,
+    MAX_SAMPLES,
+    audio_tokens,
+    glmasr_geometry,
+)
+from audiogate_glmasr.policy import MIN_SAMPLES
+
+EDGES = [
+    961,
+    1_120,
+    1_121,
+    1_440,
+    1_441,
+    1_760,
+    1_761,
+    16_000,
+    479_999,
+    480_000,
+    480_001,
+    480_160,
+    480_161,
+    480_320,
+    480_321,
+    480_480,
+    480_481,
+    960_000,
+    960_001,
+    MAX_SAMPLES - 1,
+    MAX_SAMPLES,
+]
+
+
+def processor_windows(samples: int) -> list[int]:
+    """``GlmAsrProcessor._process_audio``'s window lengths, restated."""
+    window, cap = 480_000, (655 // 30)
+    count = min(max(1, -(-samples // window)), cap)
+    end = min(samples, count * window)
+    return [min((i + 1) * window, end) - i * window for i in range(count)]
+
+
+def model_tokens(window_frames: list[int]) -> int:
+    """The model's count: ``get_audio_features``' lengths per mask row, summed."""
+    total = 0
+    for frames in window_frames:
+        for padding, kernel, stride in ((1, 3, 1), (1, 3, 2)):
+            frames = (frames + 2 * padding - (kernel - 1) - 1) // stride + 1
+        total += (frames - 4) // 4 + 1
+    return total
+
+
+@pytest.mark.parametrize("samples", EDGES)
+def test_geometry_is_the_processors_and_the_models(samples):
+    geometry = glmasr_geometry(samples)
+    windows = processor_windows(samples)
+    frames = [-(-n // 160) for n in windows]
+    assert geometry.windows == len(windows)
+    assert geometry.valid_frames == sum(frames)
+    assert geometry.tokens == audio_tokens(sum(frames)) == model_tokens(frames)
+    assert geometry.feature_shape == (len(windows), 128, 3000)
+
+
+def test_token_counts_at_known_points():
+    assert [audio_tokens(n) for n in (6, 7, 100, 3000, 4501, MAX_FRAMES)] == [
+        0,
+        1,
+        12,
+        375,
+        562,
+        MAX_ROWS,
+    ]
+    assert glmasr_geometry(MIN_SAMPLES - 1).tokens == 0
+    assert glmasr_geometry(MIN_SAMPLES).tokens == 1
+    with pytest.raises(ValueError, match="samples must be in"):
+        glmasr_geometry(MAX_SAMPLES + 1)
+
+
+def test_plans_refuse_short_and_long_clips_typed(host, policy):
+    with pytest.raises(FeatureError):
+        host.plan_features(policy, rate_hz=16_000, samples=MIN_SAMPLES - 1, clip_index=2)
+    with pytest.raises(LimitError):
+        host.plan_features(policy, rate_hz=16_000, samples=MAX_SAMPLES + 1, clip_index=2)
+    with pytest.raises(FeatureError):
+        host.plan_features(policy, rate_hz=48_000, samples=16_000, clip_index=2)
+
+
+@pytest.mark.parametrize("samples", [961, 480_000, 480_001, 1_234_567])
+def test_extraction_is_what_was_planned(host, policy, samples):
+    plan = host.plan_features(policy, rate_hz=16_000, samples=samples, clip_index=0)
+    waveform = np.random.default_rng(samples).uniform(-0.5, 0.5, samples).astype(np.float32)
+    waveform.flags.writeable = False
+    features = host.extract_features(
+        policy, plan, waveform, rate_hz=16_000, clip_index=0, cancel=NEVER
+    )
+    assert features.features.shape == plan.feature_shape
+    assert features.mask is not None
+    assert features.mask.shape == (plan.feature_shape[0], 3000)
+    # Every window but the last is full; the last has ceil(rest / 160) leading ones.
+    assert features.mask[:-1].all()
+    rest = samples - 480_000 * (plan.feature_shape[0] - 1)
+    assert int(features.mask[-1].sum()) == -(-rest // 160)
+    assert features.mask[-1, : -(-rest // 160)].all()
+    assert plan.detail["windows"] == plan.feature_shape[0]
+
+
+def test_the_example_model_directory_loads_as_the_checkpoint(host, models_dir):
+    transformers = pytest.importorskip("transformers")
+    directory = models_dir / "glm-asr-nano-2512"
+    processor = transformers.AutoProcessor.from_pretrained(str(directory))
+    assert type(processor).__name__ == "GlmAsrProcessor"
+    assert (processor.audio_token, processor.audio_token_id) == ("<|pad|>", 59_260)
+    assert processor.max_audio_len == 655
+    extractor = transformers.AutoFeatureExtractor.from_pretrained(str(directory))
+    assert type(extractor).__name__ == "WhisperFeatureExtractor"
+    assert (extractor.feature_size, extractor.n_samples) == (128, 480_000)
+    config = transformers.AutoConfig.from_pretrained(str(directory))
+    assert (config.model_type, config.audio_token_id) == ("glmasr", 59_260)
+    assert config.text_config.eos_token_id == [59_246, 59_253, 59_255]
+    policy = host.parse_policy("glmasr", read_checkpoint_configs(directory))
+    assert policy == host.default_policy("glmasr")
+
+
+def test_the_example_tokenizer_is_fresh(models_dir):
+    pytest.importorskip("transformers")
+    from glmasr_tokenizer import stale
+
+    assert stale() == []
+    saved = json.loads((models_dir / "glm-asr-nano-2512" / "tokenizer_config.json").read_text())
+    assert saved["eos_token"] == saved["pad_token"] == "<|endoftext|>"
+
+
+def test_a_checkpoint_that_states_another_window_cap_is_refused(host, models_dir, tmp_path):
+    """``max_audio_len`` other than 655 would change the processor's windows: refused."""
+    from audiogate.errors import PolicyError
+
+    source = models_dir / "glm-asr-nano-2512"
+    (tmp_path / "config.json").write_bytes((source / "config.json").read_bytes())
+    document = json.loads((source / "processor_config.json").read_text())
+    document["max_audio_len"] = 300
+    (tmp_path / "processor_config.json").write_text(json.dumps(document))
+    with pytest.raises(PolicyError):
+        host.parse_policy("glmasr", read_checkpoint_configs(tmp_path))
