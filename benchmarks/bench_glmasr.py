@@ -159,9 +159,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         medians = [statistics.median(t) for t in times]
         bests = [min(t) for t in times]
         ratio, best_ratio = min(medians[1:]) / medians[0], min(bests[1:]) / bests[0]
-        label = f"glmasr {seconds:g} s {rate // 1000} kHz " + (
-            "stereo" if channels > 1 else "mono"
-        )
+        label = f"glmasr {seconds:g} s {rate // 1000} kHz " + ("stereo" if channels > 1 else "mono")
         required = seconds in (1.0, 30.0)
         verdict = ("PASS" if ratio >= TARGET else "MISS") if required else "info"
         verdicts.append(f"{label}: {verdict} (median {ratio:.2f}x, best {best_ratio:.2f}x)")
