@@ -9,7 +9,8 @@ Where each stage lives (the file map every shipped family shares), one module a 
   ``"multiple"`` mode: one STFT and one clamp over all windows of a clip).
 * ``collate``: ``collate_features``: every clip's windows concatenated as ``input_features``.
 * ``prompt``: ``expand_prompt``: each clip → ``[BEGIN_AUDIO]`` + n × ``[AUDIO]``.
-* ``plugin``: the hook implementations only, each delegating to one function above.
+* ``plugin``: the entry point: registers the family with the stages above.
+* ``tiny_model``: a tiny random ``VoxtralForConditionalGeneration`` for tests.
 """
 
 from __future__ import annotations

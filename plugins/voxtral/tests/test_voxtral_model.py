@@ -26,36 +26,14 @@ CODEC = SentinelCodec("feedfacefeedface")
 
 @pytest.fixture(scope="module")
 def model():
-    """Tiny random Voxtral with the real ids: vocabulary 131,072, ``[AUDIO]`` 24, 128 mel
-    bins, 1500 encoder positions, ``intermediate_size`` = 4 × ``hidden_size``."""
-    config = transformers.VoxtralConfig(
-        audio_token_id=24,
-        text_config={
-            "model_type": "llama",
-            "vocab_size": 131_072,
-            "hidden_size": 32,
-            "intermediate_size": 64,
-            "num_hidden_layers": 1,
-            "num_attention_heads": 2,
-            "num_key_value_heads": 1,
-            "head_dim": 16,
-            "max_position_embeddings": 4096,
-            "tie_word_embeddings": True,
-        },
-        audio_config={
-            "model_type": "voxtral_encoder",
-            "hidden_size": 16,
-            "intermediate_size": 64,
-            "num_hidden_layers": 1,
-            "num_attention_heads": 2,
-            "num_key_value_heads": 2,
-            "head_dim": 8,
-            "num_mel_bins": 128,
-            "max_source_positions": 1500,
-        },
-    )
+    """The family's tiny model (``audiogate_voxtral.tiny_model``), seeded, in eval mode."""
+    from audiogate_voxtral import tiny_model
+
     torch.manual_seed(0)
-    return transformers.VoxtralForConditionalGeneration(config).eval()
+    built = tiny_model.build().eval()
+    assert built.config.audio_token_id == 24
+    assert built.config.text_config.vocab_size == 131_072
+    return built
 
 
 def prepare(host, policy, tokenizer, lengths):
