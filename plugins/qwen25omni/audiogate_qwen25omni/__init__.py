@@ -9,7 +9,8 @@ Where each stage lives, one module a line:
 * ``collate``: ``collate_features``: ``input_features`` and ``feature_attention_mask``.
 * ``prompt``: ``expand_prompt``: each audio part or plain ``<|audio_bos|><|AUDIO|><|audio_eos|>``
   → ``<|audio_bos|>`` + n × ``<|AUDIO|>`` + ``<|audio_eos|>``.
-* ``plugin``: the hook implementations only, each delegating to one function above.
+* ``plugin``: registers the family and these stages (``audiogate.package_stages``).
+* ``tiny_model``: a tiny random thinker for tests (``audiogate.testing.tiny_models``).
 """
 
 from __future__ import annotations

@@ -27,9 +27,9 @@ CODEC = SentinelCodec("feedfacefeedface")
 
 @pytest.fixture(scope="module")
 def model():
-    from qwen25omni_tiny import build_tiny_thinker
+    from audiogate.testing.tiny_models import build_tiny_model
 
-    built = build_tiny_thinker()
+    built = build_tiny_model("qwen25omni")
     assert built.config.audio_token_index == 151_646
     return built
 

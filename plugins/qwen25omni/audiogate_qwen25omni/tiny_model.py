@@ -1,17 +1,20 @@
-"""A tiny random ``Qwen2_5OmniThinkerForConditionalGeneration`` (the builder to add to
-``audiogate.testing.tiny_models`` once families are merged)."""
+"""A tiny random ``Qwen2_5OmniThinkerForConditionalGeneration`` for tests (read by
+:mod:`audiogate.testing.tiny_models`): the real token ids, vocabulary and audio frontend
+(128 mel bins, the encoder's window), everything else shrunk. Needs torch and
+transformers (test dependencies); no weights are downloaded.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
+__all__ = ["build"]
 
-def build_tiny_thinker(seed: int = 0) -> Any:
-    """The thinker at toy widths with the checkpoint's audio frontend and token ids."""
-    import torch
+
+def build() -> Any:
+    """The tiny thinker (random weights; the caller seeds torch and sets eval mode)."""
     import transformers
 
-    torch.manual_seed(seed)
     config = transformers.Qwen2_5OmniThinkerConfig(
         audio_config={
             "d_model": 16,
@@ -50,4 +53,4 @@ def build_tiny_thinker(seed: int = 0) -> Any:
         vision_end_token_id=151_653,
         vision_token_id=151_654,
     )
-    return transformers.Qwen2_5OmniThinkerForConditionalGeneration(config).eval()
+    return transformers.Qwen2_5OmniThinkerForConditionalGeneration(config)
