@@ -12,7 +12,7 @@ Where each stage lives, one module a line:
 * ``collate``: ``collate_features``: ``input_features`` and ``input_features_mask``,
   as the processor pads a batch.
 * ``prompt``: ``expand_prompt``: chat audio parts or ``<|audio|>`` → n × ``<|audio|>``.
-* ``plugin``: the hook implementations only, each delegating to one function above.
+* ``plugin``: the registration hook: the family's spec and its stages (the modules above).
 * ``tiny_model``: a tiny random ``GraniteSpeechForConditionalGeneration`` for tests.
 """
 
