@@ -181,3 +181,41 @@ def test_two_clips_fill_their_windows_in_order(host, policy, tokenizer, processo
         assert clip.tokens == int((want["input_ids"] == 151_669).sum())
         rows += count
     assert rows == batch.inputs.inputs["input_features"].shape[0] == 3
+
+
+AUDIO_PART = {"type": "input_audio", "input_audio": {"data": "", "format": "wav"}}
+
+
+@pytest.mark.parametrize(("rate", "channels", "seconds"), [(16_000, 1, 1.0), (48_000, 2, 31.5)])
+def test_the_gate_on_the_example_directory_gives_the_processors_inputs(
+    host, models_dir, tmp_path, rate, channels, seconds
+):
+    """``AudioGate.prepare`` on the bundled directory against ``AutoProcessor`` of the same
+    directory (its tokenizer, template and processor files) on the loader's waveform."""
+    from transformers import AutoProcessor
+
+    from audiogate.acquire import AcquisitionPolicy, acquire_bytes
+    from audiogate.api import AudioGate
+
+    directory = models_dir / "audio-flamingo-3-hf"
+    gate = AudioGate.from_model_dir(directory, host=host)
+    data = wav_bytes(
+        make_signal("am", samples=round(seconds * rate), rate_hz=rate, channels=channels, seed=3),
+        rate_hz=rate,
+        subtype="PCM_16",
+    )
+    clips = acquire_bytes([data], policy=AcquisitionPolicy().narrowed(gate.policy))
+    prepared = gate.prepare(
+        [{"role": "user", "content": [{"type": "text", "text": PROMPT}, AUDIO_PART]}], clips=clips
+    )
+
+    processor = AutoProcessor.from_pretrained(str(directory))
+    waveform = transformers_load(data, tmp_path, "gate.wav")
+    want = processor.apply_transcription_request(waveform, prompt=PROMPT)
+    assert list(prepared.input_ids) == want["input_ids"][0].tolist()
+    features = prepared.model_inputs["input_features"]
+    assert features.shape == tuple(want["input_features"].shape)
+    assert np.abs(features - want["input_features"].numpy()).max() <= TOLERANCE
+    np.testing.assert_array_equal(
+        prepared.model_inputs["input_features_mask"], want["input_features_mask"].numpy()
+    )
