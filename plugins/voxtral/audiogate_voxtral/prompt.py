@@ -25,7 +25,9 @@ which mistral-common's validator refuses before tokenizer version 13 (Voxtral's 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+import re
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 import attrs
@@ -48,7 +50,7 @@ from audiogate_voxtral.policy import (
     BEGIN_AUDIO_TOKEN_ID,
 )
 
-__all__ = ["BOS", "JOIN", "SYSTEM_PROMPT", "USER_TURN", "expand_prompt"]
+__all__ = ["BOS", "CONTROL_TOKENS", "JOIN", "SYSTEM_PROMPT", "USER_TURN", "expand_prompt"]
 
 #: Where a user turn's content starts in the rendered prompt.
 USER_TURN: Final = "[INST]"
@@ -57,6 +59,24 @@ BOS: Final = "<s>"
 SYSTEM_PROMPT: Final = "[SYSTEM_PROMPT]"
 #: What mistral-common's normalizer (and the template) puts between adjacent text.
 JOIN: Final = "\n\n"
+#: Control tokens a rendered Voxtral prompt holds (mistral-common's instruct format).
+#: Text is split at them and each becomes its id, so that a tokenizer which encodes them
+#: as plain text (mistral-common's ``MistralCommonBackend`` on the real ``tekken.json``)
+#: gives the ids a fast tokenizer's added tokens give.
+CONTROL_TOKENS: Final = (
+    "<s>",
+    "</s>",
+    "[INST]",
+    "[/INST]",
+    "[SYSTEM_PROMPT]",
+    "[/SYSTEM_PROMPT]",
+    "[AVAILABLE_TOOLS]",
+    "[/AVAILABLE_TOOLS]",
+    "[TOOL_RESULTS]",
+    "[/TOOL_RESULTS]",
+    "[TOOL_CALLS]",
+    "[TRANSCRIBE]",
+)
 
 
 @attrs.frozen
@@ -158,17 +178,49 @@ def _plain_pieces(segments: Sequence[PromptSegment], clips: Sequence[ClipSlot]) 
     return [*blocks, *texts]
 
 
-def _check_tokenizer(tokenizer: Any, markers: _Markers) -> None:
+def _token_id(tokenizer: Any, token: str) -> int | None:
+    """``token``'s id if the tokenizer has it as one token (and maps the id back)."""
+    try:
+        value = tokenizer.convert_tokens_to_ids(token)
+        back = tokenizer.convert_ids_to_tokens(value) if isinstance(value, int) else None
+    except (KeyError, ValueError, IndexError):
+        return None
+    return value if isinstance(value, int) and back == token else None
+
+
+def _check_tokenizer(tokenizer: Any, markers: _Markers) -> dict[str, int]:
+    """The control tokens' ids; raises unless the audio markers have the policy's ids."""
     for token, expected in ((markers.audio, markers.audio_id), (markers.begin, markers.begin_id)):
-        got = tokenizer.convert_tokens_to_ids(token)
-        ids = [int(i) for i in tokenizer.encode(token, add_special_tokens=False)]
-        if got != expected or ids != [expected]:
+        got = _token_id(tokenizer, token)
+        if got != expected:
             raise PolicyError(
-                f"the tokenizer maps {token!r} to {got} (encodes it as {ids}); the audio "
-                f"policy needs the single id {expected}",
+                f"the tokenizer maps {token!r} to {got}; the audio policy needs the single "
+                f"id {expected}",
                 file="tokenizer",
                 value=got,
             )
+    return {t: i for t in CONTROL_TOKENS if (i := _token_id(tokenizer, t)) is not None}
+
+
+def _encode(tokenizer: Any, text: str, controls: Mapping[str, int]) -> list[int]:
+    """``text`` encoded with each control token as its id and the text between encoded
+    by the tokenizer (as a fast tokenizer splits at its added tokens)."""
+    ids: list[int] = []
+    cursor = 0
+    pattern = _control_pattern(tuple(controls))
+    for match in pattern.finditer(text) if controls else ():
+        if match.start() > cursor:
+            ids.extend(tokenizer.encode(text[cursor : match.start()], add_special_tokens=False))
+        ids.append(controls[match.group(0)])
+        cursor = match.end()
+    if cursor < len(text):
+        ids.extend(tokenizer.encode(text[cursor:], add_special_tokens=False))
+    return [int(i) for i in ids]
+
+
+@functools.lru_cache(maxsize=8)
+def _control_pattern(tokens: tuple[str, ...]) -> re.Pattern[str]:
+    return re.compile("|".join(re.escape(t) for t in sorted(tokens, key=len, reverse=True)))
 
 
 def expand_prompt(
@@ -211,12 +263,12 @@ def expand_prompt(
             input_ids=(), text=text, audio_spans=(), audio_token_id=markers.audio_id
         )
 
-    _check_tokenizer(tokenizer, markers)
+    controls = _check_tokenizer(tokenizer, markers)
     ids: list[int] = []
     spans: list[tuple[int, int]] = []
     for piece in merged:
         if isinstance(piece, str):
-            encoded = [int(i) for i in tokenizer.encode(piece, add_special_tokens=False)]
+            encoded = _encode(tokenizer, piece, controls)
             if markers.audio_id in encoded or markers.begin_id in encoded:
                 raise PlaceholderError(
                     "prompt text tokenizes to an audio id outside the audio positions"

@@ -232,3 +232,38 @@ def test_apply_chat_template_end_to_end_multi_turn():
     assert list(prepared.input_ids) == reference["input_ids"][0].tolist()
     want = reference["input_features"].numpy()
     assert float(np.abs(prepared.model_inputs["input_features"] - want).max()) <= TOLERANCE
+
+
+def test_the_checkpoints_own_tokenizer_file_alone(tmp_path):
+    """A directory laid out as the real checkpoint (``tekken.json``, no ``tokenizer.json``):
+    the gate loads mistral-common's backend, and a plain prompt's ids (control tokens as
+    their ids, text as mistral-common encodes it) equal ``apply_chat_template``'s."""
+    pytest.importorskip("mistral_common")
+    import shutil
+
+    from transformers import AutoProcessor
+
+    import audiogate_voxtral.plugin as family_plugin
+    from audiogate.acquire import AcquisitionPolicy, acquire_bytes
+    from audiogate.api import AudioGate
+    from audiogate.host import create_host
+
+    for name in ("config.json", "preprocessor_config.json", "tekken.json"):
+        shutil.copy(MODEL_DIR / name, tmp_path / name)
+    gate = AudioGate.from_model_dir(
+        tmp_path, host=create_host(plugins=[family_plugin], load_entry_points=False)
+    )
+    assert type(gate.tokenizer).__name__ == "MistralCommonBackend"
+    audio = make_signal("am", samples=40_000, seed=3)
+    data = wav_bytes(audio, rate_hz=16_000)
+    prepared = gate.prepare(
+        prompt="<s>[INST]Say what you hear.[/INST]",
+        clips=acquire_bytes([data], policy=AcquisitionPolicy().narrowed(gate.policy)),
+    )
+    processor = AutoProcessor.from_pretrained(str(tmp_path), local_files_only=True)
+    content = [
+        {"type": "audio", "base64": wav_base64(audio, rate_hz=16_000)},
+        {"type": "text", "text": "Say what you hear."},
+    ]
+    reference = processor.apply_chat_template([{"role": "user", "content": content}])
+    assert list(prepared.input_ids) == reference["input_ids"][0].tolist()
