@@ -217,6 +217,37 @@ def _sets(key: Any) -> str:
     return f"{what}: {_cell(key.description)}" if key.description else what
 
 
+def gen_families() -> str:
+    """``docs/reference/family-list.md``: the shipped families (families.toml), one row each,
+    linking each one's policy-key page (so the index links one page, not one per family)."""
+    from audiogate.host import create_host
+
+    host = create_host(load_entry_points=True)
+    lines = _header("Families", "families.toml and each shipped family's registration")
+    lines += [
+        "The families this repository ships, in the order of `families.toml`; "
+        "`audiogate families` lists the installed ones.",
+        "",
+    ]
+    rows = []
+    for family in SHIPPED_FAMILIES:
+        registered = host.family(family)
+        spec = registered.spec
+        rows.append(
+            [
+                f"[{family}](policy-keys-{family}.md)",
+                _code(registered.distribution),
+                ", ".join(_code(t) for t in spec.model_types),
+                _code(spec.revision),
+                _cell(spec.summary),
+            ]
+        )
+    lines += _table(
+        ["family (policy keys)", "distribution", "model types", "revision", "summary"], rows
+    )
+    return "\n".join(lines).rstrip() + "\n"
+
+
 def gen_policy_keys(family: str) -> str:
     """``docs/reference/policy-keys-<family>.md``."""
     from audiogate.host import create_host
@@ -578,6 +609,7 @@ def generate() -> dict[Path, str]:
     }
     for family in SHIPPED_FAMILIES:
         pages[REFERENCE / f"policy-keys-{family}.md"] = gen_policy_keys(family)
+    pages[REFERENCE / "family-list.md"] = gen_families()
     return pages
 
 

@@ -2,9 +2,13 @@
 
 Every hook is named ``audiogate_<verb>_<object>`` and documented with one template:
 summary; whether the first non-``None`` result wins; ``:param:`` per argument;
-``:returns:``. Stage hooks receive the request's :class:`~audiogate.policy.AudioPolicy`
-and return ``None`` when ``policy.family`` is not theirs. Budgets, admission, decoding
-and acquisition are core code, not hooks.
+``:returns:``. Every hook but registration is a *stage*: a family gives its stages to
+``register`` (:class:`~audiogate.family.FamilyStages`, called like these hooks), and the
+host calls them only for a policy of that family (``policy.family``; ``family.name`` for
+``parse_policy``), so a stage needs no check of whose policy it got. Implementing a
+stage as a ``@hookimpl`` hook that returns ``None`` for other families (the 0.x form)
+still works, deprecated (``docs/plugins/hooks.md``). Budgets, admission, decoding and
+acquisition are core code, not hooks.
 
 Plugins import the marker as ``from audiogate import hookimpl``. Hooks are called only
 through :class:`audiogate.host.FamilyHost`.
@@ -72,7 +76,7 @@ def audiogate_parse_policy(family: FamilySpec, configs: CheckpointConfigs) -> Au
 
     :param family: the registered family the checkpoint's ``model_type`` selected.
     :param configs: the parsed ``config.json`` and processor file.
-    :returns: the policy, or ``None`` if ``family.name`` is not this plugin's.
+    :returns: the policy, or ``None`` to leave it to the core default.
     :raises PolicyError: a recognized key is invalid; model start-up must fail.
     """
 
@@ -93,8 +97,8 @@ def audiogate_plan_resample(
     :param source_rate_hz: the decoded clip's sample rate.
     :param source_samples: the decoded clip's mono sample frames.
     :param clip_index: zero-based clip index, for error messages.
-    :returns: output length, effective rate and working bytes, or ``None`` if not this
-        plugin's family or algorithm.
+    :returns: output length, effective rate and working bytes, or ``None`` to leave the
+        clip to the core default.
     :raises LimitError: the work would exceed the family's resampling bounds.
     :raises DecodeError: the rate is outside what the family's resampler accepts.
     """
@@ -118,8 +122,8 @@ def audiogate_resample(
     :param samples: read-only mono float32 ``[shape=(plan.source_samples,)]``.
     :param clip_index: zero-based clip index.
     :param cancel: polled at the ``Resample`` checkpoint inside the loop.
-    :returns: read-only float32 ``[shape=(plan.output_samples,)]``, or ``None`` if not
-        this plugin's.
+    :returns: read-only float32 ``[shape=(plan.output_samples,)]``, or ``None`` for a
+        plan of the core default's, which runs it.
     """
 
 
@@ -139,7 +143,7 @@ def audiogate_plan_features(
     :param rate_hz: the effective rate of the normalized waveform.
     :param samples: normalized samples.
     :param clip_index: zero-based clip index.
-    :returns: the plan, or ``None`` if not this plugin's family.
+    :returns: the plan.
     :raises FeatureError: the clip cannot produce features (too short, ...).
     """
 
@@ -163,8 +167,7 @@ def audiogate_extract_features(
     :param rate_hz: the effective rate.
     :param clip_index: zero-based clip index.
     :param cancel: polled at the ``Feature`` checkpoint every few hundred frames.
-    :returns: features of ``plan.feature_shape`` and ``plan.frames`` / ``plan.tokens``, or
-        ``None`` if not this plugin's family.
+    :returns: features of ``plan.feature_shape`` and ``plan.frames`` / ``plan.tokens``.
     """
 
 
@@ -178,8 +181,7 @@ def audiogate_collate_features(
 
     :param policy: the request's policy.
     :param clips: per-clip features in clip order.
-    :returns: named model inputs (padded, with masks) and per-clip tokens, or ``None`` if
-        not this plugin's family.
+    :returns: named model inputs (padded, with masks) and per-clip tokens.
     """
 
 
@@ -220,6 +222,6 @@ def audiogate_expand_prompt(
         the user's, to refuse, also in a request with no media at all. Always true when
         ``segments`` hold a media segment. ``False`` for a plain prompt, whose text
         carries the family's own placeholders.
-    :returns: the expanded prompt, or ``None`` if not this plugin's family.
+    :returns: the expanded prompt.
     :raises PlaceholderError: missing, duplicated, reordered, reserved or extra placeholders.
     """

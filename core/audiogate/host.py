@@ -5,6 +5,17 @@ created, never at import time. ``AUDIOGATE_DISABLE_PLUGIN_AUTOLOAD=1`` skips the
 ``plugins=`` registers plugin objects directly (tests, servers embedding their own
 family). A plugin that fails to import, registers a taken family name or model type,
 or registers something malformed fails loudly, naming the entry point and distribution.
+
+Stages are dispatched by family: for a policy of family ``F`` the host asks, in order,
+
+1. the ``@hookimpl`` stage hooks of the plugin that registered ``F`` and of plugins that
+   registered no family (the 0.x form, deprecated: such a hook answered every family's
+   policy unless it checked ``policy.family`` itself), in pluggy's order;
+2. ``F``'s registered :class:`~audiogate.family.FamilyStages`;
+3. the core default (``trylast``), where the hook has one;
+
+and the first answer that is not ``None`` wins. A plugin that registered other families
+only is never asked, so a family's stages need no check of whose policy they got.
 """
 
 from __future__ import annotations
@@ -13,6 +24,7 @@ import functools
 import importlib.metadata as metadata
 import json
 import os
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final, TypeVar
 
@@ -23,8 +35,15 @@ import pluggy
 
 from audiogate import hookspecs
 from audiogate.cancel import CancelToken
+from audiogate.deprecation import REMOVAL_VERSION, AudioGateDeprecationWarning
 from audiogate.errors import AudioGateError, PluginError, PolicyError
-from audiogate.family import FAMILY_NAME_RE, FamilySpec, RegisteredFamily
+from audiogate.family import (
+    FAMILY_NAME_RE,
+    FamilySpec,
+    FamilyStages,
+    RegisteredFamily,
+    accepted_keywords,
+)
 from audiogate.policy import AudioPolicy, CheckpointConfigs, read_checkpoint_configs
 from audiogate.policy.model import ValueSource
 from audiogate.policy.schema import build_schema
@@ -49,6 +68,13 @@ __all__ = [
 ENTRY_POINT_GROUP: Final = "audiogate.families"
 DISABLE_AUTOLOAD_ENV: Final = "AUDIOGATE_DISABLE_PLUGIN_AUTOLOAD"
 _DIRECT: Final = "<direct>"
+_DEFAULTS: Final = "audiogate.defaults"
+#: Hooks dispatched by family: every hook but registration.
+_STAGE_HOOKS: Final = frozenset(
+    name
+    for name in dir(hookspecs)
+    if name.startswith("audiogate_") and name != "audiogate_register_families"
+)
 _T = TypeVar("_T")
 
 
@@ -74,7 +100,15 @@ class FamilyHost:
         self._origins = dict(origins)
         self._families: dict[str, RegisteredFamily] = {}
         self._by_model_type: dict[str, str] = {}
+        self._stages: dict[str, dict[str, Callable[..., Any]]] = {}
+        self._callers: dict[tuple[str, str | None], Any] = {}
+        self._keywords: dict[Callable[..., Any], frozenset[str] | None] = {}
         self._collect_families()
+        self._warn_hook_form()
+        # Built now, not on a request's first call (where they would be unplanned bytes).
+        for hook in _STAGE_HOOKS:
+            for family in (None, "", *self._families):
+                self._hook_caller(hook, family)
 
     # --- registration --------------------------------------------------------------
 
@@ -96,8 +130,13 @@ class FamilyHost:
         for impl in caller.get_hookimpls():
             plugin_name = impl.plugin_name
 
-            def register(spec: FamilySpec, _plugin_name: str = plugin_name) -> None:
-                self._register(spec, _plugin_name)
+            def register(
+                spec: FamilySpec,
+                *,
+                stages: FamilyStages | None = None,
+                _plugin_name: str = plugin_name,
+            ) -> None:
+                self._register(spec, _plugin_name, stages)
 
             try:
                 impl.function(register=register)
@@ -109,13 +148,23 @@ class FamilyHost:
                     f"{type(exc).__name__}: {exc}"
                 ) from exc
 
-    def _register(self, spec: Any, plugin_name: str) -> None:
+    def _register(self, spec: Any, plugin_name: str, stages: Any = None) -> None:
         where = self._describe(plugin_name)
         if not isinstance(spec, FamilySpec):
             raise PluginError(
                 f"{where} registered a {type(spec).__name__}, expected audiogate.FamilySpec"
             )
         problems = []
+        if stages is not None and not isinstance(stages, FamilyStages):
+            problems.append(
+                f"stages must be an audiogate.FamilyStages, not {type(stages).__name__}"
+            )
+        elif stages is not None:
+            problems.extend(
+                f"stage {hook.removeprefix('audiogate_')} is not callable"
+                for hook, function in stages.implemented().items()
+                if not callable(function)
+            )
         if not FAMILY_NAME_RE.match(spec.name):
             problems.append(f"name {spec.name!r} must match {FAMILY_NAME_RE.pattern}")
         if not spec.model_types or not all(isinstance(t, str) and t for t in spec.model_types):
@@ -157,6 +206,34 @@ class FamilyHost:
         )
         for model_type in spec.model_types:
             self._by_model_type[model_type] = spec.name
+        self._stages[spec.name] = stages.implemented() if stages is not None else {}
+        for stage in self._stages[spec.name].values():
+            self._keywords.setdefault(stage, accepted_keywords(stage))
+
+    def _warn_hook_form(self) -> None:
+        """Warn once per plugin that answers stage hooks with ``@hookimpl`` (the 0.x form)."""
+        owners: dict[str, list[str]] = {}
+        for name, family in self._families.items():
+            owners.setdefault(family.plugin_name, []).append(name)
+        for plugin_name, _, hooks in self.plugins():
+            stage_hooks = sorted(_STAGE_HOOKS.intersection(hooks))
+            if plugin_name == _DEFAULTS or not stage_hooks:
+                continue
+            families = owners.get(plugin_name)
+            whose = (
+                f"for its families ({', '.join(families)})"
+                if families
+                else "for every family (it registers none)"
+            )
+            warnings.warn(
+                f"{self._describe(plugin_name)} answers {', '.join(stage_hooks)} {whose} with "
+                "@hookimpl stage hooks, the 0.x form; register each family with its stages "
+                "instead (register(spec, stages=audiogate.package_stages(...)) or "
+                f"audiogate.FamilyStages(...), docs/plugins/hooks.md); the hook form is "
+                f"removed in {REMOVAL_VERSION}",
+                AudioGateDeprecationWarning,
+                stacklevel=4,
+            )
 
     # --- families --------------------------------------------------------------------
 
@@ -404,17 +481,50 @@ class FamilyHost:
     # ---------------------------------------------------------------------------------
 
     def _call(self, hook: str, family: str, /, **kwargs: Any) -> Any:
-        """Call ``hook``: an audiogate error passes through, anything else a plugin raises
-        becomes a :class:`PluginError` naming the hook and the family (on every path, with
-        or without a worker around it)."""
+        """Call ``hook`` for ``family`` (the module docstring's order): an audiogate error
+        passes through, anything else a plugin raises becomes a :class:`PluginError`
+        naming the hook and the family (on every path, with or without a worker)."""
         try:
-            return getattr(self._pm.hook, hook)(**kwargs)
+            result = self._hook_caller(hook, family)(**kwargs)
+            if result is None and (stage := self._stages.get(family, {}).get(hook)):
+                result = stage(**self._arguments(stage, kwargs))
+            if result is None:
+                result = self._hook_caller(hook, None)(**kwargs)
+            return result
         except AudioGateError:
             raise
         except Exception as exc:
             raise PluginError(
                 f"family {family!r} raised {type(exc).__name__} in {hook}: {exc}"
             ) from exc
+
+    def _hook_caller(self, hook: str, family: str | None) -> Any:
+        """``hook``'s implementations asked for ``family`` (``None``: the core defaults):
+        pluggy's caller without the plugins of other families, and without the core's
+        defaults, which come after the family's stages."""
+        if family is not None and family not in self._families:
+            family = ""  # one caller for every unregistered name: none of them owns a plugin
+        key = (hook, family)
+        caller = self._callers.get(key)
+        if caller is None:
+            owner = self._families[family].plugin_name if family else None
+            claimed = {f.plugin_name for f in self._families.values()}
+            remove = [
+                plugin
+                for name, plugin in self._pm.list_name_plugin()
+                if (name != _DEFAULTS if family is None else name == _DEFAULTS)
+                or (name in claimed and name != owner)
+            ]
+            caller = self._pm.subset_hook_caller(hook, remove_plugins=remove)
+            self._callers[key] = caller
+        return caller
+
+    def _arguments(self, stage: Callable[..., Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
+        """The hook's keyword arguments that ``stage`` names (all when it takes ``**``)."""
+        if stage not in self._keywords:
+            self._keywords[stage] = accepted_keywords(stage)
+        names = self._keywords[stage]
+        return dict(kwargs) if names is None else {k: v for k, v in kwargs.items() if k in names}
 
     def _answer(self, hook: str, kind: type[_T], family: str, /, **kwargs: Any) -> _T:
         """:meth:`_call` ``hook`` and require a ``kind`` back."""
@@ -435,13 +545,15 @@ class FamilyHost:
         return result
 
     def implementations(self, family: str) -> dict[str, Callable[..., Any]]:
-        """The hook functions of the plugin that registered ``family``, by hook name.
+        """What answers for ``family``, by hook name: its registered stages, and the hook
+        functions of the plugin that registered it (the 0.x form, which win where both
+        exist, as :meth:`_call` asks them first).
 
-        For contract tests that call one plugin's implementation directly (for example to
-        check it returns ``None`` for another family's policy); servers use the façade.
+        For contract tests that call one family's implementation directly; servers use
+        the façade.
         """
         plugin = self._pm.get_plugin(self.family(family).plugin_name)
-        found: dict[str, Callable[..., Any]] = {}
+        found: dict[str, Callable[..., Any]] = dict(self._stages.get(family, {}))
         for caller in self._pm.get_hookcallers(plugin) or []:
             for impl in caller.get_hookimpls():
                 if impl.plugin is plugin:
@@ -609,7 +721,7 @@ def create_host(
 
     pm = pluggy.PluginManager(hookspecs.PROJECT_NAME)
     pm.add_hookspecs(hookspecs)
-    pm.register(defaults, name="audiogate.defaults")
+    pm.register(defaults, name=_DEFAULTS)
     origins: dict[str, _Origin] = {}
     if load_entry_points is None:
         load_entry_points = not _autoload_disabled()

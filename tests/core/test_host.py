@@ -273,16 +273,16 @@ def test_hook_surface_is_small_and_prefixed(host) -> None:
     )
 
 
-def test_implementations_lists_one_family_plugins_own_hooks(host) -> None:
+def test_implementations_lists_one_familys_stages_and_registration(host) -> None:
     hooks = host.implementations("gemma3n")
     assert "audiogate_extract_features" in hooks
     assert "audiogate_register_families" in hooks
-    other = host.default_policy("qwen2audio")
-    # A family's own implementation declines another family's policy.
-    assert (
-        hooks["audiogate_plan_features"](policy=other, rate_hz=16_000, samples=16_000, clip_index=0)
-        is None
+    policy = host.default_policy("gemma3n")
+    # The family's own stage, called directly, is the façade's answer for its policy.
+    plan = hooks["audiogate_plan_features"](
+        policy=policy, rate_hz=16_000, samples=16_000, clip_index=0
     )
+    assert plan == host.plan_features(policy, rate_hz=16_000, samples=16_000, clip_index=0)
 
 
 # --- the host checks every hook's result, and never lets an untyped error through ------

@@ -10,8 +10,9 @@ Subclass :class:`FamilyContract` in a test module and name the family::
 
 Everything is called through the plugin host, as the pipeline calls it. The checks:
 
-* the family registers, and implements every hook that has no core default;
-* stage hooks return ``None`` for another family's policy;
+* the family registers, with every stage that has no core default;
+* beside another family, that family's requests never reach this plugin (the host
+  dispatches stages by ``policy.family``; a stage needs no check of whose policy it got);
 * the pinned defaults round-trip: a checkpoint restating every recognized key at its
   pinned value validates against the schema and yields the same policy, with every key's
   source recorded as the checkpoint;
@@ -36,8 +37,8 @@ See ``docs/plugins/testing.md`` for what each check protects and how to configur
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
-import inspect
 import json
 import threading
 import tracemalloc
@@ -55,6 +56,7 @@ from jsonschema import Draft202012Validator
 
 from audiogate.cancel import NEVER, CancelToken, Checkpoint
 from audiogate.chat import flatten_messages, parse_rendered, renders_parts
+from audiogate.deprecation import AudioGateDeprecationWarning
 from audiogate.errors import (
     AudioGateError,
     FeatureError,
@@ -64,7 +66,8 @@ from audiogate.errors import (
     PolicyError,
     PreprocessCancelled,
 )
-from audiogate.family import FamilySpec
+from audiogate.family import FamilySpec, FamilyStages
+from audiogate.hookspecs import hookimpl
 from audiogate.host import FamilyHost, create_host
 from audiogate.pipeline import EncodedClip, preflight, prepare_clips, process_request
 from audiogate.policy import (
@@ -73,12 +76,14 @@ from audiogate.policy import (
     build_schema,
     check_tokenizer_files,
     dump_schema,
+    standard_keys,
 )
 from audiogate.policy.schema import SCHEMA_DIALECT, iter_schema_errors
 from audiogate.records import (
     ClipFeatures,
     ClipSlot,
     ExpandedPrompt,
+    FeaturePlan,
     MediaSegment,
     PromptSegment,
     TextSegment,
@@ -97,7 +102,7 @@ __all__ = [
     "pinned_value",
 ]
 
-#: Hooks with no core default: a family must implement each of them.
+#: Hooks with no core default: a family must give each of them (as a stage, or 0.x hook).
 REQUIRED_HOOKS: Final = frozenset(
     {
         "audiogate_register_families",
@@ -109,6 +114,58 @@ REQUIRED_HOOKS: Final = frozenset(
 )
 
 _FOREIGN: Final = "contractforeign"
+
+
+class _ForeignReached(AudioGateError):
+    """Raised by every stage of the contract's foreign family: the host asked it."""
+
+    def __init__(self, hook: str) -> None:
+        super().__init__(f"{_FOREIGN} answered {hook}")
+        self.hook = hook
+
+
+class _ForeignFamily:
+    """Another family, registered with stages that only say they were reached."""
+
+    __name__ = "contract-foreign"
+
+    def __init__(self, defaults: AudioPolicy) -> None:
+        self.defaults = attrs.evolve(defaults, family=_FOREIGN)
+
+    @hookimpl
+    def audiogate_register_families(self, register: Callable[..., Any]) -> None:
+        defaults = self.defaults
+        keys = standard_keys(defaults)
+        stages = {
+            stage: functools.partial(_reach, f"audiogate_{stage}")
+            for stage in (
+                "parse_policy",
+                "plan_resample",
+                "resample",
+                "plan_features",
+                "extract_features",
+                "collate_features",
+                "expand_prompt",
+            )
+        }
+        register(
+            FamilySpec(
+                name=_FOREIGN,
+                model_types=(_FOREIGN,),
+                defaults=defaults,
+                keys=keys,
+                schema=build_schema(_FOREIGN, keys),
+                revision="contract",
+                version="0",
+            ),
+            stages=FamilyStages(**stages),
+        )
+
+
+def _reach(hook: str, **_: Any) -> Any:
+    raise _ForeignReached(hook)
+
+
 _PROMPT: Final = "What is said in the audio?"
 #: Names of limits in processor files that a family's own parsing might read.
 _UNDECLARED_LIMIT_NAMES: Final = (
@@ -453,93 +510,71 @@ class FamilyContract:
         assert contract_spec.defaults.family == self.family
         for model_type in contract_spec.model_types:
             assert contract_host.family_for_model_type(model_type).spec.name == self.family
-        implemented = {
-            hook
-            for name, _, hooks in contract_host.plugins()
-            if name == registered.plugin_name
-            for hook in hooks
-        }
+        implemented = set(contract_host.implementations(self.family))
         missing = sorted(REQUIRED_HOOKS - implemented)
-        assert not missing, f"plugin {registered.plugin_name!r} does not implement {missing}"
+        assert not missing, (
+            f"plugin {registered.plugin_name!r} gives family {self.family!r} no {missing}"
+        )
 
     @contract
-    def test_stage_hooks_ignore_other_families(
+    def test_the_host_asks_the_family_only_for_its_own_policy(
         self, contract_host: FamilyHost, contract_spec: FamilySpec, contract_policy: AudioPolicy
     ) -> None:
-        """Every stage hook of the plugin returns ``None`` for a policy of another family."""
-        policy = contract_policy
-        rate = self.rates(policy)[-1]
-        plan = contract_host.plan_resample(
-            policy, source_rate_hz=rate, source_samples=rate, clip_index=0
+        """Beside another family, each stage of a request of that family reaches that
+        family: nothing of this plugin answers for it (the host dispatches by family)."""
+        host = self._host_with(_ForeignFamily(contract_spec.defaults))
+        foreign = attrs.evolve(contract_policy, family=_FOREIGN)
+        foreign_spec = host.family(_FOREIGN).spec
+        samples = contract_policy.target_rate_hz
+        plan = FeaturePlan(
+            frames=1, tokens=1, feature_shape=(1, 1), feature_bytes=0, working_bytes=0
         )
-        samples = policy.target_rate_hz
-        features_plan = contract_host.plan_features(
-            policy, rate_hz=policy.target_rate_hz, samples=samples, clip_index=0
-        )
-        features = contract_host.extract_features(
-            policy,
-            features_plan,
-            _waveform(samples),
-            rate_hz=policy.target_rate_hz,
-            clip_index=0,
-            cancel=NEVER,
-        )
-        foreign = attrs.evolve(policy, family=_FOREIGN)
-        foreign_spec = attrs.evolve(
-            contract_spec,
-            name=_FOREIGN,
-            defaults=attrs.evolve(contract_spec.defaults, family=_FOREIGN),
-        )
-        arguments: dict[str, dict[str, Any]] = {
-            "audiogate_parse_policy": {
-                "family": foreign_spec,
-                "configs": CheckpointConfigs(model={"model_type": _FOREIGN}),
-            },
-            "audiogate_plan_resample": {
-                "policy": foreign,
-                "source_rate_hz": rate,
-                "source_samples": rate,
-                "clip_index": 0,
-            },
-            "audiogate_resample": {
-                "policy": foreign,
-                "plan": plan,
-                "samples": _waveform(rate),
-                "clip_index": 0,
-                "cancel": NEVER,
-            },
-            "audiogate_plan_features": {
-                "policy": foreign,
-                "rate_hz": policy.target_rate_hz,
-                "samples": samples,
-                "clip_index": 0,
-            },
-            "audiogate_extract_features": {
-                "policy": foreign,
-                "plan": features_plan,
-                "waveform": _waveform(samples),
-                "rate_hz": policy.target_rate_hz,
-                "clip_index": 0,
-                "cancel": NEVER,
-            },
-            "audiogate_collate_features": {"policy": foreign, "clips": [features]},
-            "audiogate_expand_prompt": {
-                "policy": foreign,
-                "segments": [TextSegment(_PROMPT)],
-                "clips": [ClipSlot(ordinal=1, tokens=features.tokens, frames=1, sha256="0" * 64)],
-                "tokenizer": None,
-                "chat": False,
-            },
+        clip = ClipFeatures(features=readonly(np.zeros((1, 1), np.float32)), frames=1, tokens=1)
+        calls: dict[str, Callable[[], object]] = {
+            "audiogate_parse_policy": lambda: host.parse_policy(
+                _FOREIGN, CheckpointConfigs(model={"model_type": _FOREIGN})
+            ),
+            "audiogate_plan_resample": lambda: host.plan_resample(
+                foreign, source_rate_hz=samples, source_samples=samples, clip_index=0
+            ),
+            "audiogate_plan_features": lambda: host.plan_features(
+                foreign, rate_hz=samples, samples=samples, clip_index=0
+            ),
+            "audiogate_extract_features": lambda: host.extract_features(
+                foreign, plan, _waveform(samples), rate_hz=samples, clip_index=0, cancel=NEVER
+            ),
+            "audiogate_collate_features": lambda: host.collate_features(foreign, [clip]),
+            "audiogate_expand_prompt": lambda: host.expand_prompt(
+                foreign,
+                [TextSegment(_PROMPT)],
+                [ClipSlot(ordinal=1, tokens=1, frames=1, sha256="0" * 64)],
+                None,
+            ),
         }
-        answered = [
-            hook
-            for hook, result in _call_plugin_hooks(contract_host, self.family, arguments)
-            if result is not None
-        ]
+        answered = []
+        for hook, call in calls.items():
+            try:
+                call()
+            except _ForeignReached as reached:
+                if reached.hook != hook:
+                    answered.append(hook)
+            else:
+                answered.append(hook)
+        assert foreign_spec.name == _FOREIGN
         assert not answered, (
-            f"these hooks of the {self.family!r} plugin answered for family {_FOREIGN!r}; "
-            f"return None unless policy.family (family.name) is yours: {answered}"
+            f"the {self.family!r} plugin answered {answered} for a policy of family "
+            f"{_FOREIGN!r}: a plugin registered beside others must not take their requests"
         )
+        # And this family's own requests still reach this family, not the other one.
+        host.plan_features(contract_policy, rate_hz=samples, samples=samples, clip_index=0)
+
+    def _host_with(self, other: object) -> FamilyHost:
+        """A host with the family under test and ``other`` registered after it."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", AudioGateDeprecationWarning)  # the 0.x form's
+            if self.plugins:
+                return create_host(plugins=[*self.plugins, other], load_entry_points=False)
+            return create_host(plugins=[other], load_entry_points=True)
 
     # --- policy and schema -----------------------------------------------------------
 
@@ -1379,17 +1414,6 @@ def _feature_problems(features: ClipFeatures) -> Iterator[str]:
             yield "the mask is writable; return readonly() arrays"
         if int(mask.sum()) != features.frames:
             yield f"the mask marks {int(mask.sum())} valid frames, the clip has {features.frames}"
-
-
-def _call_plugin_hooks(
-    host: FamilyHost, family: str, arguments: Mapping[str, Mapping[str, Any]]
-) -> Iterator[tuple[str, Any]]:
-    """Call the family plugin's own implementations (not the others') of the given hooks."""
-    for name, function in host.implementations(family).items():
-        if name not in arguments:
-            continue
-        parameters = inspect.signature(function).parameters
-        yield name, function(**{p: arguments[name][p] for p in parameters})
 
 
 @contextlib.contextmanager

@@ -1,134 +1,23 @@
-"""The ``audiogate.families`` entry point of Qwen2-Audio: its hook implementations.
+"""The ``audiogate.families`` entry point of Qwen2-Audio: registers the family and its stages.
 
-Each hook returns ``None`` for another family's policy and otherwise delegates to one
-function of the module named after its stage (the file map in :mod:`audiogate_qwen2audio`),
-imported on the hook's first call: loading the plugin registers the family without
-importing its numerics.
+Each stage is one function of the module named after it (the file map in
+:mod:`audiogate_qwen2audio`), imported on the stage's first call
+(:func:`audiogate.package_stages`): loading the plugin registers the family without
+importing its numerics. The host calls them only for a ``qwen2audio`` policy.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-import numpy.typing as npt
+from audiogate import hookimpl, package_stages
+from audiogate_qwen2audio.policy import spec
 
-from audiogate import hookimpl
-from audiogate.cancel import CancelToken
-from audiogate.family import FamilySpec
-from audiogate.policy import AudioPolicy
-from audiogate.records import (
-    ClipFeatures,
-    ClipSlot,
-    ExpandedPrompt,
-    FeatureBatch,
-    FeaturePlan,
-    PromptSegment,
-    ResamplePlan,
-)
-from audiogate_qwen2audio.policy import FAMILY, spec
-
-__all__ = [
-    "audiogate_collate_features",
-    "audiogate_expand_prompt",
-    "audiogate_extract_features",
-    "audiogate_plan_features",
-    "audiogate_plan_resample",
-    "audiogate_register_families",
-    "audiogate_resample",
-]
+__all__ = ["audiogate_register_families"]
 
 
 @hookimpl
-def audiogate_register_families(register: Callable[[FamilySpec], None]) -> None:
-    """Register the ``qwen2audio`` family."""
-    register(spec())
-
-
-@hookimpl
-def audiogate_plan_resample(
-    policy: AudioPolicy, source_rate_hz: int, source_samples: int, clip_index: int
-) -> ResamplePlan | None:
-    """16 kHz as is; 44.1 and 48 kHz through soxr HQ at librosa's length; others refused."""
-    if policy.family != FAMILY:
-        return None
-    from audiogate_qwen2audio import resample
-
-    return resample.plan_resample(
-        policy, source_rate_hz=source_rate_hz, source_samples=source_samples, clip_index=clip_index
-    )
-
-
-@hookimpl
-def audiogate_resample(
-    policy: AudioPolicy,
-    plan: ResamplePlan,
-    samples: npt.NDArray[np.float32],
-    clip_index: int,
-    cancel: CancelToken,
-) -> npt.NDArray[np.float32] | None:
-    """Run the plan from :func:`audiogate_plan_resample`."""
-    if policy.family != FAMILY:
-        return None
-    from audiogate_qwen2audio import resample
-
-    return resample.resample(policy, plan, samples, clip_index=clip_index, cancel=cancel)
-
-
-@hookimpl
-def audiogate_plan_features(
-    policy: AudioPolicy, rate_hz: int, samples: int, clip_index: int
-) -> FeaturePlan | None:
-    """Whisper frames, pooled rows and prepared-result bytes of one clip."""
-    if policy.family != FAMILY:
-        return None
-    from audiogate_qwen2audio import features
-
-    return features.plan_features(policy, rate_hz=rate_hz, samples=samples, clip_index=clip_index)
-
-
-@hookimpl
-def audiogate_extract_features(
-    policy: AudioPolicy,
-    plan: FeaturePlan,
-    waveform: npt.NDArray[np.float32],
-    rate_hz: int,
-    clip_index: int,
-    cancel: CancelToken,
-) -> ClipFeatures | None:
-    """128 × 3000 Whisper log-mel features and the frame mask."""
-    if policy.family != FAMILY:
-        return None
-    from audiogate_qwen2audio import features
-
-    return features.extract_features(
-        policy, plan, waveform, rate_hz=rate_hz, clip_index=clip_index, cancel=cancel
-    )
-
-
-@hookimpl
-def audiogate_collate_features(
-    policy: AudioPolicy, clips: Sequence[ClipFeatures]
-) -> FeatureBatch | None:
-    """``input_features`` and ``feature_attention_mask`` for the model's forward."""
-    if policy.family != FAMILY:
-        return None
-    from audiogate_qwen2audio import collate
-
-    return collate.collate_features(policy, clips)
-
-
-@hookimpl
-def audiogate_expand_prompt(
-    policy: AudioPolicy,
-    segments: Sequence[PromptSegment],
-    clips: Sequence[ClipSlot],
-    tokenizer: Any,
-) -> ExpandedPrompt | None:
-    """Chat audio parts or ``[audio:<sha256>]`` references → n × ``<|AUDIO|>`` per clip."""
-    if policy.family != FAMILY:
-        return None
-    from audiogate_qwen2audio import prompt
-
-    return prompt.expand_prompt(policy, segments, clips, tokenizer)
+def audiogate_register_families(register: Callable[..., Any]) -> None:
+    """Register the ``qwen2audio`` family with the stages of its package."""
+    register(spec(), stages=package_stages("audiogate_qwen2audio"))

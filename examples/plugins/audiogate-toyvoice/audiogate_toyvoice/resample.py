@@ -113,14 +113,17 @@ def resample(
     *,
     clip_index: int,
     cancel: CancelToken,
-) -> npt.NDArray[np.float32]:
+) -> npt.NDArray[np.float32] | None:
     """Resample ``samples`` as ``plan`` (from :func:`plan_resample`) says.
 
     :param policy: the request's policy; the plan already holds its target rate.
     :param samples: read-only mono float32 ``[shape=(plan.source_samples,)]``.
     :param cancel: polled at the ``Resample`` checkpoint before each block.
-    :returns: read-only float32 ``[shape=(plan.output_samples,)]``.
+    :returns: read-only float32 ``[shape=(plan.output_samples,)]``, or ``None`` for a plan
+        of the core's (the identity at the target rate), which the core runs.
     """
+    if plan.algorithm != ALGORITHM:
+        return None
     up, down = int(plan.detail["up"]), int(plan.detail["down"])
     bank = _phases(up, down)
     taps = bank.shape[1]
