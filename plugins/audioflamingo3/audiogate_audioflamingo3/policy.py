@@ -8,8 +8,8 @@ the extractor's 16 kHz, ``n_fft`` 400, ``hop_length`` 160, ``chunk_length`` 30,
 ``n_samples`` 480,000, ``nb_max_frames`` 3000; ``config.json``: ``audio_token_id``
 151669, ``audio_config.num_mel_bins`` 128, ``audio_config.max_source_positions`` 1500).
 
-Source rules: every rate soxr converts (8 to 192 kHz, as ``librosa.load`` does, the loader
-the model card's examples use) and any channel count up to 8, averaged to mono. A clip
+Source rules: every rate soxr converts (8 to 192 kHz, as ``librosa.load`` does in transformers'
+``load_audio``) and any channel count up to 8, averaged to mono. A clip
 needs more than 320 normalized samples (three mask frames, one pooled row). Longer clips
 than the processor's 600 s are **refused** (``LimitError``): the processor would keep the
 first 20 windows and drop the rest with only a log line. The processor refuses more

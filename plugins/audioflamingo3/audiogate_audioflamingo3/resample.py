@@ -1,7 +1,9 @@
-"""Resampling to 16 kHz the way the model card's loader reads audio (``librosa.load(sr=16000)``).
+"""Resampling to 16 kHz the way transformers loads audio for the processor.
 
+``apply_transcription_request`` and ``apply_chat_template`` read paths and URLs with
+``transformers.audio_utils.load_audio`` (``librosa.load(sr=16000)``, or soundfile + soxr):
 soxr HQ over the complete clip, zero-padded to ``ceil(n·16000/rate)`` samples (librosa's
-``fix_length``; transformers' soundfile ``load_audio`` does the same), so the normalized
+``fix_length``; the soundfile backend does the same), so the normalized
 length, and with it the windows, the masks and the token count, equal the reference's.
 Every rate the policy admits is converted (8 to 192 kHz, as ``librosa.load`` does).
 """

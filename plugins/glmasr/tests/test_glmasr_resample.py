@@ -1,4 +1,4 @@
-"""The resampler against what the model card's loader does: ``librosa.load(sr=16000)`` is
+"""The resampler against what transformers' ``load_audio`` does: ``librosa.load(sr=16000)`` is
 soxr HQ over the whole clip, then ``fix_length`` to ``ceil(n · 16000 / rate)`` samples
 (zero-padded or cut); restated here with soxr itself (librosa is not a test dependency)."""
 
