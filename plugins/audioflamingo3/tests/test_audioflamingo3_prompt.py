@@ -153,3 +153,25 @@ def test_a_tokenizer_with_another_sound_id_is_refused(policy):
     other = build_stand_in_tokenizer({"<sound>": 151_670, "<|im_end|>": 151_645})
     with pytest.raises(PolicyError):
         expand_prompt(policy, [TextSegment("x")], [slot(16_000)], other)
+
+
+def test_a_multi_turn_chat_with_one_clip_equals_the_processor(policy, tokenizer, processor):
+    ours = [
+        {"role": "system", "content": [{"type": "text", "text": "Be terse."}]},
+        {"role": "user", "content": "Hello."},
+        {"role": "assistant", "content": "Hi."},
+        {"role": "user", "content": [{"type": "text", "text": "And this? "}, AUDIO]},
+    ]
+    theirs = [
+        {
+            **m,
+            "content": [{"type": "audio", "audio": "x"} if p is AUDIO else p for p in m["content"]],
+        }
+        if isinstance(m["content"], list)
+        else m
+        for m in ours
+    ]
+    expanded = expand_prompt(policy, segments_of(tokenizer, ours, 1), [slot(70_000)], tokenizer)
+    rendered = processor.apply_chat_template(theirs, add_generation_prompt=True, tokenize=False)
+    want = reference(processor, [np.full(70_000, 0.1, dtype=np.float32)], rendered)
+    assert list(expanded.input_ids) == want["input_ids"][0].tolist()
