@@ -22,6 +22,7 @@ is refused, as are image parts (Granite Speech has no image input).
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from typing import Any, Final
 
@@ -208,7 +209,23 @@ def _plain_pieces(
     return pieces
 
 
+#: Tokenizers already found to map the placeholder to its id, per (placeholder, id): a
+#: gate expands with one tokenizer for its lifetime, so each is checked once.
+_CHECKED: Final[weakref.WeakKeyDictionary[Any, set[tuple[str, int]]]] = weakref.WeakKeyDictionary()
+
+
 def _check_tokenizer(tokenizer: Any, audio: str, audio_id: int) -> None:
+    try:
+        checked = _CHECKED.setdefault(tokenizer, set())
+    except TypeError:  # not weakly referenceable: check every time
+        checked = set()
+    if (audio, audio_id) in checked:
+        return
+    _verify_tokenizer(tokenizer, audio, audio_id)
+    checked.add((audio, audio_id))
+
+
+def _verify_tokenizer(tokenizer: Any, audio: str, audio_id: int) -> None:
     got = tokenizer.convert_tokens_to_ids(audio)
     ids = list(tokenizer.encode(audio, add_special_tokens=False))
     if got != audio_id or ids != [audio_id]:
