@@ -154,3 +154,27 @@ def test_a_checkpoint_that_states_another_window_cap_is_refused(host, models_dir
     (tmp_path / "processor_config.json").write_text(json.dumps(document))
     with pytest.raises(PolicyError):
         host.parse_policy("glmasr", read_checkpoint_configs(tmp_path))
+
+
+@pytest.mark.slow
+def test_the_reservation_covers_a_maximal_clip(host, policy):
+    """The longest admitted clip (every window) allocates no more than its planned bytes."""
+    import tracemalloc
+
+    from audiogate.pipeline import preflight, prepare_clips
+    from audiogate.testing.audio import encoded_clip
+
+    seconds = MAX_SAMPLES / 16_000
+    request = [encoded_clip(seconds=seconds, rate_hz=16_000, ordinal=1)]
+    plan = preflight(host, policy, request)
+    prepare_clips(host, policy, [encoded_clip(seconds=1.0, rate_hz=16_000)])  # warm caches
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        base = tracemalloc.get_traced_memory()[0]
+        batch = prepare_clips(host, policy, request)
+        peak = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+    assert batch.clips[0].tokens == plan.clips[0].features.tokens
+    assert peak <= plan.host_bytes, (peak, plan)
