@@ -758,10 +758,15 @@ class FamilyContract:
         cancelled.cancel()
         samples = min(max(rate, policy.min_samples_per_clip), policy.max_samples_per_clip)
         plan = host.plan_features(policy, rate_hz=rate, samples=samples, clip_index=clip)
+        # One sample under the declared minimum; a family that declares none (0) is asked
+        # for one sample, and one that admits a single sample (Voxtral pads it to 30 s)
+        # for none.
+        minimum = policy.min_samples_per_clip
+        short = minimum - 1 if minimum > 1 else 1 - minimum
         calls: dict[str, tuple[type[AudioGateError], Callable[[], object]]] = {
-            "a 1-sample clip": (
+            f"a {short}-sample clip": (
                 FeatureError,
-                lambda: host.plan_features(policy, rate_hz=rate, samples=1, clip_index=clip),
+                lambda: host.plan_features(policy, rate_hz=rate, samples=short, clip_index=clip),
             ),
             f"a clip at {rate + 1} Hz": (
                 FeatureError,
