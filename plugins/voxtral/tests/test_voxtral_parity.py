@@ -267,3 +267,32 @@ def test_the_checkpoints_own_tokenizer_file_alone(tmp_path):
     ]
     reference = processor.apply_chat_template([{"role": "user", "content": content}])
     assert list(prepared.input_ids) == reference["input_ids"][0].tolist()
+
+
+def test_a_plain_transcription_prompt_gives_apply_transcription_requests_ids(tmp_path):
+    """Voxtral's transcription mode, ``<s>[INST]`` + audio + ``[/INST]lang:en[TRANSCRIBE]``
+    (mistral-common's ``encode_transcription``), as a plain prompt: the clip goes after the
+    last ``[INST]``. (Its features differ: that path re-encodes the file as 16-bit WAV.)"""
+    pytest.importorskip("mistral_common")
+    from transformers import AutoProcessor
+
+    import audiogate_voxtral.plugin as family_plugin
+    from audiogate.acquire import AcquisitionPolicy, acquire_bytes
+    from audiogate.api import AudioGate
+    from audiogate.host import create_host
+
+    data = wav_bytes(make_signal("noise", samples=520_000, seed=5), rate_hz=16_000)
+    (tmp_path / "clip.wav").write_bytes(data)
+    processor = AutoProcessor.from_pretrained(str(MODEL_DIR), local_files_only=True)
+    reference = processor.apply_transcription_request(
+        language="en", audio=str(tmp_path / "clip.wav"), model_id="mistralai/Voxtral-Mini-3B-2507"
+    )
+    gate = AudioGate.from_model_dir(
+        MODEL_DIR, host=create_host(plugins=[family_plugin], load_entry_points=False)
+    )
+    prepared = gate.prepare(
+        prompt="<s>[INST][/INST]lang:en[TRANSCRIBE]",
+        clips=acquire_bytes([data], policy=AcquisitionPolicy().narrowed(gate.policy)),
+    )
+    assert list(prepared.input_ids) == reference["input_ids"][0].tolist()
+    assert prepared.model_inputs["input_features"].shape == tuple(reference["input_features"].shape)
