@@ -2,13 +2,13 @@
 
 Reference: ``GraniteSpeechProcessor`` and ``GraniteSpeechFeatureExtractor`` of
 transformers 5.24.0 (``models/granite_speech``) with the files of
-ibm-granite/granite-speech-3.3-2b, the checkpoint transformers' documentation names
-(no revision is pinned there: the hub's main, model revision 3.3.2; the bundled files
-are reconstructed, see ``docs/provenance.md``): ``config.json`` ``audio_token_index`` 49159, ``window_size``
-15, ``downsample_rate`` 5, ``encoder_config.input_dim`` 160; ``preprocessor_config.json``
-``melspec_kwargs`` {16 kHz, ``n_fft`` 512, ``win_length`` 400, ``hop_length`` 160,
-``n_mels`` 80}, ``projector_window_size`` 15, ``projector_downsample_rate`` 5;
-``processor_config.json`` ``audio_token`` ``<|audio|>``.
+ibm-granite/granite-speech-3.3-2b, the checkpoint transformers' documentation names (no
+revision is pinned there: the hub's main, model revision 3.3.2; the bundled files are
+reconstructed, see ``docs/provenance.md``): ``config.json`` ``audio_token_index`` 49159,
+``window_size`` 15, ``downsample_rate`` 5, ``encoder_config.input_dim`` 160;
+``preprocessor_config.json`` ``melspec_kwargs`` {16 kHz, ``n_fft`` 512, ``win_length``
+400, ``hop_length`` 160, ``n_mels`` 80}, ``projector_window_size`` 15,
+``projector_downsample_rate`` 5; ``processor_config.json`` ``audio_token`` ``<|audio|>``.
 
 The processor neither truncates nor limits a clip's length, and the model takes any
 length (its conformer attends in blocks of 200 frames). The per-clip and per-request
