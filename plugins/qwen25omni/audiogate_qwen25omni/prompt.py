@@ -25,6 +25,9 @@ image and video parts (this family's audiogate plugin prepares audio only).
 
 from __future__ import annotations
 
+import contextlib
+import threading
+import weakref
 from collections.abc import Sequence
 from typing import Any, Final
 
@@ -230,7 +233,23 @@ def _token_id(tokenizer: Any, token: str) -> int | None:
     return value if isinstance(value, int) else None
 
 
+#: Tokenizers already found to map the markers to their ids (checked once per tokenizer
+#: object and markers: the check encodes three tokens, which costs as much as a short
+#: prompt). A tokenizer that cannot be weakly referenced is checked every time.
+_CHECKED: Final[weakref.WeakKeyDictionary[Any, frozenset[_Markers]]] = weakref.WeakKeyDictionary()
+_CHECKED_LOCK: Final = threading.Lock()
+
+
 def _check_tokenizer(tokenizer: Any, markers: _Markers) -> None:
+    with _CHECKED_LOCK, contextlib.suppress(TypeError):
+        if markers in _CHECKED.get(tokenizer, frozenset()):
+            return
+    _check_tokenizer_ids(tokenizer, markers)
+    with _CHECKED_LOCK, contextlib.suppress(TypeError):
+        _CHECKED[tokenizer] = _CHECKED.get(tokenizer, frozenset()) | {markers}
+
+
+def _check_tokenizer_ids(tokenizer: Any, markers: _Markers) -> None:
     for token, expected in (
         (markers.audio, markers.audio_id),
         (markers.bos, markers.bos_id),

@@ -11,6 +11,15 @@ from typing import Any
 __all__ = ["build"]
 
 
+#: Read by the thinker's position ids (not parameters of the config class; the
+#: checkpoint's config.json carries them).
+_POSITION_IDS: dict[str, Any] = {
+    "vision_start_token_id": 151_652,
+    "vision_end_token_id": 151_653,
+    "vision_token_id": 151_654,
+}
+
+
 def build() -> Any:
     """The tiny thinker (random weights; the caller seeds torch and sets eval mode)."""
     import transformers
@@ -48,9 +57,6 @@ def build() -> Any:
             },
         },
         audio_token_index=151_646,
-        # Read by the thinker's position ids; the checkpoint's config.json carries them.
-        vision_start_token_id=151_652,
-        vision_end_token_id=151_653,
-        vision_token_id=151_654,
+        **_POSITION_IDS,
     )
     return transformers.Qwen2_5OmniThinkerForConditionalGeneration(config)

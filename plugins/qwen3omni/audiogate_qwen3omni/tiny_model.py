@@ -11,6 +11,11 @@ from typing import Any
 __all__ = ["build"]
 
 
+#: Read by the thinker's position ids (not parameters of the config class; the
+#: checkpoint's config.json carries them).
+_POSITION_IDS: dict[str, Any] = {"vision_start_token_id": 151_652, "vision_end_token_id": 151_653}
+
+
 def build() -> Any:
     """The tiny thinker (random weights; the caller seeds torch and sets eval mode)."""
     import transformers
@@ -60,8 +65,6 @@ def build() -> Any:
         image_token_id=151_655,
         video_token_id=151_656,
         position_id_per_seconds=13,
-        # Read by the thinker's position ids; the checkpoint's config.json carries them.
-        vision_start_token_id=151_652,
-        vision_end_token_id=151_653,
+        **_POSITION_IDS,
     )
     return transformers.Qwen3OmniMoeThinkerForConditionalGeneration(config)
