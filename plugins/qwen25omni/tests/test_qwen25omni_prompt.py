@@ -106,3 +106,17 @@ def test_a_clip_claiming_another_count_is_refused(policy, tokenizer):
             [ClipSlot(ordinal=1, tokens=26, frames=100, sha256="0" * 64)],
             tokenizer,
         )
+
+
+def test_a_tokenizer_with_other_ids_is_refused_every_time(policy, tokenizer):
+    from audiogate.errors import PolicyError
+    from audiogate.testing.tokenizers import build_stand_in_tokenizer
+
+    wrong = build_stand_in_tokenizer(
+        {"<|AUDIO|>": 1_000, "<|audio_bos|>": 1_001, "<|audio_eos|>": 1_002}
+    )
+    for _ in range(2):
+        with pytest.raises(PolicyError, match="tokenizer"):
+            expand_prompt(policy, [TextSegment(BLOCK)], slots(100), wrong)
+    # The right tokenizer still passes after the wrong one was refused.
+    assert expand_prompt(policy, [TextSegment(BLOCK)], slots(100), tokenizer).input_ids
