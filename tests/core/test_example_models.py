@@ -15,6 +15,7 @@ from types import ModuleType
 
 import numpy as np
 import pytest
+from shipped import shipped_families
 
 pytest.importorskip("transformers")
 
@@ -128,7 +129,11 @@ def _generator() -> ModuleType:
 
 
 def test_every_directory_is_covered():
-    assert sorted(p.parent.name for p in MODELS.glob("*/config.json")) == DIRECTORIES
+    # The first three families' directories are checked here; a family shipped later
+    # lists its own in families.toml and checks them in its plugin's tests.
+    listed = {e for family in shipped_families() for e in family.examples} - set(DIRECTORIES)
+    found = sorted(p.parent.name for p in MODELS.glob("*/config.json"))
+    assert found == sorted([*DIRECTORIES, *listed])
     assert sorted(s.directory for s in _generator().STAND_INS) == DIRECTORIES
 
 
