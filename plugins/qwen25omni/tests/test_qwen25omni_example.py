@@ -58,3 +58,24 @@ def test_the_stand_in_tokenizer_is_fresh():
     from qwen25omni_build_example import main
 
     assert main(["--check"]) == 0
+
+
+def test_the_chat_template_renders_as_the_checkpoints():
+    # The checkpoint's rendering of a user turn with an audio part and a question: the
+    # default system turn, the audio block, the text right after it.
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(MODEL_DIR), local_files_only=True)
+    rendered = tokenizer.apply_chat_template(
+        [
+            {
+                "role": "user",
+                "content": [{"type": "audio", "audio": "a.wav"}, {"type": "text", "text": "Why?"}],
+            }
+        ],
+        add_generation_prompt=True,
+        tokenize=False,
+    )
+    assert rendered == (
+        "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
+        "<|im_start|>user\n<|audio_bos|><|AUDIO|><|audio_eos|>Why?<|im_end|>\n"
+        "<|im_start|>assistant\n"
+    )

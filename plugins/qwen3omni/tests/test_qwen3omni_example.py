@@ -58,3 +58,28 @@ def test_the_stand_in_tokenizer_is_fresh():
     from qwen3omni_build_example import main
 
     assert main(["--check"]) == 0
+
+
+def test_the_chat_template_renders_as_the_checkpoints():
+    # As stored renderings of the checkpoint's template show it: no default system turn,
+    # list content part by part, the audio block right before the text.
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(MODEL_DIR), local_files_only=True)
+    rendered = tokenizer.apply_chat_template(
+        [
+            {"role": "system", "content": [{"type": "text", "text": "You are helpful."}]},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "audio", "audio": "a.wav"},
+                    {"type": "text", "text": "What sound is this?"},
+                ],
+            },
+        ],
+        add_generation_prompt=True,
+        tokenize=False,
+    )
+    assert rendered == (
+        "<|im_start|>system\nYou are helpful.<|im_end|>\n"
+        "<|im_start|>user\n<|audio_start|><|audio_pad|><|audio_end|>What sound is this?"
+        "<|im_end|>\n<|im_start|>assistant\n"
+    )
