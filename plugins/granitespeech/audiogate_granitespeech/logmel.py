@@ -114,7 +114,9 @@ class _BlockScratch:
     """One block's buffers, allocated once per thread and reused by every clip."""
 
     def __init__(self) -> None:
-        self.frames = np.empty((BLOCK_FRAMES, WIN_LENGTH), dtype=np.float64)
+        # Zero-extended to the FFT size once: each block writes the first 400 columns,
+        # the last 112 stay zero (pocketfft then skips numpy's padding copy).
+        self.frames = np.zeros((BLOCK_FRAMES, N_FFT), dtype=np.float64)
         self.spectrum = np.empty((BLOCK_FRAMES, BINS), dtype=np.complex128)
         self.power = np.empty((BLOCK_FRAMES, BINS), dtype=np.float32)
         # Flat, so that a partial block's (bins, count) view is contiguous too.
@@ -122,7 +124,7 @@ class _BlockScratch:
         self.logs = np.empty(N_MELS * BLOCK_FRAMES, dtype=np.float64)
 
 
-_SCRATCH_BYTES: Final = BLOCK_FRAMES * (WIN_LENGTH * 8 + BINS * (16 + 4 + 4) + N_MELS * 8)
+_SCRATCH_BYTES: Final = BLOCK_FRAMES * (N_FFT * 8 + BINS * (16 + 4 + 4) + N_MELS * 8)
 
 
 def _blocks(frames: int) -> int:
@@ -151,11 +153,11 @@ def _log_mel_block(frames: npt.NDArray[np.float32], out: npt.NDArray[np.float32]
     into ``out`` ``[shape=(count, 80)]``."""
     scratch = thread_scratch("granitespeech.log_mel", _BlockScratch)
     count = frames.shape[0]
-    windowed = scratch.frames[:count]
+    padded = scratch.frames[:count]
     # The window product in float32, as torch.stft forms it; the FFT in float64.
-    np.multiply(frames, _WINDOW, out=windowed, dtype=np.float32)
+    np.multiply(frames, _WINDOW, out=padded[:, :WIN_LENGTH], dtype=np.float32)
     spectrum = scratch.spectrum[:count]
-    np.fft.rfft(windowed, n=N_FFT, axis=-1, out=spectrum)
+    np.fft.rfft(padded, axis=-1, out=spectrum)
     parts = spectrum.view(np.float64)
     np.square(parts, out=parts)
     power = scratch.power[:count]
