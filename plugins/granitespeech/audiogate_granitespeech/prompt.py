@@ -22,7 +22,9 @@ is refused, as are image parts (Granite Speech has no image input).
 
 from __future__ import annotations
 
+import threading
 import weakref
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any, Final
 
@@ -225,6 +227,38 @@ def _check_tokenizer(tokenizer: Any, audio: str, audio_id: int) -> None:
     checked.add((audio, audio_id))
 
 
+#: Per tokenizer, the ids of recently encoded prompt pieces (a chat's template text and
+#: system prompt repeat from request to request); at most :data:`_PIECES` pieces of at
+#: most :data:`_PIECE_CHARS` characters each.
+_ENCODED: Final[weakref.WeakKeyDictionary[Any, OrderedDict[str, tuple[int, ...]]]] = (
+    weakref.WeakKeyDictionary()
+)
+_ENCODED_LOCK: Final = threading.Lock()
+_PIECES: Final = 64
+_PIECE_CHARS: Final = 4096
+
+
+def _encoded(tokenizer: Any, piece: str) -> tuple[int, ...]:
+    """``tokenizer.encode(piece, add_special_tokens=False)``, remembered for short pieces."""
+    if len(piece) > _PIECE_CHARS:
+        return tuple(int(i) for i in tokenizer.encode(piece, add_special_tokens=False))
+    with _ENCODED_LOCK:
+        try:
+            cache = _ENCODED.setdefault(tokenizer, OrderedDict())
+        except TypeError:  # not weakly referenceable
+            cache = OrderedDict()
+        found = cache.get(piece)
+        if found is not None:
+            cache.move_to_end(piece)
+            return found
+    ids = tuple(int(i) for i in tokenizer.encode(piece, add_special_tokens=False))
+    with _ENCODED_LOCK:
+        cache[piece] = ids
+        if len(cache) > _PIECES:
+            cache.popitem(last=False)
+    return ids
+
+
 def _verify_tokenizer(tokenizer: Any, audio: str, audio_id: int) -> None:
     got = tokenizer.convert_tokens_to_ids(audio)
     ids = list(tokenizer.encode(audio, add_special_tokens=False))
@@ -271,7 +305,7 @@ def expand_prompt(
     for piece in pieces:
         if isinstance(piece, str):
             if piece:
-                ids.extend(int(i) for i in tokenizer.encode(piece, add_special_tokens=False))
+                ids.extend(_encoded(tokenizer, piece))
             continue
         start = len(ids)
         ids.extend([audio_id] * clips[piece].tokens)
