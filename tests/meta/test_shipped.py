@@ -165,3 +165,19 @@ def test_pytest_collects_the_tests_of_every_listed_family_and_no_other() -> None
     )
     collected = set(re.findall(r"^plugins/([^/]+)/tests/", out.stdout, flags=re.MULTILINE))
     assert collected == set(DIRS), out.stdout[-2000:]
+
+
+def test_every_shipped_family_registers_its_stages_without_the_0x_hook_form() -> None:
+    import warnings
+
+    from audiogate.deprecation import AudioGateDeprecationWarning
+    from audiogate.host import create_host
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", AudioGateDeprecationWarning)
+        host = create_host(load_entry_points=True)
+    for family in FAMILIES:
+        stages = host.implementations(family.name)
+        assert "audiogate_extract_features" in stages, family.name
+        plugin = (family.root / family.package / "plugin.py").read_text("utf-8")
+        assert "policy.family" not in plugin, f"{family.name}: the host dispatches by family"
