@@ -20,7 +20,7 @@ from audiogate.api import AudioGate, load_tokenizer
 from audiogate.decode import inspect
 from audiogate.errors import LimitError, SourceLostError, SourceNotFoundError
 from audiogate.store import SourceStore
-from audiogate.store.records import header_from_text, header_text
+from audiogate.store.source_record import header_from_text, header_text
 
 pytest.importorskip("transformers")
 

@@ -21,9 +21,9 @@ from audiogate.errors import (
     SourceLostError,
 )
 from audiogate.host import FamilyHost
-from audiogate.pipeline.batch import PreparedBatch, PreparedClip, RequestTotals
 from audiogate.pipeline.plans import ClipPlan, RequestPlan
 from audiogate.pipeline.preflight import decode_limits, preflight
+from audiogate.pipeline.prepared import PreparedBatch, PreparedClip, RequestTotals
 from audiogate.policy import MICROS_PER_SECOND, AudioPolicy
 from audiogate.records import FeatureBatch, readonly
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from audiogate.store.backend import SourceBackend
-from audiogate.store.records import (
+from audiogate.store.source_record import (
     DIGEST_RE,
     SCOPES,
     STATUSES,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
-from audiogate.store.records import RecoveryReport, SourceRecord, SourceStatus, StoreQuotas
+from audiogate.store.source_record import RecoveryReport, SourceRecord, SourceStatus, StoreQuotas
 
 __all__ = ["SourceBackend"]
 

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Final
 
 from audiogate.errors import SourceQuotaError
-from audiogate.store.records import (
+from audiogate.store.source_record import (
     RecoveryReport,
     SourceRecord,
     SourceStatus,

@@ -28,7 +28,7 @@ from audiogate.errors import (
     SourceRetiredError,
 )
 from audiogate.store.backend import SourceBackend
-from audiogate.store.records import (
+from audiogate.store.source_record import (
     SCOPES,
     RecoveryReport,
     Scope,
