@@ -362,7 +362,7 @@ def test_the_key_is_the_hash_of_the_json_of_all_its_parts() -> None:
     import json
 
     from audiogate._version import __version__
-    from audiogate.cache.key import KEY_FORMAT, policy_fingerprint
+    from audiogate.cache.key import KEY_FORMAT, policy_result_fields
 
     parts = {
         "format": KEY_FORMAT,
@@ -370,7 +370,7 @@ def test_the_key_is_the_hash_of_the_json_of_all_its_parts() -> None:
         "distribution": "audiogate-toy",
         "distribution_version": "1.0",
         "family_version": "0.0.1",
-        "policy": policy_fingerprint(TOY_POLICY),
+        "policy": policy_result_fields(TOY_POLICY),
         "decode_frames": 16_000,
         "normalized_samples": 16_000,
     }
