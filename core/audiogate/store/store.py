@@ -424,11 +424,19 @@ class SourceStore:
 
     # --- the feature cache's persistence ---------------------------------------------
 
+    def keeps_features(self, sha256: str) -> bool:
+        """Whether :meth:`put_features` would keep an entry of ``sha256``: a live source
+        (any owner's) is stored under it. The feature cache asks before encoding a clip,
+        so inline audio's features are never written (a look-up that never waits for a
+        writer)."""
+        return any(record.live for record in self.backend.current(check_digest(sha256)))
+
     def put_features(self, sha256: str, key: str, blob: bytes) -> None:
         """Persist a feature-cache entry of source ``sha256`` (kept while the source is
-        live; removed with its blob). ``key`` is the cache's own key text (policy
-        fingerprint and family version)."""
-        self.backend.put_features(check_digest(sha256), key, blob)
+        live; removed with its blob; nothing written for a digest no live source has).
+        ``key`` is the cache's own key text (policy fingerprint and family version)."""
+        if self.keeps_features(sha256):
+            self.backend.put_features(sha256, key, blob)
 
     def get_features(self, sha256: str, key: str) -> bytes | None:
         """A persisted feature-cache entry, or ``None``."""
