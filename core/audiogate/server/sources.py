@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import logging
 import os
 from collections.abc import Mapping
@@ -35,6 +34,7 @@ from starlette.responses import Response
 from audiogate.acquire import acquire_parts
 from audiogate.decode.geometry import AUTO, WAV, SourceFormat
 from audiogate.errors import AudioGateError, QueueFullError
+from audiogate.server.auth import OwnerTokens, owner_of
 from audiogate.server.errors import (
     BadRequestError,
     ServerConfigError,
@@ -43,7 +43,7 @@ from audiogate.server.errors import (
 )
 from audiogate.server.requests import parse_body
 from audiogate.server.responses import json_response
-from audiogate.store import ANONYMOUS_OWNER, SourceStore, check_digest
+from audiogate.store import SourceStore, check_digest
 
 if TYPE_CHECKING:
     from audiogate.server.routes import AudioServer
@@ -83,7 +83,7 @@ CONTENT_TYPES: Final[Mapping[str, SourceFormat]] = {
 log = logging.getLogger("audiogate.server")
 
 
-def load_auth_tokens(path: str | os.PathLike[str]) -> dict[str, str]:
+def load_auth_tokens(path: str | os.PathLike[str]) -> OwnerTokens:
     """``--auth-tokens FILE``: one ``TOKEN OWNER`` per line; blank lines and ``#`` comments
     are skipped.
 
@@ -118,24 +118,7 @@ def load_auth_tokens(path: str | os.PathLike[str]) -> dict[str, str]:
         raise ServerConfigError(
             f"the auth tokens file (--auth-tokens) {str(path)!r} holds no 'TOKEN OWNER' line"
         )
-    return tokens
-
-
-def owner_of(request: Request, owners: Mapping[str, str] | None) -> str:
-    """Who sends ``request``: the owner of its bearer token, or the anonymous owner.
-
-    :raises UnauthorizedError: owners are configured and the token is missing or unknown.
-    """
-    if owners is None:
-        return ANONYMOUS_OWNER
-    scheme, _, token = request.headers.get("authorization", "").partition(" ")
-    token = token.strip()
-    if scheme.lower() == "bearer" and token:
-        for known, owner in owners.items():
-            # Compared in constant time, every token, so timing tells nothing.
-            if hmac.compare_digest(known.encode(), token.encode()):
-                return owner
-    raise UnauthorizedError("this server needs 'Authorization: Bearer TOKEN' with a known token")
+    return OwnerTokens(tokens)
 
 
 def _digest(request: Request) -> str:
