@@ -107,9 +107,10 @@ def test_schema_prints_the_family_schema(family: str, host) -> None:
 
 @pytest.mark.install
 @pytest.mark.slow
-def test_console_script_is_installed() -> None:
+@pytest.mark.parametrize("module", ["audiogate.cli", "audiogate"])
+def test_console_script_is_installed(module: str) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "audiogate.cli", "families"],
+        [sys.executable, "-m", module, "families"],
         capture_output=True,
         text=True,
         check=False,
