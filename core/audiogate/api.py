@@ -59,7 +59,9 @@ from audiogate.errors import (
     PlaceholderError,
     PluginError,
     PolicyError,
+    RequestError,
     SourceLostError,
+    SourceStoreMissingError,
 )
 from audiogate.host import FamilyHost, create_host
 from audiogate.metrics import outcome_scope, record_outcome
@@ -704,14 +706,11 @@ class AudioGate:
 
         :param status: ``"processing"`` to have references wait until
             :meth:`~audiogate.store.SourceStore.mark_ready`, else ``"ready"``.
-        :raises PlaceholderError: the gate has no store.
+        :raises SourceStoreMissingError: the gate has no store.
         :raises AudioGateError: admission refuses the bytes, or a quota refuses them.
         """
         if self.store is None:
-            raise PlaceholderError(
-                "this gate has no source store (give AudioGate a store=, or start the "
-                "server with `audiogate serve --store DIR`)"
-            )
+            raise SourceStoreMissingError("add_source")
         from audiogate.store.admission import admit_source
 
         admitted = admit_source(
@@ -754,9 +753,9 @@ class AudioGate:
         if self.renderer is not None:
             return self.renderer(messages)
         if self.tokenizer is None or not getattr(self.tokenizer, "chat_template", None):
-            raise PlaceholderError(
-                "chat messages need a chat template: load a model directory with a tokenizer "
-                "or pass renderer="
+            raise RequestError(
+                "chat messages need a chat template, and this gate has none: load a model "
+                "directory with a tokenizer, or pass renderer="
             )
         try:
             text = self.tokenizer.apply_chat_template(

@@ -16,6 +16,7 @@ __all__ = [
     "AcquisitionError",
     "AudioGateError",
     "AudioInputError",
+    "ChatRequestError",
     "ContextLimitError",
     "DecodeError",
     "EmptyAudioError",
@@ -28,6 +29,7 @@ __all__ = [
     "PolicyError",
     "PreprocessCancelled",
     "QueueFullError",
+    "RequestError",
     "SizeOverflowError",
     "SourceBusyError",
     "SourceError",
@@ -35,6 +37,7 @@ __all__ = [
     "SourceNotFoundError",
     "SourceQuotaError",
     "SourceRetiredError",
+    "SourceStoreMissingError",
     "WorkerUnavailableError",
     "clear_frames",
     "clip_number",
@@ -282,6 +285,46 @@ class PlaceholderError(AudioGateError):
     def __init__(self, detail: str) -> None:
         self.detail = detail
         super().__init__(f"audio placeholder mapping is invalid: {detail}")
+
+
+class RequestError(AudioGateError):
+    """A request that cannot be served as given, for a reason that is not its audio
+    (:class:`AudioInputError`) nor its placeholders (:class:`PlaceholderError`): chat
+    messages that are not valid, a chat request to a gate without a chat template.
+
+    :param detail: what was wrong, with the value received.
+    """
+
+    code: str = "invalid_request"
+    reason = "waveform"
+    _what: ClassVar[str] = "invalid request"
+
+    def __init__(self, detail: str) -> None:
+        self.detail = detail
+        super().__init__(f"{self._what}: {detail}")
+
+
+class ChatRequestError(RequestError):
+    """The chat messages are not a valid chat request (shape, roles, part types), or the
+    chat template refused them."""
+
+    code = "chat_request"
+    _what = "invalid chat messages"
+
+
+class SourceStoreMissingError(RequestError):
+    """A source-store operation (``add_source``, an upload) on a gate that has no store."""
+
+    code = "no_source_store"
+    _what = "no source store"
+
+    def __init__(self, operation: str) -> None:
+        self.operation = operation
+        RequestError.__init__(
+            self,
+            f"{operation} needs a source store, and this gate has none (give AudioGate a "
+            "store=, or start the server with `audiogate serve --store DIR`)",
+        )
 
 
 class SourceError(AudioInputError):

@@ -26,7 +26,7 @@ from typing import Any, Final
 import attrs
 
 from audiogate.chat.sentinels import SENTINEL_PREFIX, SentinelCodec
-from audiogate.errors import PlaceholderError
+from audiogate.errors import ChatRequestError, PlaceholderError
 
 __all__ = [
     "AUDIO_PART_TYPES",
@@ -41,10 +41,6 @@ __all__ = [
 AUDIO_PART_TYPES: Final = ("input_audio", "audio_url", "audio_ref")
 _IMAGE_PART_TYPES: Final = ("image_url",)
 _PART_TYPES: Final = ("text", *_IMAGE_PART_TYPES, *AUDIO_PART_TYPES)
-
-
-class ChatRequestError(PlaceholderError):
-    """The messages are not a valid chat request."""
 
 
 @attrs.frozen(kw_only=True)
@@ -150,8 +146,9 @@ def flatten_messages(
 
     :param parts: keep list content as a list, each media part a text part holding its
         sentinel; otherwise each message's content becomes one string.
-    :raises PlaceholderError: malformed messages, an unsupported part type, or (when media
-        are declared) text that contains the reserved sentinel prefix.
+    :raises ChatRequestError: malformed messages or an unsupported part type.
+    :raises PlaceholderError: (when media are declared) text that contains the reserved
+        sentinel prefix.
     """
     if isinstance(messages, str | bytes) or not isinstance(messages, Sequence) or not messages:
         raise ChatRequestError("messages must be a non-empty list of message objects")
@@ -203,8 +200,10 @@ def flatten_messages(
 
 
 def _guard(text: str, index: int) -> None:
+    # Text claiming a media position, like a family's reserved placeholder literal in a
+    # prompt: a placeholder error, not a malformed message.
     if SENTINEL_PREFIX in text:
-        raise ChatRequestError(
+        raise PlaceholderError(
             f"message {index} text contains the reserved media sentinel prefix {SENTINEL_PREFIX!r}"
         )
 
