@@ -64,11 +64,19 @@ _DECODE_VERBS: dict[str, str] = {
     "unknown_container": "is in a format audiogate does not decode",
     "format_mismatch": "is not in the declared format",
     "codecs_unavailable": "cannot be decoded here",
+    "buffer_not_contiguous": "cannot be read as bytes",
+    "geometry_mismatch": "does not match the geometry given for it",
     "decoder_crashed": "could not be decoded",
     "decoder_timeout": "could not be decoded",
     "memory_limit": "could not be decoded",
     "decoder_error": "could not be decoded",
 }
+
+#: Limits of the request's text or of the HTTP body, not of its audio: their message does
+#: not say "audio".
+_NOT_AUDIO_LIMITS: frozenset[str] = frozenset(
+    {"request body bytes", "in-flight request body bytes", "prompt text bytes", "prefill tokens"}
+)
 
 #: Units of the per-clip policy limits, and the scale of a value shown in that unit.
 _LIMIT_UNITS: dict[str, tuple[str, int]] = {
@@ -227,6 +235,8 @@ class LimitError(AudioGateError):
     """
 
     reason = "waveform"
+    #: What the message calls the bound (a store's quotas are "quota").
+    _bound: ClassVar[str] = "limit"
 
     def __init__(
         self,
@@ -241,6 +251,7 @@ class LimitError(AudioGateError):
         self.maximum = maximum
         self.clip_index = clip_index
         where = f" (clip {clip_number(clip_index)})" if clip_index is not None else ""
+        subject = "" if limit in _NOT_AUDIO_LIMITS or self._bound != "limit" else "audio "
         unit, scale = _LIMIT_UNITS.get(limit, ("", 1))
         if unit and isinstance(actual, int | float) and isinstance(maximum, int | float):
             # A per-clip policy limit: say so, in its unit, with the allowed range.
@@ -251,7 +262,10 @@ class LimitError(AudioGateError):
                 f"{shown[1]:g} {unit})"
             )
         else:
-            message = f"audio {limit} limit exceeded{where}: actual {actual}, maximum {maximum}"
+            message = (
+                f"{subject}{limit} {self._bound} exceeded{where}: actual {actual}, "
+                f"maximum {maximum}"
+            )
         super().__init__(message)
 
 
@@ -385,6 +399,7 @@ class SourceQuotaError(LimitError):
     """
 
     code = "source_quota"
+    _bound = "quota"
 
 
 class FeatureError(AudioInputError):

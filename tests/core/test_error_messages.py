@@ -7,10 +7,16 @@ import pytest
 
 from audiogate.api import AudioGate
 from audiogate.chat import ChatRequestError, flatten_messages
+from audiogate.chat.prompt_text import PROMPT_TEXT_LIMIT
 from audiogate.errors import (
     AudioGateError,
+    ContextLimitError,
+    DecodeError,
+    LimitError,
+    MemoryLimitError,
     PlaceholderError,
     RequestError,
+    SourceQuotaError,
     SourceStoreMissingError,
 )
 from audiogate.testing.audio import tone, wav_bytes
@@ -50,3 +56,63 @@ def test_add_source_without_a_store_says_there_is_no_store() -> None:
     assert "placeholder" not in message
     assert info.value.code == "no_source_store"
     assert not isinstance(info.value, PlaceholderError)
+
+
+@pytest.mark.parametrize(
+    ("error", "message"),
+    [
+        (
+            LimitError("request body bytes", actual=5, maximum=3),
+            "request body bytes limit exceeded: actual 5, maximum 3",
+        ),
+        (
+            MemoryLimitError("in-flight request body bytes", actual=5, maximum=3),
+            "in-flight request body bytes limit exceeded: actual 5, maximum 3",
+        ),
+        (
+            ContextLimitError("prefill tokens", actual=5, maximum=3),
+            "prefill tokens limit exceeded: actual 5, maximum 3",
+        ),
+        (
+            ContextLimitError(PROMPT_TEXT_LIMIT, actual=5, maximum=3),
+            "prompt text bytes limit exceeded: actual 5, maximum 3",
+        ),
+        (
+            SourceQuotaError("sources per owner", actual=5, maximum=3),
+            "sources per owner quota exceeded: actual 5, maximum 3",
+        ),
+        # The audio's own limits still say so.
+        (
+            LimitError("clip count", actual=5, maximum=3),
+            "audio clip count limit exceeded: actual 5, maximum 3",
+        ),
+    ],
+)
+def test_a_limit_that_is_not_the_audios_does_not_say_audio(error: LimitError, message: str) -> None:
+    assert str(error) == message
+
+
+@pytest.mark.parametrize(
+    ("code", "message"),
+    [
+        ("buffer_not_contiguous", "audio clip 1 cannot be read as bytes: x"),
+        ("geometry_mismatch", "audio clip 1 does not match the geometry given for it: x"),
+        ("riff_size_mismatch", "audio clip 1 is corrupt: x"),
+    ],
+)
+def test_a_decode_refusal_that_is_not_corruption_does_not_say_corrupt(
+    code: str, message: str
+) -> None:
+    assert str(DecodeError("x", clip_index=0, code=code)) == message
+
+
+def test_a_non_contiguous_buffer_is_refused_as_unreadable_not_corrupt() -> None:
+    import numpy as np
+
+    from audiogate.decode import inspect
+
+    data = memoryview(np.zeros(64, dtype=np.uint8))[::2]
+    with pytest.raises(DecodeError) as info:
+        inspect(data, clip_index=0)
+    assert info.value.code == "buffer_not_contiguous"
+    assert "corrupt" not in str(info.value)
