@@ -473,7 +473,7 @@ class AudioGate:
             except (Exception, asyncio.CancelledError) as error:
                 if isinstance(error, SourceLostError) and self.store is not None:
                     # Also what the pipeline's digest proof finds (leases read unhashed).
-                    self.store.backend.mark_lost(error.sha256)
+                    self.store.mark_lost(error.sha256)
                 if self.worker is not None:
                     # Counted unless the worker admitted it (then it counts it).
                     outcome.settle(

@@ -33,7 +33,6 @@ work at its next chunk and closes any HTTP stream.
 from __future__ import annotations
 
 import asyncio
-import functools
 import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, TypeVar
@@ -181,14 +180,11 @@ async def _read_reference(
         return held
 
     index = source.index
-    # A ready source whose blob is there is leased on the loop (an index look-up and a
-    # stat); one still processing (waited for, polling the token) or lost (marked so)
-    # is leased in a thread, as is the read of one without a recorded header.
-    held = sources.try_open(source.value, clip_index=index)
-    if held is None:
-        opened = functools.partial(sources.open, source.value, clip_index=index)
-        held = await _in_thread(lambda c: take(c, opened(cancel=c.cancel)), ctx)
-    elif held.header is None:
+    # Leased through the store's executor (the loop never waits on its backends; a wait
+    # for a source still processing sleeps on the loop); one without a recorded header
+    # is read in a thread, its header read from its bytes.
+    held = await sources.open_async(source.value, cancel=ctx.cancel, clip_index=index)
+    if held.header is None:
         lease = held
         held = await _in_thread(lambda c: take(c, lease), ctx)
     else:

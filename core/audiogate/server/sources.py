@@ -220,7 +220,7 @@ class SourceRoutes:
             except Exception as exc:  # admitted, so unexpected: the source stays usable
                 log.warning("warming source %s failed: %s", sha256, exc)
             finally:
-                await asyncio.to_thread(self.store.mark_ready, sha256, owner=owner)
+                await self.store.mark_ready_async(sha256, owner=owner)
 
         task = asyncio.get_running_loop().create_task(warm())
         self._warming.add(task)
@@ -230,7 +230,7 @@ class SourceRoutes:
         """``GET /v1/audio/sources/{sha256}``."""
         try:
             owner = owner_of(request, self.server.owners)
-            record = await asyncio.to_thread(self.store.get, _digest(request), owner=owner)
+            record = await self.store.get_async(_digest(request), owner=owner)
         except AudioGateError as error:
             return error_response(error, close=False)
         return json_response(200, record.as_dict())
@@ -242,7 +242,7 @@ class SourceRoutes:
         except AudioGateError as error:
             return error_response(error, close=False)
         history = request.query_params.get("include_retired", "false").lower() == "true"
-        records = await asyncio.to_thread(self.store.list, owner, include_retired=history)
+        records = await self.store.list_async(owner, include_retired=history)
         return json_response(200, {"object": "list", "data": [r.as_dict() for r in records]})
 
     async def retire(self, request: Request) -> Response:
@@ -250,11 +250,8 @@ class SourceRoutes:
         try:
             owner = owner_of(request, self.server.owners)
             sha256 = _digest(request)
-            record = await asyncio.to_thread(
-                self.store.retire,
-                sha256,
-                owner=owner,
-                timeout_s=self.server.limits.retire_timeout_s,
+            record = await self.store.retire_async(
+                sha256, owner=owner, timeout_s=self.server.limits.retire_timeout_s
             )
         except AudioGateError as error:
             return error_response(error, close=False)
