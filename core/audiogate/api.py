@@ -22,36 +22,23 @@ import asyncio
 import functools
 import os
 import re
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any
 
 import attrs
 
-from audiogate.acquire import (
-    AcquisitionPolicy,
-    SourceAccess,
-    acquire_parts,
-    acquire_suspends,
-)
+from audiogate.acquire import AcquisitionPolicy
 from audiogate.cache import FeatureCache, FeatureStore
 from audiogate.cancel import CancelToken, cancellable
 from audiogate.chat import (
     MAX_PROMPT_TEXT_BYTES,
     ChatRequestError,
     FlattenedChat,
-    flatten_messages,
     parse_rendered,
     renders_parts,
-    require_unicode,
-    split_references,
 )
-from audiogate.chat.prompt_text import (
-    INLINE_RENDER_BYTES,
-    check_prompt_text,
-    prompt_text_limit,
-    text_host_bytes,
-)
+from audiogate.chat.prompt_text import prompt_text_limit
 from audiogate.decode.geometry import WAV, SourceFormat
 from audiogate.errors import (
     AudioGateError,
@@ -60,12 +47,10 @@ from audiogate.errors import (
     PluginError,
     PolicyError,
     RequestError,
-    SourceLostError,
     SourceStoreMissingError,
 )
 from audiogate.host import FamilyHost, create_host
-from audiogate.metrics import outcome_scope, record_outcome
-from audiogate.pipeline import EncodedClip, PreparedBatch, Progress, prepare_clips
+from audiogate.pipeline import EncodedClip, PreparedBatch, Progress
 from audiogate.policy import (
     AudioPolicy,
     FeatureBackend,
@@ -79,15 +64,14 @@ from audiogate.records import (
     PromptSegment,
     TextSegment,
 )
+from audiogate.request import Request, TensorKind, convert_tensors
 from audiogate.store import ANONYMOUS_OWNER, AddedSource, Scope, SourceStatus, SourceStore
-from audiogate.worker import AudioJob, AudioWorker, Finished
+from audiogate.worker import AudioWorker
 
 __all__ = ["AudioGate", "PreparedRequest", "Renderer", "load_tokenizer"]
 
 #: ``renderer(messages) -> prompt text``; by default the tokenizer's chat template.
 Renderer = Callable[[Sequence[Mapping[str, Any]]], str]
-TensorKind = Literal["np", "mlx", "pt"]
-_T = TypeVar("_T")
 
 
 def load_tokenizer(model_dir: str | os.PathLike[str]) -> Any | None:
@@ -213,14 +197,6 @@ class PreparedRequest:
         }
 
 
-@attrs.frozen
-class _Finished:
-    """What the CPU work gives back: the batch and its expanded prompt."""
-
-    batch: PreparedBatch
-    expanded: ExpandedPrompt | None
-
-
 class AudioGate:
     """The audio boundary of one loaded model.
 
@@ -341,6 +317,34 @@ class AudioGate:
 
     # --- preparing -------------------------------------------------------------------
 
+    def request(
+        self,
+        messages: Sequence[Mapping[str, Any]] | None = None,
+        *,
+        prompt: str | None = None,
+        clips: Sequence[EncodedClip] | None = None,
+        cancel: CancelToken | None = None,
+        return_tensors: TensorKind | None = None,
+        progress: Progress | None = None,
+        feature_backend: FeatureBackend | None = None,
+        owner: str = ANONYMOUS_OWNER,
+    ) -> Request:
+        """Open one request (:class:`~audiogate.request.Request`) for a caller that drives
+        it itself: ``with gate.request(messages) as request: result = request.run()``
+        (or ``await request.run_async()``); its owner closes it once. The arguments are
+        :meth:`prepare_async`'s."""
+        return Request(
+            self,
+            messages,
+            prompt=prompt,
+            clips=clips,
+            cancel=cancel,
+            return_tensors=return_tensors,
+            progress=progress,
+            feature_backend=feature_backend,
+            owner=owner,
+        )
+
     def prepare(
         self,
         messages: Sequence[Mapping[str, Any]] | None = None,
@@ -364,20 +368,22 @@ class AudioGate:
         try:
             asyncio.get_running_loop()
         except RuntimeError:
-            return _run_blocking(
-                self._prepare_call(
-                    messages,
-                    prompt,
-                    clips,
-                    cancel,
-                    return_tensors,
-                    progress,
-                    feature_backend,
-                    owner,
-                    blocking=True,
-                )
+            pass
+        else:
+            raise RuntimeError(
+                "AudioGate.prepare() called inside an event loop; await prepare_async()"
             )
-        raise RuntimeError("AudioGate.prepare() called inside an event loop; await prepare_async()")
+        with self.request(
+            messages,
+            prompt=prompt,
+            clips=clips,
+            cancel=cancel,
+            return_tensors=return_tensors,
+            progress=progress,
+            feature_backend=feature_backend,
+            owner=owner,
+        ) as request:
+            return request.run()
 
     async def prepare_async(
         self,
@@ -410,284 +416,25 @@ class AudioGate:
             (its own, and shared ones); the leases are held until this call returns.
         :raises AudioGateError: a typed error; nothing is silently dropped.
 
-        With a worker, every request that fails or is cancelled is counted once in its
-        metrics (:mod:`audiogate.metrics.outcome`): by the worker from its admission on,
-        here before that (template, placeholders, acquisition, a text-only prompt's
-        length). A text-only success is not counted (it is not an audio request).
+        With a worker, every request is counted once in its metrics when it ends
+        (:meth:`audiogate.request.Request.close`): completed, cancelled, or under its
+        error's reason. A text-only success is not counted (it is not an audio request).
         """
-        return await self._prepare_call(
+        with self.request(
             messages,
-            prompt,
-            clips,
-            cancel,
-            return_tensors,
-            progress,
-            feature_backend,
-            owner,
-            blocking=False,
-        )
-
-    async def _prepare_call(
-        self,
-        messages: Sequence[Mapping[str, Any]] | None,
-        prompt: str | None,
-        clips: Sequence[EncodedClip] | None,
-        cancel: CancelToken | None,
-        return_tensors: TensorKind | None,
-        progress: Progress | None,
-        feature_backend: FeatureBackend | None,
-        owner: str,
-        *,
-        blocking: bool,
-    ) -> PreparedRequest:
-        """:meth:`prepare_async`; ``blocking``: for :meth:`prepare`, every step runs in
-        the calling thread (or waits on the worker) and nothing awaited suspends."""
-        if messages is None and prompt is None and clips is None:
-            raise TypeError("give chat messages, or a plain prompt and/or clips")
-        if messages is not None and prompt is not None:
-            raise TypeError("give either chat messages or a plain prompt, not both")
-        convert = _converter(return_tensors)  # a wrong value fails before any work
-        policy = self.policy
-        if feature_backend is not None and feature_backend != policy.feature_backend:
-            policy = attrs.evolve(policy, feature_backend=feature_backend)
-        if return_tensors is None and policy.feature_backend == "mlx":
-            # What the backend computed is mx arrays: the inputs a family derives from
-            # the prompt (numpy) follow them.
-            convert = _converter("mlx")
-        access = (
-            SourceAccess(self.store, owner, self.source_wait_s) if self.store is not None else None
-        )
-        with outcome_scope() as outcome:
-            try:
-                return await self._prepare(
-                    policy,
-                    messages,
-                    prompt,
-                    clips,
-                    cancellable(cancel),
-                    convert,
-                    progress,
-                    access,
-                    blocking=blocking,
-                )
-            except (Exception, asyncio.CancelledError) as error:
-                if isinstance(error, SourceLostError) and self.store is not None:
-                    # Also what the pipeline's digest proof finds (leases read unhashed).
-                    self.store.mark_lost(error.sha256)
-                if self.worker is not None:
-                    # Counted unless the worker admitted it (then it counts it).
-                    outcome.settle(
-                        functools.partial(record_outcome, self.worker.metrics, policy.family, error)
-                    )
-                raise
-            finally:
-                # The request's leases on stored sources end with it: a retirement
-                # waiting for them completes now.
-                if access is not None:
-                    access.release()
-
-    async def _prepare(
-        self,
-        policy: AudioPolicy,
-        messages: Sequence[Mapping[str, Any]] | None,
-        prompt: str | None,
-        clips: Sequence[EncodedClip] | None,
-        token: CancelToken,
-        convert: Callable[[Any], Any],
-        progress: Progress | None,
-        access: SourceAccess | None,
-        *,
-        blocking: bool,
-    ) -> PreparedRequest:
-        text_bytes = 0
-        reference = self._source_reference
-        if messages is not None:
-            # Bounded before any template or tokenizer sees it; then rendering and
-            # tokenizing run off the event loop, reserved like audio (see _off_loop).
-            text_bytes = check_prompt_text(messages, self.max_prompt_text_bytes)
-            if access is not None and reference is not None:
-                # The family's text references become audio_ref parts where they stand:
-                # numbered with the audio parts in message order.
-                messages = split_references(messages, reference)
-            flat = flatten_messages(messages, parts=self._renders_parts)
-            if not flat.has_audio:
-                if clips:
-                    raise PlaceholderError(
-                        f"{len(clips)} clip(s) were given but the messages have no audio part"
-                    )
-                return await self._off_loop(
-                    policy,
-                    functools.partial(self._text_only, flat, convert),
-                    text_bytes,
-                    token,
-                    blocking=blocking,
-                )
-            if clips is not None and len(clips) != len(flat.audio_parts):
-                raise PlaceholderError(
-                    f"the messages have {len(flat.audio_parts)} audio part(s) but "
-                    f"{len(clips)} clip(s) were given"
-                )
-            # Rendered before the audio is acquired: the template sees sentinels only, a
-            # template that refuses the messages costs no download, and acquired bytes
-            # go from the acquisition budget straight to the worker's admission.
-            if text_bytes <= INLINE_RENDER_BYTES:
-                rendered = self._render(flat.messages)
-            else:
-                rendered = await self._off_loop(
-                    policy,
-                    functools.partial(self._render, flat.messages),
-                    text_bytes,
-                    token,
-                    blocking=blocking,
-                )
-            assert flat.codec is not None
-            segments: list[PromptSegment] = parse_rendered(
-                rendered,
-                flat.codec,
-                expected={"audio": len(flat.audio_parts), "image": len(flat.image_parts)},
-            )
-            if clips is not None:
-                encoded = list(clips)
-            elif blocking:
-                suspends = acquire_suspends(flat.audio_parts, policy=self.acquisition)
-                acquiring = acquire_parts(
-                    flat.audio_parts, policy=self.acquisition, cancel=token, sources=access
-                )
-                # URLs and files on an event loop of their own; inline audio right here.
-                encoded = asyncio.run(acquiring) if suspends else _run_blocking(acquiring)
-            else:
-                encoded = await acquire_parts(
-                    flat.audio_parts, policy=self.acquisition, cancel=token, sources=access
-                )
-        else:
-            encoded = list(clips or ())
-            if prompt is not None:
-                text_bytes = check_prompt_text(prompt, self.max_prompt_text_bytes)
-                require_unicode(prompt, "the prompt")
-                if access is not None and reference is not None:
-                    encoded = await self._referenced_clips(
-                        prompt, encoded, reference, access, token, blocking=blocking
-                    )
-            segments = [TextSegment(prompt)] if prompt is not None else []
-
-        chat = messages is not None
-
-        def finish(batch: PreparedBatch) -> Finished[_Finished]:
-            expanded = self._expand(policy, batch, segments, chat=chat) if segments else None
-            # The prefill length the metrics record: the tokenized prompt's, if any.
-            prefill = len(expanded.input_ids) if expanded and expanded.input_ids else None
-            return Finished(_Finished(batch, expanded), prefill_tokens=prefill)
-
-        finished: _Finished
-        if blocking:
-            if self.worker is not None:
-                finished = _wait(
-                    self.worker.submit(
-                        policy,
-                        encoded,
-                        finish=finish,
-                        cancel=token,
-                        extra_host_bytes=text_host_bytes(text_bytes),
-                    )
-                )
-            else:
-                batch = prepare_clips(
-                    self.host,
-                    policy,
-                    encoded,
-                    cancel=token,
-                    progress=progress,
-                    cache=self.feature_cache,
-                )
-                finished = finish(batch).value
-        elif self.worker is not None:
-            finished = await self.worker.prepare_async(
-                policy,
-                encoded,
-                finish=finish,
-                cancel=token,
-                extra_host_bytes=text_host_bytes(text_bytes),  # tokenizing the prompt
-            )
-        else:
-            try:
-                finished = await asyncio.to_thread(
-                    lambda: (
-                        finish(
-                            prepare_clips(
-                                self.host,
-                                policy,
-                                encoded,
-                                cancel=token,
-                                progress=progress,
-                                cache=self.feature_cache,
-                            )
-                        ).value
-                    )
-                )
-            except asyncio.CancelledError:
-                token.cancel()
-                raise
-        return self._result(policy, finished.batch, finished.expanded, convert)
-
-    async def _off_loop(
-        self,
-        policy: AudioPolicy,
-        work: Callable[[], _T],
-        text_bytes: int,
-        token: CancelToken,
-        *,
-        blocking: bool = False,
-    ) -> _T:
-        """``work()`` (rendering, tokenizing) off the event loop: on the worker, queued
-        with the audio jobs and holding :func:`text_host_bytes` of ``text_bytes`` as
-        in-flight host bytes, or in a thread without a worker (``blocking``: in the
-        calling thread, or waiting on the worker, without suspending)."""
-        if blocking:
-            if self.worker is not None:
-                value: _T = _wait(
-                    self.worker.submit_call(
-                        policy, work, host_bytes=text_host_bytes(text_bytes), cancel=token
-                    )
-                )
-                return value
-            return work()
-        if self.worker is not None:
-            value = await self.worker.call_async(
-                policy, work, host_bytes=text_host_bytes(text_bytes), cancel=token
-            )
-            return value
-        return await asyncio.to_thread(work)
+            prompt=prompt,
+            clips=clips,
+            cancel=cancel,
+            return_tensors=return_tensors,
+            progress=progress,
+            feature_backend=feature_backend,
+            owner=owner,
+        ) as request:
+            return await request.run_async()
 
     @functools.cached_property
     def _source_reference(self) -> re.Pattern[str] | None:
         return self.host.family(self.policy.family).spec.source_reference
-
-    async def _referenced_clips(
-        self,
-        prompt: str,
-        given: Sequence[EncodedClip],
-        reference: re.Pattern[str],
-        access: SourceAccess,
-        token: CancelToken,
-        *,
-        blocking: bool,
-    ) -> list[EncodedClip]:
-        """A plain prompt's clips with a store: one per text reference, in prompt order,
-        the given clip of that digest where there is one, else the stored source (the
-        family's expansion then refuses a given clip that no reference names)."""
-        digests = list(dict.fromkeys(match.group(1) for match in reference.finditer(prompt)))
-        by_digest = {clip.sha256: clip for clip in given}
-        wanted = [d for d in digests if d not in by_digest]
-        if not wanted:
-            return list(given)
-        parts = [{"type": "audio_ref", "audio_ref": {"sha256": d}} for d in wanted]
-        acquiring = acquire_parts(parts, policy=self.acquisition, cancel=token, sources=access)
-        stored = asyncio.run(acquiring) if blocking else await acquiring
-        by_digest.update((clip.sha256, clip) for clip in stored)
-        named = set(digests)
-        ordered = [by_digest[d] for d in digests]
-        ordered += [clip for clip in given if clip.sha256 not in named]
-        return [attrs.evolve(clip, ordinal=i) for i, clip in enumerate(ordered, 1)]
 
     # --- sources ---------------------------------------------------------------------
 
@@ -854,12 +601,13 @@ class AudioGate:
                 f"{sum(tokens)}"
             )
 
-    def _text_only(self, flat: FlattenedChat, convert: Callable[[Any], Any]) -> PreparedRequest:
+    def _text_only(
+        self, flat: FlattenedChat, rendered: str, convert: Callable[[Any], Any]
+    ) -> PreparedRequest:
         # Still the family's prompt rules, with no clips: user text holding an audio
         # placeholder, reference or reserved token literal is refused here too, so no
         # audio id ever reaches the model without features behind it. Image parts keep
         # their positions (or are refused by a family without images).
-        rendered = self._render(flat.messages)
         segments: list[PromptSegment] = [TextSegment(rendered)]
         if flat.codec is not None:
             segments = parse_rendered(
@@ -904,29 +652,6 @@ class AudioGate:
         )
 
 
-def _run_blocking(coroutine: Coroutine[Any, Any, _T]) -> _T:
-    """Run ``coroutine`` to its end without an event loop: the blocking path of
-    :class:`AudioGate` awaits only coroutines that never suspend."""
-    try:
-        coroutine.send(None)
-    except StopIteration as stop:
-        value: _T = stop.value
-        return value
-    coroutine.close()
-    raise RuntimeError("AudioGate.prepare(): a step of the blocking path suspended")
-
-
-def _wait(job: AudioJob[Any]) -> Any:
-    """A submitted job's value, waited for in the calling thread; an interruption while it
-    waits (Ctrl-C) cancels the job: withdrawn if queued, stopped at its next checkpoint."""
-    try:
-        return job.result()
-    except BaseException:
-        if not job.done():
-            job.cancel()
-        raise
-
-
 def _model_inputs(
     family: str, batch: PreparedBatch, expanded: ExpandedPrompt | None
 ) -> dict[str, Any]:
@@ -943,44 +668,5 @@ def _model_inputs(
     return inputs
 
 
-def _converter(kind: TensorKind | None) -> Callable[[Any], Any]:
-    if kind is None:
-        return lambda array: array
-    if kind == "np":
-        import numpy as np
-
-        def to_numpy(array: Any) -> Any:
-            if isinstance(array, np.ndarray):
-                return array
-            # An mx.array's buffer would be shared (and writable): a read-only copy, like
-            # every array the numpy backend returns.
-            copy = np.array(array, copy=True)
-            copy.setflags(write=False)
-            return copy
-
-        return to_numpy
-    if kind == "mlx":
-        try:
-            import mlx.core as mx
-        except ImportError as exc:
-            raise PluginError(
-                f"return_tensors='mlx' needs mlx ({exc}): pip install 'audiogate[mlx]' (on "
-                f"Linux: pip install 'mlx[cpu]'), or ask for 'np'"
-            ) from exc
-        return lambda array: mx.array(array)
-    if kind == "pt":
-        try:
-            import torch
-        except ImportError as exc:
-            raise PluginError(
-                f"return_tensors='pt' needs torch ({exc}): pip install torch, or ask for 'np'"
-            ) from exc
-        import numpy as np
-
-        def to_torch(array: Any) -> Any:
-            # The arrays are read-only and shared with the batch: from_numpy would warn
-            # and let the model write into them. One copy, owned by the tensor.
-            return torch.from_numpy(np.array(array, copy=True))
-
-        return to_torch
-    raise ValueError(f"return_tensors must be 'np', 'mlx' or 'pt', not {kind!r}")
+#: ``return_tensors``'s conversion (kept here for code that imported it from 0.1.0).
+_converter = convert_tensors

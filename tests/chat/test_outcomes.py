@@ -11,6 +11,7 @@ import pytest
 from audiogate import create_host
 from audiogate.api import AudioGate
 from audiogate.cancel import CancelToken
+from audiogate.deprecation import AudioGateDeprecationWarning
 from audiogate.errors import (
     AcquisitionError,
     ContextLimitError,
@@ -20,7 +21,7 @@ from audiogate.errors import (
 )
 from audiogate.metrics import REJECTION_REASONS, AudioMetrics
 from audiogate.testing.audio import tone, wav_bytes
-from audiogate.worker import AudioWorker, OutcomeRecord, outcome_scope
+from audiogate.worker import AudioWorker
 
 pytest.importorskip("transformers")
 
@@ -117,24 +118,32 @@ def test_a_text_only_success_is_not_an_audio_request(gate) -> None:
     assert counted(gate, lambda: gate.prepare([{"role": "user", "content": "hi"}])) == {}
 
 
-def test_outcome_scopes_nest_and_never_reuse_a_finished_record() -> None:
-    with outcome_scope() as outer:
-        with outcome_scope() as inner:
-            assert inner is outer
-        with outcome_scope(fresh=True) as own:
-            assert own is not outer
-        assert not own.active
-        assert outer.active
-    assert not outer.active
-    # A record carried into a later context after its scope ended (asyncio callbacks
-    # can do that) is not reused.
-    stale = OutcomeRecord(recorded=True, active=False)
-    from audiogate.metrics.outcome import _OUTCOME
+def test_a_request_counts_once_as_its_owner_closes_it(gate) -> None:
+    # The server's order: prepared first, closed once the answer is admitted or not.
+    request = gate.request(user(audio_part()))
+    before = outcomes(gate)
+    request.run()
+    assert outcomes(gate) == before  # not counted until closed
+    request.close(cancelled=True)  # its client left before the answer was admitted
+    request.close()  # a second close does nothing
+    after = outcomes(gate)
+    assert {k: after[k] - before[k] for k in after if after[k] != before[k]} == {"cancelled": 1}
 
-    token = _OUTCOME.set(stale)
-    try:
-        with outcome_scope() as record:
-            assert record is not stale
-            assert not record.recorded
-    finally:
-        _OUTCOME.reset(token)
+
+def test_a_request_closed_with_its_answer_counts_as_completed(gate) -> None:
+    def run_and_close() -> None:
+        with gate.request(user(audio_part())) as request:
+            request.run()
+
+    assert counted(gate, run_and_close) == {"completed": 1}
+
+
+def test_the_0_1_0_outcome_record_still_imports_and_warns() -> None:
+    import audiogate.worker
+
+    with pytest.warns(AudioGateDeprecationWarning, match="OutcomeRecord"):
+        record_type = audiogate.worker.OutcomeRecord
+    with pytest.warns(AudioGateDeprecationWarning, match="outcome_scope"):
+        scope = audiogate.worker.outcome_scope
+    with scope() as record:
+        assert isinstance(record, record_type)

@@ -18,7 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 from audiogate.acquire.acquire import (
     acquire_bytes,
+    acquire_fetches,
     acquire_parts,
+    acquire_parts_sync,
     acquire_paths,
     acquire_suspends,
 )
@@ -65,7 +67,9 @@ __all__ = [
     "SourceResolver",
     "StoredHeader",
     "acquire_bytes",
+    "acquire_fetches",
     "acquire_parts",
+    "acquire_parts_sync",
     "acquire_paths",
     "acquire_suspends",
     "create_media_client",
