@@ -97,6 +97,7 @@ from audiogate.decode.geometry import (
     ClipGeometry,
     DecodeLimits,
     SourceFormat,
+    describe_signature,
 )
 from audiogate.decode.raw import inspect_raw
 from audiogate.decode.samples import downmix_encoded, downmix_f32, downmix_pcm16
@@ -268,6 +269,8 @@ def inspect(
             geometry = inspect_raw(view.nbytes, source_format, clip_index=clip_index)
         else:
             container = sniff_container(view) if view.nbytes else None
+            if declared == "auto" and container is None and view.nbytes:
+                _refuse_unrecognised(view, clip_index)
             if declared == "wav" or (declared == "auto" and container in (None, "wav")):
                 # The strict RIFF walker: its refusals name what is wrong with a WAV.
                 geometry = inspect_wav(
@@ -281,6 +284,22 @@ def inspect(
                 geometry = _inspect_compressed(view, declared, container, limits, clip_index)
     check_limits(geometry, limits, clip_index=clip_index)
     return geometry
+
+
+def _refuse_unrecognised(view: memoryview, clip_index: int) -> None:
+    """Bytes sent without a declared format that start with no container audiogate decodes:
+    a RIFF file that is not WAVE goes on to the strict walker (which names what it is);
+    anything else is refused here, naming what the bytes look like."""
+    found = describe_signature(view)
+    if found.startswith(("RIFF", "RF64", "BW64")):
+        return
+    raise DecodeError(
+        f"the bytes are not an audio format audiogate decodes (found {found}); accepted: "
+        f"{', '.join(CONTAINER_LABELS.values())}, or headerless samples declared as pcm16 "
+        f"or f32 with their sample_rate and channels",
+        clip_index=clip_index,
+        code="unknown_container",
+    )
 
 
 def _inspect_compressed(
