@@ -34,19 +34,25 @@ class Backing:
     def blob_root(self) -> Path:
         return self.root / "blobs-root" if self.kind == "split" else self.root / "store"
 
+    def parts(self) -> tuple[Any, Any, Any]:
+        """New records, blobs and leases backends over this storage."""
+        if self.kind == "memory":
+            return self.memory
+        if self.kind == "directory":
+            blobs = DirectoryBlobs(self.root / "store")
+            index = blobs.root
+            names = ("index.sqlite3", "leases.sqlite3")
+        else:
+            blobs = DirectoryBlobs(self.blob_root)
+            index = self.root / "index"
+            index.mkdir(exist_ok=True)
+            names = ("records.sqlite3", "leases.sqlite3")
+        return SqliteRecords(index / names[0]), blobs, SqliteLeases(index / names[1])
+
     def open(self, **options: Any) -> SourceStore:
         if self.kind == "directory":
             return SourceStore.open(self.root / "store", **options)
-        if self.kind == "split":
-            index = self.root / "index"
-            index.mkdir(exist_ok=True)
-            return SourceStore(
-                SqliteRecords(index / "records.sqlite3"),
-                DirectoryBlobs(self.blob_root),
-                SqliteLeases(index / "leases.sqlite3"),
-                **options,
-            )
-        return SourceStore(*self.memory, **options)
+        return SourceStore(*self.parts(), **options)
 
     # --- the storage, as a crash or a damaged disk leaves it ---------------------------
 

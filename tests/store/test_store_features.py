@@ -22,13 +22,6 @@ MIB = 1 << 20
 
 
 @pytest.fixture
-def store(tmp_path: Path):
-    opened = SourceStore.open(tmp_path / "store")
-    yield opened
-    opened.close()
-
-
-@pytest.fixture
 def gate(store: SourceStore) -> AudioGate:
     return AudioGate.from_model_dir(
         MODEL,
@@ -52,10 +45,6 @@ def _ref(sha: str) -> dict:
     return {"type": "audio_ref", "audio_ref": {"sha256": sha}}
 
 
-def _files(root: Path) -> list[Path]:
-    return [p for p in root.rglob("*") if p.is_file()]
-
-
 @pytest.fixture
 def writes(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     """Counts of fsyncs and of clips encoded for the persistent tier."""
@@ -75,14 +64,14 @@ def writes(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     return counts
 
 
-def test_inline_audio_is_cached_in_memory_and_never_written(gate, store, tmp_path, writes) -> None:
+def test_inline_audio_is_cached_in_memory_and_never_written(gate, store, backing, writes) -> None:
     data = source(2.0, seed=1)
     first = gate.prepare(_user(_inline(data)))
     assert writes == {"fsync": 0, "encoded": 0}
-    root = tmp_path / "store"
-    assert _files(root / "features") == []
-    assert _files(root / "tmp") == []
-    assert not store.keeps_features(first.batch.clips[0].sha256)
+    sha = first.batch.clips[0].sha256
+    assert backing.features(sha) == 0
+    assert backing.staged() == 0
+    assert not store.keeps_features(sha)
     again = gate.prepare(_user(_inline(data)))  # a memory hit, still nothing written
     assert gate.feature_cache is not None
     assert gate.feature_cache.hits == 1
@@ -90,16 +79,26 @@ def test_inline_audio_is_cached_in_memory_and_never_written(gate, store, tmp_pat
     assert writes == {"fsync": 0, "encoded": 0}
 
 
-def test_a_stored_sources_features_are_kept_while_it_lives(gate, store, tmp_path, writes) -> None:
+def test_a_stored_sources_features_are_kept_while_it_lives(gate, store, backing, writes) -> None:
     sha = gate.add_source(source(2.0, seed=2), owner="alice").record.sha256
-    uploaded = writes["fsync"]
-    assert uploaded > 0  # the upload itself is durable
     gate.prepare(_user(_ref(sha)), owner="alice")
     assert writes["encoded"] == 1
-    assert writes["fsync"] > uploaded
     assert store.keeps_features(sha)
-    kept = _files(tmp_path / "store" / "features" / sha)
-    assert len(kept) == 1
+    assert backing.features(sha) == 1
     store.retire(sha, owner="alice")
     assert not store.keeps_features(sha)
-    assert not (tmp_path / "store" / "features" / sha).exists()
+    assert backing.features(sha) == 0
+
+
+def test_the_directory_store_fsyncs_a_stored_sources_features_only(tmp_path, writes) -> None:
+    store = SourceStore.open(tmp_path / "store")
+    try:
+        sha = store.add(source(seed=3), owner="alice", duration_us=1_000_000).record.sha256
+        uploaded = writes["fsync"]
+        assert uploaded > 0  # the upload itself is durable
+        store.put_features("0" * 64, "k", b"inline")  # no such source: nothing written
+        assert writes["fsync"] == uploaded
+        store.put_features(sha, "k", b"stored")
+        assert writes["fsync"] > uploaded
+    finally:
+        store.close()
