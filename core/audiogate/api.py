@@ -49,6 +49,7 @@ from audiogate.errors import (
     RequestError,
     SourceStoreMissingError,
 )
+from audiogate.extras import require_module
 from audiogate.host import FamilyHost, create_host
 from audiogate.pipeline import EncodedClip, PreparedBatch, Progress
 from audiogate.policy import (
@@ -78,9 +79,10 @@ def load_tokenizer(model_dir: str | os.PathLike[str]) -> Any | None:
     """The model directory's tokenizer and chat template, offline, never running remote
     code; ``None`` when the directory has no tokenizer files.
 
-    :raises PolicyError: the tokenizer files are there but cannot be loaded, or
-        transformers (the ``chat`` extra) is not installed to read them: a gate without
-        the checkpoint's tokenizer would give no token ids and no chat template.
+    :raises PolicyError: the tokenizer files are there but cannot be loaded.
+    :raises MissingExtraError: transformers (the ``chat`` extra) is not installed to read
+        them: a gate without the checkpoint's tokenizer would give no token ids and no
+        chat template.
 
     A ``tokenizer.json`` is loaded directly as a fast tokenizer: ``AutoTokenizer`` would
     follow ``config.json``'s ``auto_map`` (Phi-4 MM's names a hub repository and asks to
@@ -89,23 +91,20 @@ def load_tokenizer(model_dir: str | os.PathLike[str]) -> Any | None:
     root = Path(model_dir)
     if not check_tokenizer_files(root):
         return None
-    try:
-        # Only the fast tokenizer class: ``AutoTokenizer`` imports transformers' model
-        # configuration code and, through it, torch (most of a second).
-        from transformers import PreTrainedTokenizerFast
-    except ImportError as exc:
-        raise PolicyError(
-            f"has tokenizer files, and reading them needs transformers ({exc}); install it "
-            f"with `pip install 'audiogate[chat]'`, or pass tokenizer= to AudioGate",
-            file=str(root),
-        ) from exc
+    transformers = require_module(
+        "transformers",
+        purpose=f"reading the tokenizer files of {root}",
+        hint="or pass tokenizer= to AudioGate",
+    )
     try:
         if (root / "tokenizer.json").exists():
-            tokenizer = PreTrainedTokenizerFast.from_pretrained(str(root), local_files_only=True)
+            # Only the fast tokenizer class: ``AutoTokenizer`` imports transformers' model
+            # configuration code and, through it, torch (most of a second).
+            tokenizer = transformers.PreTrainedTokenizerFast.from_pretrained(
+                str(root), local_files_only=True
+            )
         else:
-            from transformers import AutoTokenizer
-
-            tokenizer = AutoTokenizer.from_pretrained(
+            tokenizer = transformers.AutoTokenizer.from_pretrained(
                 str(root), local_files_only=True, trust_remote_code=False
             )
     except Exception as exc:

@@ -17,12 +17,14 @@ __all__ = [
     "AudioGateError",
     "AudioInputError",
     "ChatRequestError",
+    "CodecsUnavailableError",
     "ContextLimitError",
     "DecodeError",
     "EmptyAudioError",
     "FeatureError",
     "LimitError",
     "MemoryLimitError",
+    "MissingExtraError",
     "NonFiniteSampleError",
     "PlaceholderError",
     "PluginError",
@@ -41,6 +43,7 @@ __all__ = [
     "WorkerUnavailableError",
     "clear_frames",
     "clip_number",
+    "install_hint",
 ]
 
 
@@ -154,6 +157,46 @@ class PluginError(AudioGateError):
     reason = "feature_panic"
 
 
+def install_hint(module: str, extra: str | None) -> str:
+    """How to install ``module``: its extra (``pip install 'audiogate[codecs]'``), or the
+    package itself where no extra brings it (``torch``)."""
+    if extra is None:
+        return f"pip install {module.partition('.')[0]}"
+    return f"pip install 'audiogate[{extra}]'"
+
+
+class MissingExtraError(AudioGateError):
+    """An optional dependency is not installed; the message names the extra to install.
+
+    Raised through :func:`audiogate.extras.require_module`, the one way audiogate imports
+    an optional dependency. It is the installation's problem, not the input's: the server
+    answers 500 (a clip in a format whose codecs are missing is a
+    :class:`CodecsUnavailableError`, a 400).
+
+    :param purpose: what needs the module (``"audiogate batch writes Parquet and"``).
+    :param module: the module that could not be imported (``"pyarrow"``).
+    :param extra: the extra that installs it (``"batch"``), or ``None`` where none does.
+    :param hint: a sentence appended to the message (another way out, a licence note).
+    """
+
+    code: str = "missing_extra"
+    reason = "feature_panic"
+
+    def __init__(self, purpose: str, *, module: str, extra: str | None, hint: str = "") -> None:
+        self.purpose = purpose
+        self.module = module
+        self.extra = extra
+        self.hint = hint
+        super().__init__(self._describe())
+
+    def _describe(self) -> str:
+        tail = f"; {self.hint}" if self.hint else ""
+        return (
+            f"{self.purpose} needs {self.module}, which is not installed: "
+            f"{install_hint(self.module, self.extra)}{tail}"
+        )
+
+
 # --- per-request errors --------------------------------------------------------------
 
 
@@ -193,6 +236,29 @@ class EmptyAudioError(DecodeError):
         )
         self.code = "empty"
         self.detail = detail or "empty"
+
+
+class CodecsUnavailableError(MissingExtraError, DecodeError):
+    """A clip's container (and codec) needs optional codecs that are not installed here:
+    a :class:`DecodeError` of the clip (``codecs_unavailable``, 400) and a
+    :class:`MissingExtraError` naming the extra."""
+
+    reason = "waveform"
+
+    def __init__(
+        self, what: str, *, module: str, extra: str, clip_index: int, hint: str = ""
+    ) -> None:
+        self.purpose = f"decoding {what}"
+        self.module = module
+        self.extra = extra
+        self.hint = hint
+        self.code = "codecs_unavailable"
+        self.detail = self._describe()
+        AudioInputError.__init__(
+            self,
+            f"audio clip {clip_number(clip_index)} {_DECODE_VERBS[self.code]}: {self.detail}",
+            clip_index=clip_index,
+        )
 
 
 class NonFiniteSampleError(DecodeError):

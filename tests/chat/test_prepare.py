@@ -446,18 +446,18 @@ def test_numpy_arrays_from_the_mlx_backend_are_read_only_copies(gates) -> None:
         features[0, 0] = 1.0
 
 
-def test_return_tensors_mlx_without_mlx_is_a_plugin_error() -> None:
+def test_return_tensors_mlx_without_mlx_names_the_extra() -> None:
     import subprocess
 
     script = (
         "import sys; sys.modules['mlx'] = None; sys.modules['mlx.core'] = None\n"
         "from audiogate.api import _converter\n"
-        "from audiogate.errors import PluginError\n"
-        "try:\n    _converter('mlx')\nexcept PluginError as exc:\n    print('plugin', exc)\n"
+        "from audiogate.errors import MissingExtraError\n"
+        "try:\n    _converter('mlx')\nexcept MissingExtraError as exc:\n    print('extra', exc)\n"
     )
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
-    assert out.stdout.startswith("plugin")
-    assert "audiogate[mlx]" in out.stdout
+    assert out.stdout.startswith("extra")
+    assert "pip install 'audiogate[mlx]'" in out.stdout
 
 
 def test_tokenizer_loading_never_follows_auto_map_or_remote_code(monkeypatch) -> None:

@@ -38,7 +38,13 @@ from audiogate.cancel import NEVER, CancelToken, Checkpoint
 from audiogate.decode.child import BLOCK, DONE, ERROR, FRAME, encode_request
 from audiogate.decode.geometry import ClipGeometry
 from audiogate.decode.samples import BLOCK_FRAMES, downmix_f32
-from audiogate.errors import DecodeError, LimitError, NonFiniteSampleError
+from audiogate.errors import (
+    CodecsUnavailableError,
+    DecodeError,
+    LimitError,
+    NonFiniteSampleError,
+)
+from audiogate.extras import installed
 
 __all__ = [
     "DEFAULT_ADDRESS_SPACE_BYTES",
@@ -73,27 +79,24 @@ _EXTRAS: Final = {
 _CODEC_EXTRAS: Final = {("webm", "opus"): ("codecs", "soundfile")}
 
 
-def missing_codecs(container: str, *, clip_index: int, codec: str = "") -> DecodeError | None:
+def missing_codecs(
+    container: str, *, clip_index: int, codec: str = ""
+) -> CodecsUnavailableError | None:
     """The refusal for a container (and codec) whose decoder is not installed, else ``None``.
 
     Looks the module up without importing it (the codecs load only in the decoders).
     """
-    import importlib.util
-
     extra, module = _CODEC_EXTRAS.get((container, codec), _EXTRAS[container])
-    if importlib.util.find_spec(module) is not None:
+    if installed(module):
         return None
     note = (
-        " (PyAV's wheels bundle FFmpeg with the GPL x264 and x265 libraries; see docs/formats.md)"
+        "PyAV's wheels bundle FFmpeg with the GPL x264 and x265 libraries; see docs/formats.md"
         if module == "av"
         else ""
     )
     what = f"{container} {codec}" if codec else container
-    return DecodeError(
-        f"decoding {what} needs the optional codecs, which are not installed: "
-        f"pip install 'audiogate[{extra}]'{note}",
-        clip_index=clip_index,
-        code="codecs_unavailable",
+    return CodecsUnavailableError(
+        what, module=module, extra=extra, clip_index=clip_index, hint=note
     )
 
 

@@ -21,7 +21,9 @@ from starlette.responses import Response
 
 from audiogate.errors import (
     AudioGateError,
+    AudioInputError,
     LimitError,
+    MissingExtraError,
     PluginError,
     PreprocessCancelled,
     QueueFullError,
@@ -118,6 +120,8 @@ def status_for(error: BaseException) -> int:
         return 413
     if isinstance(error, PluginError):
         return 500
+    if isinstance(error, MissingExtraError) and not isinstance(error, AudioInputError):
+        return 500  # the installation lacks it, not the input (a clip's codecs: 400)
     if isinstance(error, AudioGateError):
         return 400
     return 500
