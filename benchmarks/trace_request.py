@@ -136,6 +136,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mode", action="append", choices=MODES)
     parser.add_argument("--modules", action="store_true", help="list the modules entered")
+    parser.add_argument("--hops", action="store_true", help="list the caller -> callee pairs")
     args = parser.parse_args(argv)
     for mode in args.mode or MODES:
         tracer = trace(mode)
@@ -143,6 +144,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.modules:
             for name in sorted(tracer.modules):
                 print(f"    {name}")
+        if args.hops:
+            for (caller, callee), count in sorted(tracer.hops.items()):
+                print(f"    {count:4d}  {caller} -> {callee}")
     return 0
 
 

@@ -1,9 +1,13 @@
 """audiogate: strict, budgeted audio input preprocessing for multimodal LLM servers.
 
-Plugins import :data:`hookimpl`; servers create a host with :func:`create_host`.
+Servers and scripts start from :class:`AudioGate` (``from audiogate import AudioGate``;
+:mod:`audiogate.api`); plugins import :data:`hookimpl`; a host of the installed
+families is :func:`create_host`.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 from audiogate._version import __version__
 from audiogate.cancel import CancelToken, Checkpoint
@@ -13,7 +17,11 @@ from audiogate.hookspecs import hookimpl
 from audiogate.host import FamilyHost, create_host
 from audiogate.policy import AudioPolicy
 
+if TYPE_CHECKING:
+    from audiogate.api import AudioGate
+
 __all__ = [
+    "AudioGate",
     "AudioGateError",
     "AudioPolicy",
     "CancelToken",
@@ -24,3 +32,12 @@ __all__ = [
     "create_host",
     "hookimpl",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # Imported on first use: ``import audiogate`` (a plugin, the CLI's start) stays light.
+    if name == "AudioGate":
+        from audiogate.api import AudioGate
+
+        return AudioGate
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

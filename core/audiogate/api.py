@@ -29,21 +29,18 @@ from typing import Any
 import attrs
 
 from audiogate.acquire import AcquisitionPolicy
+from audiogate.acquire.waveforms import WaveformLayout, waveform_clips
 from audiogate.cache import FeatureCache, FeatureStore
 from audiogate.cancel import CancelToken, cancellable
 from audiogate.chat import (
     MAX_PROMPT_TEXT_BYTES,
     ChatRequestError,
-    FlattenedChat,
-    parse_rendered,
     renders_parts,
 )
 from audiogate.chat.prompt_text import prompt_text_limit
 from audiogate.decode.geometry import WAV, SourceFormat
 from audiogate.errors import (
     AudioGateError,
-    ContextLimitError,
-    PlaceholderError,
     PluginError,
     PolicyError,
     RequestError,
@@ -51,7 +48,7 @@ from audiogate.errors import (
 )
 from audiogate.extras import require_module
 from audiogate.host import FamilyHost, create_host
-from audiogate.pipeline import EncodedClip, PreparedBatch, Progress
+from audiogate.pipeline import EncodedClip, Progress
 from audiogate.policy import (
     AudioPolicy,
     FeatureBackend,
@@ -60,12 +57,17 @@ from audiogate.policy import (
 )
 from audiogate.records import (
     ClipSlot,
-    ExpandedPrompt,
     MediaSegment,
     PromptSegment,
     TextSegment,
 )
-from audiogate.request import Request, TensorKind, convert_tensors
+from audiogate.request import (
+    PreparedRequest,
+    Request,
+    TensorKind,
+    check_audio_positions,
+    convert_tensors,
+)
 from audiogate.store import ANONYMOUS_OWNER, AddedSource, Scope, SourceStatus, SourceStore
 from audiogate.worker import AudioWorker
 
@@ -149,51 +151,6 @@ def _check_chat_template(tokenizer: Any, root: Path) -> None:
                 f"{which} does not compile: {type(exc).__name__}: {exc}",
                 file=str(root),
             ) from exc
-
-
-@attrs.frozen(kw_only=True)
-class PreparedRequest:
-    """Everything a model needs for one request, plus the accounting.
-
-    :param input_ids: the expanded prompt's token ids (empty without a tokenizer).
-    :param text: the expanded prompt text where the family has a text form.
-    :param audio_spans: per clip, ``(start, stop)`` of its audio positions in ``input_ids``.
-    :param variant: the checkpoint variant the inputs are named for (``policy.variant``):
-        ``"remote_code"`` or ``"native"`` for Phi-4 MM, ``"default"`` for a family with one.
-    :param batch: the prepared audio (``None`` for a request without audio).
-    :param features: per-clip feature arrays (numpy, or mlx when asked for).
-    :param masks: per-clip frame masks (or ``None`` where the family has none).
-    :param model_inputs: the collated arrays, named as the model's forward expects.
-    """
-
-    family: str
-    policy: AudioPolicy = attrs.field(repr=False)
-    input_ids: tuple[int, ...]
-    text: str | None
-    audio_spans: tuple[tuple[int, int], ...]
-    variant: str = "default"
-    batch: PreparedBatch | None = attrs.field(repr=False)
-    features: tuple[Any, ...] = attrs.field(repr=False)
-    masks: tuple[Any, ...] = attrs.field(repr=False)
-    model_inputs: Mapping[str, Any] = attrs.field(repr=False)
-
-    @property
-    def prefill_positions(self) -> int | None:
-        """Length of the expanded prompt, when it was tokenized."""
-        return len(self.input_ids) if self.input_ids else None
-
-    def summary(self, *, policy_source: str = "") -> dict[str, Any]:
-        """The family preparation summary as JSON (what ``audiogate prepare --json`` prints)."""
-        clips = [clip.accounting() for clip in self.batch.clips] if self.batch else []
-        totals: dict[str, Any] = self.batch.totals.as_dict() if self.batch else {}
-        if self.prefill_positions is not None:
-            totals["prefill_positions"] = self.prefill_positions
-        return {
-            "family": self.family,
-            "policy_source": policy_source,
-            "clips": clips,
-            "totals": totals,
-        }
 
 
 class AudioGate:
@@ -372,7 +329,8 @@ class AudioGate:
             raise RuntimeError(
                 "AudioGate.prepare() called inside an event loop; await prepare_async()"
             )
-        with self.request(
+        return Request(
+            self,
             messages,
             prompt=prompt,
             clips=clips,
@@ -381,8 +339,7 @@ class AudioGate:
             progress=progress,
             feature_backend=feature_backend,
             owner=owner,
-        ) as request:
-            return request.run()
+        ).run_and_close()
 
     async def prepare_async(
         self,
@@ -419,7 +376,8 @@ class AudioGate:
         (:meth:`audiogate.request.Request.close`): completed, cancelled, or under its
         error's reason. A text-only success is not counted (it is not an audio request).
         """
-        with self.request(
+        return await Request(
+            self,
             messages,
             prompt=prompt,
             clips=clips,
@@ -428,12 +386,86 @@ class AudioGate:
             progress=progress,
             feature_backend=feature_backend,
             owner=owner,
-        ) as request:
-            return await request.run_async()
+        ).run_async_and_close()
 
     @functools.cached_property
     def _source_reference(self) -> re.Pattern[str] | None:
         return self.host.family(self.policy.family).spec.source_reference
+
+    def prepare_waveforms(
+        self,
+        audio: Any,
+        *,
+        sampling_rate: int,
+        prompt: str | None = None,
+        messages: Sequence[Mapping[str, Any]] | None = None,
+        layout: WaveformLayout | None = None,
+        cancel: CancelToken | None = None,
+        return_tensors: TensorKind | None = None,
+        feature_backend: FeatureBackend | None = None,
+    ) -> PreparedRequest:
+        """Prepare waveforms already in memory, as a transformers feature extractor takes
+        them: ``gate.prepare_waveforms(array, sampling_rate=16_000, prompt=...)``.
+
+        :param audio: one ``numpy.ndarray`` or a list of them (one clip each): dtype
+            ``float32``, ``float64`` (cast to float32) or ``int16``; ``[shape=(samples,)]``
+            mono, or 2-D with ``layout`` (:mod:`audiogate.acquire.waveforms`).
+        :param sampling_rate: the waveforms' rate in Hz; the policy admits it or not, and
+            the family resamples it, as for a decoded clip.
+        :param prompt: a plain prompt placing the clips (the family's placeholders; absent
+            ones are inserted); :meth:`chat_prompt` wraps text in the chat template.
+        :param messages: chat messages instead, whose audio parts mark the clips' places
+            in order (their sources are not read).
+        :param layout: ``"channels_first"`` (``(channels, samples)``) or
+            ``"channels_last"`` (``(samples, channels)``), for 2-D waveforms.
+        :raises AcquisitionError: an array that is not a waveform (origin ``"waveform"``).
+        :raises AudioGateError: what :meth:`prepare` raises for the same audio as a WAV.
+        """
+        clips = waveform_clips(
+            audio,
+            sampling_rate=sampling_rate,
+            policy=self.acquisition,
+            layout=layout,
+            cancel=cancel,
+        )
+        return self.prepare(
+            messages,
+            prompt=prompt,
+            clips=clips,
+            cancel=cancel,
+            return_tensors=return_tensors,
+            feature_backend=feature_backend,
+        )
+
+    async def prepare_waveforms_async(
+        self,
+        audio: Any,
+        *,
+        sampling_rate: int,
+        prompt: str | None = None,
+        messages: Sequence[Mapping[str, Any]] | None = None,
+        layout: WaveformLayout | None = None,
+        cancel: CancelToken | None = None,
+        return_tensors: TensorKind | None = None,
+        feature_backend: FeatureBackend | None = None,
+    ) -> PreparedRequest:
+        """:meth:`prepare_waveforms` on the running event loop (the CPU work on the worker,
+        or in a thread without one)."""
+        clips = waveform_clips(
+            audio,
+            sampling_rate=sampling_rate,
+            policy=self.acquisition,
+            layout=layout,
+            cancel=cancel,
+        )
+        return await self.prepare_async(
+            messages,
+            prompt=prompt,
+            clips=clips,
+            cancel=cancel,
+            return_tensors=return_tensors,
+            feature_backend=feature_backend,
+        )
 
     # --- sources ---------------------------------------------------------------------
 
@@ -515,35 +547,6 @@ class AudioGate:
             ) from exc
         return str(text)
 
-    def _expand(
-        self,
-        policy: AudioPolicy,
-        batch: PreparedBatch | None,
-        segments: Sequence[PromptSegment],
-        *,
-        chat: bool,
-    ) -> ExpandedPrompt:
-        """The family's expansion of ``segments`` for ``batch``'s clips (none: text only);
-        ``chat``: they come from chat messages, not a plain prompt."""
-        clips = batch.clips if batch is not None else ()
-        slots = [
-            ClipSlot(ordinal=c.ordinal, tokens=c.tokens, frames=c.frames, sha256=c.sha256)
-            for c in clips
-        ]
-        expanded = self.host.expand_prompt(policy, segments, slots, self.tokenizer, chat=chat)
-        if expanded.input_ids:
-            self._check_audio_positions(expanded, [c.tokens for c in clips])
-            if (
-                self.max_prefill_tokens is not None
-                and len(expanded.input_ids) > self.max_prefill_tokens
-            ):
-                raise ContextLimitError(
-                    "prefill tokens",
-                    actual=len(expanded.input_ids),
-                    maximum=self.max_prefill_tokens,
-                )
-        return expanded
-
     def _probe_expansion(self) -> None:
         """Expand one clip (a second, or the longest allowed) once, at load: a tokenizer
         whose special tokens contradict the policy's token ids would otherwise fail every
@@ -567,104 +570,13 @@ class AudioGate:
             ]
             expanded = self.host.expand_prompt(policy, segments, [slot], self.tokenizer, chat=True)
             if expanded.input_ids:
-                self._check_audio_positions(expanded, [slot.tokens])
+                check_audio_positions(expanded, [slot.tokens])
         except (PolicyError, PluginError):  # a plugin bug stays one
             raise
         except AudioGateError as exc:
             raise PolicyError(
                 f"its tokenizer does not fit the audio policy: {exc}", file=self.policy_source
             ) from exc
-
-    @staticmethod
-    def _check_audio_positions(expanded: ExpandedPrompt, tokens: Sequence[int]) -> None:
-        # The invariant every family must keep: exactly the features' positions, per clip.
-        ids = expanded.input_ids
-        if len(expanded.audio_spans) != len(tokens):
-            raise PlaceholderError(
-                f"the expanded prompt has {len(expanded.audio_spans)} audio runs for "
-                f"{len(tokens)} clips"
-            )
-        for ordinal, ((start, stop), want) in enumerate(
-            zip(expanded.audio_spans, tokens, strict=True), 1
-        ):
-            run = ids[start:stop]
-            if stop - start != want or run.count(expanded.audio_token_id) != len(run):
-                raise PlaceholderError(
-                    f"clip {ordinal} has {stop - start} audio positions in the prompt but its "
-                    f"features produce {want}"
-                )
-        total = ids.count(expanded.audio_token_id)
-        if total != sum(tokens):
-            raise PlaceholderError(
-                f"the expanded prompt holds {total} audio token ids but the features produce "
-                f"{sum(tokens)}"
-            )
-
-    def _text_only(
-        self, flat: FlattenedChat, rendered: str, convert: Callable[[Any], Any]
-    ) -> PreparedRequest:
-        # Still the family's prompt rules, with no clips: user text holding an audio
-        # placeholder, reference or reserved token literal is refused here too, so no
-        # audio id ever reaches the model without features behind it. Image parts keep
-        # their positions (or are refused by a family without images).
-        segments: list[PromptSegment] = [TextSegment(rendered)]
-        if flat.codec is not None:
-            segments = parse_rendered(
-                rendered, flat.codec, expected={"audio": 0, "image": len(flat.image_parts)}
-            )
-        expanded = self._expand(self.policy, None, segments, chat=True)
-        return PreparedRequest(
-            family=self.policy.family,
-            policy=self.policy,
-            input_ids=expanded.input_ids,
-            text=expanded.text,
-            audio_spans=(),
-            variant=self.policy.variant,
-            batch=None,
-            features=(),
-            masks=(),
-            model_inputs={k: convert(v) for k, v in expanded.model_inputs.items()},
-        )
-
-    def _result(
-        self,
-        policy: AudioPolicy,
-        batch: PreparedBatch,
-        expanded: ExpandedPrompt | None,
-        convert: Callable[[Any], Any],
-    ) -> PreparedRequest:
-        return PreparedRequest(
-            family=policy.family,
-            policy=policy,
-            input_ids=expanded.input_ids if expanded else (),
-            text=expanded.text if expanded else None,
-            audio_spans=expanded.audio_spans if expanded else (),
-            variant=policy.variant,
-            batch=batch,
-            features=tuple(convert(c.features.features) for c in batch.clips),
-            masks=tuple(
-                None if c.features.mask is None else convert(c.features.mask) for c in batch.clips
-            ),
-            model_inputs={
-                k: convert(v) for k, v in _model_inputs(policy.family, batch, expanded).items()
-            },
-        )
-
-
-def _model_inputs(
-    family: str, batch: PreparedBatch, expanded: ExpandedPrompt | None
-) -> dict[str, Any]:
-    """The collated audio inputs and the inputs the family derives from the prompt."""
-    inputs = dict(batch.inputs.inputs)
-    extra = expanded.model_inputs if expanded is not None else {}
-    clash = sorted(set(inputs) & set(extra))
-    if clash:
-        raise PluginError(
-            f"family {family!r} names {', '.join(clash)} both in its collated audio inputs "
-            "and in its expanded prompt's model inputs"
-        )
-    inputs.update(extra)
-    return inputs
 
 
 #: ``return_tensors``'s conversion (kept here for code that imported it from 0.1.0).

@@ -38,32 +38,91 @@ from audiogate.acquire import SourceAccess, acquire_parts, acquire_parts_sync
 from audiogate.acquire.clip import EncodedClip
 from audiogate.cache import FeatureCache
 from audiogate.cancel import CancelToken, Checkpoint, cancellable
-from audiogate.chat import flatten_messages, parse_rendered, require_unicode, split_references
+from audiogate.chat import (
+    FlattenedChat,
+    flatten_messages,
+    parse_rendered,
+    require_unicode,
+    split_references,
+)
 from audiogate.chat.prompt_text import INLINE_RENDER_BYTES, check_prompt_text, text_host_bytes
 from audiogate.errors import (
     AudioGateError,
+    ContextLimitError,
     PlaceholderError,
     PluginError,
     SourceLostError,
 )
+from audiogate.extras import require_module
 from audiogate.host import FamilyHost
-from audiogate.metrics.outcome import Completed, record_outcome
+from audiogate.metrics.outcome import record_outcome
 from audiogate.pipeline.plans import RequestPlan
 from audiogate.pipeline.preflight import preflight
 from audiogate.pipeline.prepared import PreparedBatch
 from audiogate.pipeline.process import Progress, process_request
 from audiogate.policy import AudioPolicy, FeatureBackend
-from audiogate.records import ExpandedPrompt, PromptSegment, TextSegment
+from audiogate.records import ClipSlot, ExpandedPrompt, PromptSegment, TextSegment
 from audiogate.store import ANONYMOUS_OWNER
 
 if TYPE_CHECKING:
-    from audiogate.api import AudioGate, PreparedRequest
-    from audiogate.chat import FlattenedChat
+    from audiogate.api import AudioGate
     from audiogate.worker import AudioJob, AudioWorker
 
-__all__ = ["Request", "TensorKind", "convert_tensors"]
+__all__ = [
+    "PreparedRequest",
+    "Request",
+    "TensorKind",
+    "check_audio_positions",
+    "convert_tensors",
+    "process_planned",
+]
 
 TensorKind = Literal["np", "mlx", "pt"]
+
+
+@attrs.frozen(kw_only=True)
+class PreparedRequest:
+    """Everything a model needs for one request, plus the accounting.
+
+    :param input_ids: the expanded prompt's token ids (empty without a tokenizer).
+    :param text: the expanded prompt text where the family has a text form.
+    :param audio_spans: per clip, ``(start, stop)`` of its audio positions in ``input_ids``.
+    :param variant: the checkpoint variant the inputs are named for (``policy.variant``):
+        ``"remote_code"`` or ``"native"`` for Phi-4 MM, ``"default"`` for a family with one.
+    :param batch: the prepared audio (``None`` for a request without audio).
+    :param features: per-clip feature arrays (numpy, or mlx when asked for).
+    :param masks: per-clip frame masks (or ``None`` where the family has none).
+    :param model_inputs: the collated arrays, named as the model's forward expects.
+    """
+
+    family: str
+    policy: AudioPolicy = attrs.field(repr=False)
+    input_ids: tuple[int, ...]
+    text: str | None
+    audio_spans: tuple[tuple[int, int], ...]
+    variant: str = "default"
+    batch: PreparedBatch | None = attrs.field(repr=False)
+    features: tuple[Any, ...] = attrs.field(repr=False)
+    masks: tuple[Any, ...] = attrs.field(repr=False)
+    model_inputs: Mapping[str, Any] = attrs.field(repr=False)
+
+    @property
+    def prefill_positions(self) -> int | None:
+        """Length of the expanded prompt, when it was tokenized."""
+        return len(self.input_ids) if self.input_ids else None
+
+    def summary(self, *, policy_source: str = "") -> dict[str, Any]:
+        """The family preparation summary as JSON (what ``audiogate prepare --json`` prints)."""
+        clips = [clip.accounting() for clip in self.batch.clips] if self.batch else []
+        totals: dict[str, Any] = self.batch.totals.as_dict() if self.batch else {}
+        if self.prefill_positions is not None:
+            totals["prefill_positions"] = self.prefill_positions
+        return {
+            "family": self.family,
+            "policy_source": policy_source,
+            "clips": clips,
+            "totals": totals,
+        }
 
 
 class Request:
@@ -118,8 +177,13 @@ class Request:
         self.batch: PreparedBatch | None = None
         self.expanded: ExpandedPrompt | None = None
         self._text_result: PreparedRequest | None = None
-        self._completed: Completed | None = None
+        self._completed: tuple[float, int] | None = None
         self._job: AudioJob[Any] | None = None
+        #: Chat messages without an audio part (known once validated).
+        self.text_only = False
+        #: Whether rendering is CPU work of its own (known once validated): a text-only
+        #: request (rendered and tokenized at once) or more than ``INLINE_RENDER_BYTES``.
+        self.renders_off_loop = False
         self._closed = False
         self._close_lock = threading.Lock()
 
@@ -129,17 +193,6 @@ class Request:
     def chat(self) -> bool:
         """Whether the request comes from chat messages (not a plain prompt)."""
         return self.messages is not None
-
-    @property
-    def text_only(self) -> bool:
-        """Chat messages without an audio part (known once validated)."""
-        return self.flat is not None and not self.flat.has_audio
-
-    @property
-    def renders_off_loop(self) -> bool:
-        """Whether rendering is CPU work of its own: a text-only request (rendered and
-        tokenized at once) or a prompt longer than ``INLINE_RENDER_BYTES``."""
-        return self.flat is not None and (self.text_only or self.text_bytes > INLINE_RENDER_BYTES)
 
     # --- the steps -------------------------------------------------------------------
 
@@ -162,14 +215,16 @@ class Request:
                 # numbered with the audio parts in message order.
                 messages = split_references(messages, reference)
             flat = self.flat = flatten_messages(messages, parts=gate._renders_parts)
-            given = self.clips
-            if not flat.has_audio and given:
+            given, audio_parts = self.clips, flat.audio_parts
+            self.text_only = not audio_parts
+            self.renders_off_loop = self.text_only or self.text_bytes > INLINE_RENDER_BYTES
+            if self.text_only and given:
                 raise PlaceholderError(
                     f"{len(given)} clip(s) were given but the messages have no audio part"
                 )
-            if flat.has_audio and given is not None and len(given) != len(flat.audio_parts):
+            if audio_parts and given is not None and len(given) != len(audio_parts):
                 raise PlaceholderError(
-                    f"the messages have {len(flat.audio_parts)} audio part(s) but "
+                    f"the messages have {len(audio_parts)} audio part(s) but "
                     f"{len(given)} clip(s) were given"
                 )
         elif self.prompt is not None:
@@ -190,7 +245,7 @@ class Request:
             return
         rendered = self.gate._render(flat.messages)
         if self.text_only:
-            self._text_result = self.gate._text_only(flat, rendered, self.convert)
+            self._text_result = self._text_only(flat, rendered)
             self.segments = []
             return
         assert flat.codec is not None
@@ -254,7 +309,7 @@ class Request:
         )
         segments = self.segments
         try:
-            expanded = gate._expand(policy, batch, segments, chat=self.chat) if segments else None
+            expanded = self._expand(batch, segments) if segments else None
         except AudioGateError:
             raise
         except Exception as exc:
@@ -268,17 +323,35 @@ class Request:
             # A client gone while its prompt was expanded is cancelled, not completed.
             token.check(Checkpoint.FEATURE)
         prefill = len(expanded.input_ids) if expanded and expanded.input_ids else None
-        self._completed = Completed(
-            latency_seconds=time.perf_counter() - started,
-            prefill_tokens=batch.totals.tokens if prefill is None else prefill,
+        # What the metrics record once it is closed as completed: its preprocessing wall
+        # time and its prefill length (the audio tokens without a tokenized prompt).
+        self._completed = (
+            time.perf_counter() - started,
+            batch.totals.tokens if prefill is None else prefill,
         )
 
     def result(self) -> PreparedRequest:
         """What the model needs (the arrays converted as ``return_tensors`` asks)."""
         if self._text_result is not None:
             return self._text_result
-        assert self.batch is not None
-        return self.gate._result(self.policy, self.batch, self.expanded, self.convert)
+        batch, expanded, policy, convert = self.batch, self.expanded, self.policy, self.convert
+        assert batch is not None
+        return PreparedRequest(
+            family=policy.family,
+            policy=policy,
+            input_ids=expanded.input_ids if expanded else (),
+            text=expanded.text if expanded else None,
+            audio_spans=expanded.audio_spans if expanded else (),
+            variant=policy.variant,
+            batch=batch,
+            features=tuple(convert(c.features.features) for c in batch.clips),
+            masks=tuple(
+                None if c.features.mask is None else convert(c.features.mask) for c in batch.clips
+            ),
+            model_inputs={
+                k: convert(v) for k, v in _model_inputs(policy.family, batch, expanded).items()
+            },
+        )
 
     def close(self, error: BaseException | None = None, *, cancelled: bool = False) -> None:
         """End the request, once (later calls do nothing): release its leases and its
@@ -297,7 +370,7 @@ class Request:
             self._closed = True
         try:
             job = self._job
-            if job is not None and not job.done():
+            if job is not None and not job.future.done():
                 self.cancel.cancel()
                 job.release_when_done()
             if isinstance(error, SourceLostError) and self.gate.store is not None:
@@ -316,6 +389,56 @@ class Request:
     def __exit__(self, kind: object, error: BaseException | None, traceback: object) -> None:
         self.close(error)
 
+    def _expand(
+        self, batch: PreparedBatch | None, segments: Sequence[PromptSegment]
+    ) -> ExpandedPrompt:
+        """The family's expansion of ``segments`` for ``batch``'s clips (none: text only).
+
+        :raises ContextLimitError: more prefill tokens than ``max_prefill_tokens``.
+        """
+        gate = self.gate
+        clips = batch.clips if batch is not None else ()
+        slots = [
+            ClipSlot(ordinal=c.ordinal, tokens=c.tokens, frames=c.frames, sha256=c.sha256)
+            for c in clips
+        ]
+        expanded = gate.host.expand_prompt(
+            self.policy, segments, slots, gate.tokenizer, chat=self.chat
+        )
+        if expanded.input_ids:
+            check_audio_positions(expanded, [c.tokens for c in clips])
+            limit = gate.max_prefill_tokens
+            if limit is not None and len(expanded.input_ids) > limit:
+                raise ContextLimitError(
+                    "prefill tokens", actual=len(expanded.input_ids), maximum=limit
+                )
+        return expanded
+
+    def _text_only(self, flat: FlattenedChat, rendered: str) -> PreparedRequest:
+        # Still the family's prompt rules, with no clips: user text holding an audio
+        # placeholder, reference or reserved token literal is refused here too, so no
+        # audio id ever reaches the model without features behind it. Image parts keep
+        # their positions (or are refused by a family without images).
+        segments: list[PromptSegment] = [TextSegment(rendered)]
+        if flat.codec is not None:
+            segments = parse_rendered(
+                rendered, flat.codec, expected={"audio": 0, "image": len(flat.image_parts)}
+            )
+        expanded = self._expand(None, segments)
+        policy, convert = self.policy, self.convert
+        return PreparedRequest(
+            family=policy.family,
+            policy=policy,
+            input_ids=expanded.input_ids,
+            text=expanded.text,
+            audio_spans=(),
+            variant=policy.variant,
+            batch=None,
+            features=(),
+            masks=(),
+            model_inputs={k: convert(v) for k, v in expanded.model_inputs.items()},
+        )
+
     # --- the drivers -----------------------------------------------------------------
 
     def run(self) -> PreparedRequest:
@@ -331,6 +454,26 @@ class Request:
             self.preflight()
             self._compute_here_or_on_worker()
         return self.result()
+
+    def run_and_close(self) -> PreparedRequest:
+        """:meth:`run`, then :meth:`close` with its outcome (what ``prepare`` does)."""
+        try:
+            result = self.run()
+        except BaseException as error:
+            self.close(error)
+            raise
+        self.close()
+        return result
+
+    async def run_async_and_close(self) -> PreparedRequest:
+        """:meth:`run_async`, then :meth:`close` with its outcome."""
+        try:
+            result = await self.run_async()
+        except BaseException as error:
+            self.close(error)
+            raise
+        self.close()
+        return result
 
     async def run_async(self) -> PreparedRequest:
         """Steps 1 to 6 on the running event loop; the CPU work on the gate's worker, or
@@ -422,9 +565,55 @@ class Request:
         elif error is not None:
             record_outcome(metrics, family, error)
         elif self._completed is not None:
-            record_outcome(metrics, family, self._completed)
+            latency_s, prefill = self._completed
+            metrics.record_completed(family, latency_seconds=latency_s, prefill_tokens=prefill)
         elif self.clips and self.plan is not None:
             record_outcome(metrics, family, None)  # admitted audio that was never prepared
+
+
+def check_audio_positions(expanded: ExpandedPrompt, tokens: Sequence[int]) -> None:
+    """Exactly the features' audio positions, per clip, in the expanded prompt.
+
+    :raises PlaceholderError: a run whose length or ids differ from its clip's tokens.
+    """
+    # The invariant every family must keep: exactly the features' positions, per clip.
+    ids = expanded.input_ids
+    if len(expanded.audio_spans) != len(tokens):
+        raise PlaceholderError(
+            f"the expanded prompt has {len(expanded.audio_spans)} audio runs for "
+            f"{len(tokens)} clips"
+        )
+    for ordinal, ((start, stop), want) in enumerate(
+        zip(expanded.audio_spans, tokens, strict=True), 1
+    ):
+        run = ids[start:stop]
+        if stop - start != want or run.count(expanded.audio_token_id) != len(run):
+            raise PlaceholderError(
+                f"clip {ordinal} has {stop - start} audio positions in the prompt but its "
+                f"features produce {want}"
+            )
+    total = ids.count(expanded.audio_token_id)
+    if total != sum(tokens):
+        raise PlaceholderError(
+            f"the expanded prompt holds {total} audio token ids but the features produce "
+            f"{sum(tokens)}"
+        )
+
+
+def _model_inputs(
+    family: str, batch: PreparedBatch, expanded: ExpandedPrompt | None
+) -> dict[str, Any]:
+    """The collated audio inputs and the inputs the family derives from the prompt."""
+    inputs = dict(batch.inputs.inputs)
+    extra = expanded.model_inputs if expanded is not None else {}
+    clash = sorted(set(inputs) & set(extra))
+    if clash:
+        raise PluginError(
+            f"family {family!r} names {', '.join(clash)} both in its collated audio inputs "
+            "and in its expanded prompt's model inputs"
+        )
+    inputs.update(extra)
+    return inputs
 
 
 def process_planned(
@@ -470,7 +659,7 @@ def convert_tensors(kind: TensorKind | None) -> Callable[[Any], Any]:
     """The conversion of each result array for ``return_tensors=kind``.
 
     :raises ValueError: an unknown kind.
-    :raises PluginError: the kind's library is not installed.
+    :raises MissingExtraError: the kind's library is not installed.
     """
     if kind is None:
         return lambda array: array
@@ -488,21 +677,14 @@ def convert_tensors(kind: TensorKind | None) -> Callable[[Any], Any]:
 
         return to_numpy
     if kind == "mlx":
-        try:
-            import mlx.core as mx
-        except ImportError as exc:
-            raise PluginError(
-                f"return_tensors='mlx' needs mlx ({exc}): pip install 'audiogate[mlx]' (on "
-                f"Linux: pip install 'mlx[cpu]'), or ask for 'np'"
-            ) from exc
+        mx = require_module(
+            "mlx.core",
+            purpose="return_tensors='mlx'",
+            hint="on Linux also `pip install 'mlx[cpu]'`; or ask for 'np'",
+        )
         return lambda array: mx.array(array)
     if kind == "pt":
-        try:
-            import torch
-        except ImportError as exc:
-            raise PluginError(
-                f"return_tensors='pt' needs torch ({exc}): pip install torch, or ask for 'np'"
-            ) from exc
+        torch = require_module("torch", purpose="return_tensors='pt'", hint="or ask for 'np'")
         import numpy as np
 
         def to_torch(array: Any) -> Any:

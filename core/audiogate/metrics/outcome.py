@@ -1,10 +1,11 @@
 """Count each request once: completed, cancelled, or a rejection under one ``reason``.
 
-:func:`record_outcome` is the one place that turns a request's end into counts. Its
-caller is the request's one owner: :meth:`audiogate.request.Request.close` (which
-``AudioGate.prepare``, the reference server and the batch engine call once per request),
-the reference server for a request refused before it was opened (body, JSON, the queue at
-the door), and the worker for the clips it was given alone (``AudioWorker.submit``).
+:func:`record_outcome` turns a request's end into counts, called by the request's one
+owner, once: :meth:`audiogate.request.Request.close` (which ``AudioGate.prepare``, the
+reference server and the batch engine reach once per request; it records a completion
+with ``AudioMetrics.record_completed`` directly), the reference server for a request
+refused before it was opened (the queue at the door, the body, JSON), and the worker for
+the clips it was given alone (``AudioWorker.submit``).
 A successful request without audio is not an audio request and counts nowhere.
 """
 
@@ -47,7 +48,7 @@ def record_outcome(
     """Count one request's end: completed, cancelled (``None``, ``PreprocessCancelled``
     or ``asyncio.CancelledError``), or a rejection under the error's ``reason`` label.
 
-    The only caller of the metrics' outcome counters; call it once per request.
+    Call it once per request.
     """
     if isinstance(outcome, Completed):
         metrics.record_completed(
