@@ -1,18 +1,28 @@
-"""One root exception and narrow typed subclasses.
+"""One root exception and narrow typed subclasses, and one vocabulary of error codes.
 
 Every message says what was wrong, the value received, the allowed values where there
 are any, and which clip, key or file it concerns. Servers map the classes to status
-codes (bad input → 400, limits → 413, queue full → 429, worker unavailable → 503);
-the ``reason`` class attribute is the metrics label a rejection is counted under.
+codes (bad input → 400, limits → 413, queue full → 429, worker unavailable → 503).
+
+Every error has a stable ``code``: the same string is the server's JSON ``code``, the
+batch output's ``error_code`` and what :func:`error_code` returns (``"internal"`` for an
+exception audiogate did not raise on purpose). Most classes have one code; a
+:class:`DecodeError` names the rule that failed (``riff_size_mismatch``, ...). The
+``reason`` class attribute is the coarser metrics label a rejection is counted under
+(``audiogate_audio_preprocess_rejections_total``: ``queue_full``, ``memory_limit``,
+``worker_unavailable``, ``overflow``, ``waveform``, ``feature``, ``feature_panic``,
+``context_limit``, and ``cancelled``); the table of every code with its reason, HTTP
+status and exit code is ``docs/reference/errors.md``.
 """
 
 from __future__ import annotations
 
 import reprlib
 import traceback
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Final
 
 __all__ = [
+    "INTERNAL_CODE",
     "AcquisitionError",
     "AudioGateError",
     "AudioInputError",
@@ -43,6 +53,7 @@ __all__ = [
     "WorkerUnavailableError",
     "clear_frames",
     "clip_number",
+    "error_code",
     "install_hint",
 ]
 
@@ -71,7 +82,7 @@ _DECODE_VERBS: dict[str, str] = {
     "geometry_mismatch": "does not match the geometry given for it",
     "decoder_crashed": "could not be decoded",
     "decoder_timeout": "could not be decoded",
-    "memory_limit": "could not be decoded",
+    "decoder_memory_limit": "could not be decoded",
     "decoder_error": "could not be decoded",
 }
 
@@ -90,11 +101,28 @@ _LIMIT_UNITS: dict[str, tuple[str, int]] = {
 }
 
 
+#: The code of an exception audiogate did not raise on purpose (a bug).
+INTERNAL_CODE: Final = "internal"
+
+
 class AudioGateError(Exception):
     """Root of every error audiogate raises on purpose."""
 
+    #: The stable machine-readable name (server JSON ``code``, batch ``error_code``).
+    code: str = "error"
     #: Rejection reason label (``audiogate_audio_preprocess_rejections_total``).
     reason: ClassVar[str] = "waveform"
+
+
+def error_code(error: BaseException) -> str:
+    """The code of ``error`` in every output: its ``code`` for an audiogate error,
+    :data:`INTERNAL_CODE` for anything else."""
+    if isinstance(error, AudioGateError):
+        code = getattr(error, "code", None)
+        if isinstance(code, str) and code:
+            return code
+        return AudioGateError.code
+    return INTERNAL_CODE
 
 
 # --- start-up errors -----------------------------------------------------------------
@@ -124,6 +152,7 @@ class PolicyError(AudioGateError):
     :param rule: the rule it breaks, with the allowed values.
     """
 
+    code = "policy"
     reason = "waveform"
 
     def __init__(
@@ -154,6 +183,7 @@ class PluginError(AudioGateError):
     something that is not an audiogate error.
     """
 
+    code = "plugin"
     reason = "feature_panic"
 
 
@@ -179,7 +209,7 @@ class MissingExtraError(AudioGateError):
     :param hint: a sentence appended to the message (another way out, a licence note).
     """
 
-    code: str = "missing_extra"
+    code = "missing_extra"
     reason = "feature_panic"
 
     def __init__(self, purpose: str, *, module: str, extra: str | None, hint: str = "") -> None:
@@ -203,6 +233,8 @@ class MissingExtraError(AudioGateError):
 class AudioInputError(AudioGateError):
     """Base for errors in one clip of a request; ``clip_index`` is zero-based."""
 
+    code = "audio_input"
+
     def __init__(self, message: str, *, clip_index: int | None = None) -> None:
         self.clip_index = clip_index
         super().__init__(message)
@@ -216,6 +248,8 @@ class DecodeError(AudioInputError):
         every code is in ``audiogate.decode.DECODE_ERROR_CODES``).
     """
 
+    code = "corrupt"
+
     def __init__(self, detail: str, *, clip_index: int, code: str = "corrupt") -> None:
         self.code = code
         self.detail = detail
@@ -227,6 +261,8 @@ class DecodeError(AudioInputError):
 
 class EmptyAudioError(DecodeError):
     """A clip has no bytes or no sample frames."""
+
+    code = "empty"
 
     def __init__(self, *, clip_index: int, detail: str = "") -> None:
         AudioInputError.__init__(
@@ -243,6 +279,7 @@ class CodecsUnavailableError(MissingExtraError, DecodeError):
     a :class:`DecodeError` of the clip (``codecs_unavailable``, 400) and a
     :class:`MissingExtraError` naming the extra."""
 
+    code = "codecs_unavailable"
     reason = "waveform"
 
     def __init__(
@@ -264,6 +301,8 @@ class CodecsUnavailableError(MissingExtraError, DecodeError):
 class NonFiniteSampleError(DecodeError):
     """A float sample is NaN or infinite; ``frame`` is its zero-based frame index."""
 
+    code = "non_finite"
+
     def __init__(self, *, clip_index: int, frame: int) -> None:
         AudioInputError.__init__(
             self,
@@ -280,6 +319,8 @@ class AcquisitionError(AudioInputError):
 
     :param origin: ``"inline base64"``, ``"data URI"``, ``"URL"``, ``"file"`` or ``"bytes"``.
     """
+
+    code = "acquisition"
 
     def __init__(self, detail: str, *, clip_index: int | None, origin: str) -> None:
         self.origin = origin
@@ -300,6 +341,7 @@ class LimitError(AudioGateError):
     :param maximum: the configured maximum.
     """
 
+    code = "limit"
     reason = "waveform"
     #: What the message calls the bound (a store's quotas are "quota").
     _bound: ClassVar[str] = "limit"
@@ -338,18 +380,21 @@ class LimitError(AudioGateError):
 class MemoryLimitError(LimitError):
     """A host-memory or queued-bytes budget of the bounded worker was exceeded."""
 
+    code = "memory_limit"
     reason = "memory_limit"
 
 
 class ContextLimitError(LimitError):
     """The expanded prompt is longer than the model's prefill capacity."""
 
+    code = "context_limit"
     reason = "context_limit"
 
 
 class SizeOverflowError(AudioGateError):
     """A size computation left the representable range (int64)."""
 
+    code = "overflow"
     reason = "overflow"
 
     def __init__(self, context: str) -> None:
@@ -360,6 +405,7 @@ class SizeOverflowError(AudioGateError):
 class PlaceholderError(AudioGateError):
     """Placeholders or sentinels in a prompt do not match the request's media."""
 
+    code = "placeholder"
     reason = "waveform"
 
     def __init__(self, detail: str) -> None:
@@ -375,7 +421,7 @@ class RequestError(AudioGateError):
     :param detail: what was wrong, with the value received.
     """
 
-    code: str = "invalid_request"
+    code = "invalid_request"
     reason = "waveform"
     _what: ClassVar[str] = "invalid request"
 
@@ -415,7 +461,7 @@ class SourceError(AudioInputError):
     :param code: a stable machine-readable name (``"source_not_found"``, ...).
     """
 
-    code: str = "source_error"
+    code = "source_error"
     _why: ClassVar[str] = "cannot be used"
 
     def __init__(self, sha256: str, *, clip_index: int | None = None, detail: str = "") -> None:
@@ -471,6 +517,7 @@ class SourceQuotaError(LimitError):
 class FeatureError(AudioInputError):
     """A family frontend refused a clip (too short for one frame, ...)."""
 
+    code = "feature"
     reason = "feature"
 
     def __init__(self, detail: str, *, clip_index: int | None = None) -> None:
@@ -482,6 +529,7 @@ class FeatureError(AudioInputError):
 class PreprocessCancelled(AudioGateError):
     """The request was cancelled; ``checkpoint`` names where it was noticed."""
 
+    code = "cancelled"
     reason = "cancelled"
 
     def __init__(self, *, checkpoint: str, clip_index: int | None = None) -> None:
@@ -494,6 +542,7 @@ class PreprocessCancelled(AudioGateError):
 class QueueFullError(AudioGateError):
     """The bounded worker's job queue is full; retry later."""
 
+    code = "queue_full"
     reason = "queue_full"
 
 
@@ -501,6 +550,7 @@ class WorkerUnavailableError(AudioGateError):
     """The bounded worker is shut down or its thread died (the reference server also
     answers it for a request still running when its graceful shutdown times out)."""
 
+    code = "worker_unavailable"
     reason = "worker_unavailable"
 
 

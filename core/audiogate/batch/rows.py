@@ -12,14 +12,14 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
 import attrs
 
-from audiogate.errors import AudioGateError
+from audiogate.errors import INTERNAL_CODE, AudioGateError
+from audiogate.errors import error_code as library_error_code
 from audiogate.policy import AudioPolicy
 
 __all__ = [
@@ -36,7 +36,7 @@ __all__ = [
 _T = TypeVar("_T")
 
 #: The ``error_code`` of an exception audiogate did not raise on purpose (a bug).
-INTERNAL: Final = "internal"
+INTERNAL: Final = INTERNAL_CODE
 
 
 class BadRowError(AudioGateError):
@@ -47,20 +47,10 @@ class BadRowError(AudioGateError):
 
 
 def error_code(error: BaseException) -> str:
-    """The stable code of ``error`` in the output's ``error_code`` column.
-
-    A decode error's own ``code`` (``riff_size_mismatch``, ``unsupported_format``, ...),
-    else the error class's name in snake case without ``Error`` (``limit``,
-    ``memory_limit``, ``acquisition``, ``chat_request``, ...); :data:`INTERNAL` for an
-    exception audiogate did not raise on purpose.
-    """
-    if not isinstance(error, AudioGateError):
-        return INTERNAL
-    code = getattr(error, "code", None)
-    if isinstance(code, str) and code:
-        return code
-    name = type(error).__name__.removesuffix("Error") or type(error).__name__
-    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+    """The stable code of ``error`` in the output's ``error_code`` column: the library's
+    one vocabulary (:func:`audiogate.errors.error_code`, the same code the server's JSON
+    gives); :data:`INTERNAL` for an exception audiogate did not raise on purpose."""
+    return library_error_code(error)
 
 
 def policy_fingerprint(policy: AudioPolicy) -> str:

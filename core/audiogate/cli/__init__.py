@@ -1,6 +1,4 @@
-"""The ``audiogate`` command line: one module per subcommand (``families``, ``policy``,
-``prepare``, ``schema``, ``batch``, ``sources``, ``serve``), :mod:`~audiogate.cli.command`
-builds the parser and runs one.
+"""The ``audiogate`` command line.
 
 Exit codes: 0 success (``serve``: a graceful shutdown on SIGINT or SIGTERM); 2 usage or
 bad input (bad audio, bad config, an output file that cannot be written, a server address
@@ -10,6 +8,8 @@ that cannot be bound); 3 a limit was exceeded; 4 a plugin or internal error; 130
 
 from __future__ import annotations
 
+# One module per subcommand (families, policy, prepare, schema, batch, sources, serve);
+# command.py builds the parser and runs one, common.py holds the exit codes.
 from audiogate.cli.command import build_parser, main
 from audiogate.cli.common import (
     EXIT_BAD_INPUT,

@@ -245,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
         except _Refused as exc:
             _send(stdout, ERROR, json.dumps({"code": exc.code, "detail": exc.detail}).encode())
         except MemoryError:
-            _send(stdout, ERROR, b'{"code": "memory_limit", "detail": "out of memory"}')
+            _send(stdout, ERROR, b'{"code": "decoder_memory_limit", "detail": "out of memory"}')
         except Exception as exc:
             detail = f"{type(exc).__name__}: {exc}"[:500]
             _send(stdout, ERROR, json.dumps({"code": "decoder_error", "detail": detail}).encode())

@@ -67,7 +67,7 @@ stable ``code``:
 ``decoder_error`` / ``stream_changed`` / ``truncated_stream``
     the codec refused the stream, its rate or channel count changed mid-way, or a
     lossless stream ended before the frames its header declares.
-``decoder_crashed`` / ``decoder_timeout`` / ``memory_limit``
+``decoder_crashed`` / ``decoder_timeout`` / ``decoder_memory_limit``
     the decoder process died, ran past its CPU or wall-clock time, or past its address
     space (:class:`~audiogate.decode.isolation.DecoderFailedError`).
 
@@ -154,7 +154,7 @@ DECODE_ERROR_CODES: Final = frozenset(
         "truncated_stream",
         "decoder_crashed",
         "decoder_timeout",
-        "memory_limit",
+        "decoder_memory_limit",
     }
 )
 

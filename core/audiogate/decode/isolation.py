@@ -8,7 +8,7 @@ arithmetic as WAV (:func:`~audiogate.decode.samples.downmix_f32`), counting fram
 against the plan: a stream longer than planned stops there with a ``LimitError``.
 
 A decoder that dies, hangs or runs out of memory is a :class:`DecoderFailedError` for its
-clip (``decoder_crashed``, ``decoder_timeout``, ``memory_limit``); its process is killed
+clip (``decoder_crashed``, ``decoder_timeout``, ``decoder_memory_limit``); its process is killed
 and reaped, and the next clip starts a fresh one. Cancellation is polled between blocks
 (and while waiting); a cancelled or refused clip's process is killed too, so no process,
 pipe or buffer outlives the call on any path.
@@ -103,7 +103,7 @@ def missing_codecs(
 class DecoderFailedError(DecodeError):
     """The decoder process of a clip crashed, ran out of time or ran out of memory.
 
-    ``code`` is ``decoder_crashed``, ``decoder_timeout`` or ``memory_limit``.
+    ``code`` is ``decoder_crashed``, ``decoder_timeout`` or ``decoder_memory_limit``.
     """
 
 
@@ -333,12 +333,12 @@ class DecoderPool:
                 error = json.loads(payload)
                 code = str(error.get("code", "decoder_error"))
                 detail = str(error.get("detail", ""))[:500]
-                if code == "memory_limit":
+                if code == "decoder_memory_limit":
                     raise DecoderFailedError(
                         f"the decoder ran out of memory (address space cap "
                         f"{self.address_space_bytes} bytes): {detail}",
                         clip_index=clip_index,
-                        code="memory_limit",
+                        code="decoder_memory_limit",
                     )
                 raise _ChildRefused(DecodeError(detail, clip_index=clip_index, code=code))
         raise AssertionError("unreachable")  # pragma: no cover
@@ -411,7 +411,7 @@ class DecoderPool:
             return DecoderFailedError(
                 "the decoder was killed (out of memory?)",
                 clip_index=clip_index,
-                code="memory_limit",
+                code="decoder_memory_limit",
             )
         return DecoderFailedError(
             f"the decoder process exited with status {status}",
