@@ -369,7 +369,7 @@ class Request:
                 return
             self._closed = True
         try:
-            job = self._job
+            job, self._job = self._job, None
             if job is not None and not job.future.done():
                 self.cancel.cancel()
                 job.release_when_done()
@@ -511,6 +511,8 @@ class Request:
             if not job.done():  # interrupted while it waits (Ctrl-C): cancel the job
                 job.cancel()
             raise
+        finally:
+            self._forget(job)
 
     async def _compute_off_loop(self) -> None:
         if self.worker is None:
@@ -520,8 +522,17 @@ class Request:
                 self.cancel.cancel()
                 raise
             return
-        self._job = self.worker.submit_request(self)
-        await self.worker.wait_async(self._job)
+        job = self._job = self.worker.submit_request(self)
+        try:
+            await self.worker.wait_async(job)
+        finally:
+            self._forget(job)
+
+    def _forget(self, job: AudioJob[Any]) -> None:
+        # A job that has ended is no longer this request's to release: without it, the
+        # request and its job (whose task is the request) are no reference cycle.
+        if job.future.done():
+            self._job = None
 
     def _parts_to_acquire(self) -> list[Mapping[str, Any]]:
         """The parts this request still reads: its audio parts unless clips were given;

@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 
 from audiogate.acquire.acquire import (
     acquire_bytes,
-    acquire_fetches,
     acquire_parts,
     acquire_parts_sync,
     acquire_paths,
@@ -67,7 +66,6 @@ __all__ = [
     "SourceResolver",
     "StoredHeader",
     "acquire_bytes",
-    "acquire_fetches",
     "acquire_parts",
     "acquire_parts_sync",
     "acquire_paths",

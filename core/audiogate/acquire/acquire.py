@@ -76,7 +76,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "acquire_bytes",
-    "acquire_fetches",
     "acquire_parts",
     "acquire_parts_sync",
     "acquire_paths",
@@ -337,10 +336,10 @@ def acquire_parts_sync(
     here; a request with a URL part runs :func:`acquire_parts` on an event loop of its
     own (the URL client is asynchronous).
     """
-    if acquire_fetches(parts, policy=policy):
-        return asyncio.run(acquire_parts(parts, policy=policy, cancel=cancel, sources=sources))
     token = cancel or NEVER
-    declared = _declared(parts, policy, sources, token)
+    declared = _declared(parts, policy, sources, token)  # a refused part starts no loop
+    if any(source.origin == ORIGIN_URL for source in declared):
+        return asyncio.run(acquire_parts(parts, policy=policy, cancel=cancel, sources=sources))
     budget = _budget(policy)
     held = policy.shared_bytes.hold() if policy.shared_bytes is not None else None
     clips: list[EncodedClip] = []
@@ -384,16 +383,6 @@ def _read_here(source: DeclaredSource, ctx: ClipContext, policy: AcquisitionPoli
     if source.origin == ORIGIN_DATA_URI:
         start = data_uri_payload(source.value, source.source_format)
     return decode_base64(source.value, ctx, start=start)
-
-
-def acquire_fetches(parts: Sequence[Mapping[str, Any]], *, policy: AcquisitionPolicy) -> bool:
-    """Whether ``parts`` hold a URL to fetch (parts that do not parse: ``False``;
-    :func:`acquire_parts` refuses them before it reads anything)."""
-    try:
-        sources = declare_parts(parts, max_clips=policy.max_clips)
-    except (AcquisitionError, LimitError, SourceRefused):
-        return False
-    return any(source.origin == ORIGIN_URL for source in sources)
 
 
 def acquire_suspends(parts: Sequence[Mapping[str, Any]], *, policy: AcquisitionPolicy) -> bool:
