@@ -165,6 +165,8 @@ def gen_hooks() -> str:
             + called.replace("'", "")
             + ".",
             "",
+            # tests/docs/test_code_blocks.py runs every block; this one needs the marker.
+            "<!-- doc-test setup: from audiogate.hookspecs import hookspec -->",
             "```python",
             "@hookspec" + ("(firstresult=True)" if firstresult else ""),
             _typed_signature(name, function),
