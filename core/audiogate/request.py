@@ -45,7 +45,11 @@ from audiogate.chat import (
     require_unicode,
     split_references,
 )
-from audiogate.chat.prompt_text import INLINE_RENDER_BYTES, check_prompt_text, text_host_bytes
+from audiogate.chat.prompt_text import (
+    INLINE_RENDER_BYTES,
+    TEXT_HOST_BYTES_PER_BYTE,
+    check_prompt_text,
+)
 from audiogate.errors import (
     AudioGateError,
     ContextLimitError,
@@ -495,7 +499,7 @@ class Request:
     def reserved_bytes(self) -> tuple[int, int]:
         """``(encoded, host)`` bytes the worker reserves for :meth:`compute` now: a
         deferred rendering's text, else the plan's bytes and the prompt's tokenizing."""
-        text = text_host_bytes(self.text_bytes)
+        text = max(0, self.text_bytes) * TEXT_HOST_BYTES_PER_BYTE  # text_host_bytes
         if self.segments is None or self.plan is None:
             return 0, text
         return self.plan.encoded_bytes, self.plan.host_bytes + text

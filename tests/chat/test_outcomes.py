@@ -14,6 +14,7 @@ from audiogate.cancel import CancelToken
 from audiogate.deprecation import AudioGateDeprecationWarning
 from audiogate.errors import (
     AcquisitionError,
+    ChatRequestError,
     ContextLimitError,
     LimitError,
     PlaceholderError,
@@ -84,7 +85,7 @@ def test_a_success_counts_once_as_completed(gate) -> None:
         ),
         (
             [{"role": "user", "content": [audio_part()]}, {"role": "user", "content": "again"}],
-            PlaceholderError,
+            ChatRequestError,
             "waveform",
         ),
         ([{"role": "user", "content": "<audio_soft_token> hi"}], PlaceholderError, "waveform"),

@@ -59,6 +59,7 @@ def process_cached(
     fills: list[tuple[FeatureKey, Claim | None, PreparedClip]] = []
     computed: dict[FeatureKey, PreparedClip] = {}
     collated = None
+    limits = decode_limits(policy)
     try:
         for clip_plan, clip in zip(plan.clips, clips, strict=True):
             index = clip_plan.index
@@ -88,7 +89,14 @@ def process_cached(
             if claim is not None:
                 claims.append(claim)
             done = process_clip(
-                host, plan, clip_plan, clip, cancel=cancel, progress=progress, decoders=decoders
+                host,
+                plan,
+                clip_plan,
+                clip,
+                cancel=cancel,
+                progress=progress,
+                decoders=decoders,
+                limits=limits,
             )
             fills.append((key, claim, done))  # no claim: another thread's gave up
             computed[key] = done

@@ -111,9 +111,17 @@ def process_request(
         return process_cached(
             cache, host, plan, clips, cancel=cancel, progress=progress, decoders=decoders
         )
+    limits = decode_limits(plan.policy)
     prepared = [
         process_clip(
-            host, plan, clip_plan, clip, cancel=cancel, progress=progress, decoders=decoders
+            host,
+            plan,
+            clip_plan,
+            clip,
+            cancel=cancel,
+            progress=progress,
+            decoders=decoders,
+            limits=limits,
         )
         for clip_plan, clip in zip(plan.clips, clips, strict=True)
     ]
@@ -129,17 +137,21 @@ def process_clip(
     cancel: CancelToken = NEVER,
     progress: Progress | None = None,
     decoders: DecoderPool | None = None,
+    limits: DecodeLimits | None = None,
 ) -> PreparedClip:
-    """Decode, resample and featurise one planned clip of ``plan``.
+    """Decode, resample and featurise one planned clip of ``plan`` (``limits``: the
+    policy's :func:`~audiogate.pipeline.preflight.decode_limits`, if at hand).
 
     A stored digest is proven before any sample is decoded: features are only ever
     computed from the bytes the digest names (and a recorded header from the header they
     hold).
     """
     index = clip_plan.index
-    limits = decode_limits(plan.policy)
-    clip.check_digest(clip_index=index)
-    _check_header(clip, clip_plan, limits, index)
+    if limits is None:
+        limits = decode_limits(plan.policy)
+    if clip.stored_sha256 is not None:  # a stored clip (inline audio has nothing to prove)
+        clip.check_digest(clip_index=index)
+        _check_header(clip, clip_plan, limits, index)
     return _process_clip(
         host, plan.policy, clip_plan, clip, limits, cancel, progress, len(plan.clips), decoders
     )
