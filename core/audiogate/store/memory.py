@@ -9,7 +9,6 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from typing import TypeVar
 
@@ -237,10 +236,11 @@ class MemoryLeases:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._marks: dict[str, _Mark] = {}
+        self._ids = itertools.count()
 
     def take(self, sha256: str, owner: str, holder: str, ttl_s: float) -> str | None:
         """See :meth:`~audiogate.store.backend.LeaseBackend.take`."""
-        lease_id = uuid.uuid4().hex
+        lease_id = str(next(self._ids))
         with self._lock:
             if self._retiring(sha256, owner):
                 return None
@@ -271,7 +271,8 @@ class MemoryLeases:
     def begin_retire(self, sha256: str, owner: str, holder: str, ttl_s: float) -> None:
         """See :meth:`~audiogate.store.backend.LeaseBackend.begin_retire`."""
         with self._lock:
-            self._marks[uuid.uuid4().hex] = _Mark(sha256, owner, holder, True, time.time() + ttl_s)
+            mark = _Mark(sha256, owner, holder, True, time.time() + ttl_s)
+            self._marks[f"retire-{next(self._ids)}"] = mark
 
     def end_retire(self, sha256: str, owner: str, holder: str) -> None:
         """See :meth:`~audiogate.store.backend.LeaseBackend.end_retire`."""

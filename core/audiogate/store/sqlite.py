@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import sqlite3
 import threading
@@ -348,14 +349,18 @@ class SqliteRecords:
 
 class SqliteLeases:
     """Leases and retirement marks in the SQLite file ``path`` (created if absent), see
-    the module docstring. Opening it drops the marks of holders on this machine whose
-    process is gone."""
+    the module docstring. Opening it drops the expired marks and those of holders on this
+    machine whose process is gone. A lease is one statement to take and one to release
+    (no transaction of their own: every reference takes one)."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         self._db = _connect(self.path, synchronous="OFF")
         self._writer = _Writer(self._db)
         self._db.executescript(_LEASE_SCHEMA)
+        # Lease ids: unique across processes (a random prefix), cheap within one.
+        self._prefix = f"{uuid.uuid4().hex[:16]}-"
+        self._ids = itertools.count()
         self._drop_dead_holders()
 
     def _drop_dead_holders(self) -> None:
@@ -363,25 +368,26 @@ class SqliteLeases:
             holders = [row[0] for row in db.execute("SELECT DISTINCT holder FROM leases")]
             dead = [h for h in holders if not holder_alive(h)]
             db.executemany("DELETE FROM leases WHERE holder = ?", [(h,) for h in dead])
+            db.execute("DELETE FROM leases WHERE expires <= ?", (time.time(),))
 
     def take(self, sha256: str, owner: str, holder: str, ttl_s: float) -> str | None:
-        """See :meth:`~audiogate.store.backend.LeaseBackend.take`."""
-        lease_id = uuid.uuid4().hex
+        """See :meth:`~audiogate.store.backend.LeaseBackend.take` (one statement: atomic
+        against a retirement's mark without a transaction of its own)."""
+        lease_id = f"{self._prefix}{next(self._ids)}"
         now = time.time()
-        with self._writer.write() as db:
-            if self._retiring(db, sha256, owner, now):
-                return None
-            db.execute(
+        with self._writer.lock:
+            inserted = self._db.execute(
                 "INSERT INTO leases (id, sha256, owner, holder, retiring, expires) "
-                "VALUES (?, ?, ?, ?, 0, ?)",
-                (lease_id, sha256, owner, holder, now + ttl_s),
-            )
-        return lease_id
+                "SELECT ?, ?, ?, ?, 0, ? WHERE NOT EXISTS (SELECT 1 FROM leases "
+                "WHERE sha256 = ? AND owner = ? AND retiring = 1 AND expires > ?)",
+                (lease_id, sha256, owner, holder, now + ttl_s, sha256, owner, now),
+            ).rowcount
+        return lease_id if inserted else None
 
     def release(self, lease_id: str) -> None:
         """See :meth:`~audiogate.store.backend.LeaseBackend.release`."""
-        with self._writer.write() as db:
-            db.execute("DELETE FROM leases WHERE id = ?", (lease_id,))
+        with self._writer.lock:
+            self._db.execute("DELETE FROM leases WHERE id = ?", (lease_id,))
 
     def held(self, sha256: str, owner: str) -> int:
         """See :meth:`~audiogate.store.backend.LeaseBackend.held`."""

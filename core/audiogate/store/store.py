@@ -388,17 +388,25 @@ class SourceStore:
     def _own(self, sha256: str, owner: str) -> SourceRecord | None:
         return next((r for r in self.records.current(sha256) if r.owner == owner), None)
 
-    def _visible(self, sha256: str, owner: str) -> tuple[SourceRecord | None, bool]:
+    def _visible(
+        self, sha256: str, owner: str, *, marks: bool = True
+    ) -> tuple[SourceRecord | None, bool]:
         """The record ``owner`` sees: its own live one, another's shared live one, its own
         lost or retired one, another's shared lost or retired one, or none; and whether
-        it is being retired."""
+        it is being retired.
+
+        :param marks: read the retirement marks even where one live record is seen (a
+            lease need not: :meth:`LeaseBackend.take` refuses a marked one itself).
+        """
         records = self.records.current(sha256)
         own = [r for r in records if r.owner == owner]
         shared = [r for r in records if r.owner != owner and r.scope == "shared"]
-        for group in (own, shared):
-            for record in group:
-                if record.live and not self.leases_backend.retiring(sha256, record.owner):
-                    return record, False
+        candidates = [r for r in own + shared if r.live]
+        if not marks and len(candidates) == 1:
+            return candidates[0], False
+        for record in candidates:
+            if not self.leases_backend.retiring(sha256, record.owner):
+                return record, False
         first = next(iter(own + shared), None)
         # Live yet passed over above: being retired.
         return first, first is not None and first.live
@@ -510,7 +518,7 @@ class SourceStore:
         """
         if not isinstance(sha256, str) or not sha256:
             raise SourceNotFoundError(repr(sha256), clip_index=clip_index)
-        record, retiring = self._visible(sha256, owner)
+        record, retiring = self._visible(sha256, owner, marks=False)
         if record is None:
             raise SourceNotFoundError(sha256, clip_index=clip_index)
         if record.status == "retired" or retiring:
