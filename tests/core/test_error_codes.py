@@ -1,6 +1,6 @@
 """One vocabulary of error codes: the library's ``code``, the server's JSON ``code`` and
 the batch output's ``error_code`` are the same string for the same error, each code has
-one metrics reason, and the reasons are the seed system's labels."""
+one metrics reason, and the reasons are the metric labels of docs/provenance.md."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from audiogate.server.errors import error_payload
 ROOT = Path(__file__).resolve().parents[2]
 
 #: mlxcel's rejection labels, in its order (the metric names and values must not change).
-SEED_REASONS = (
+MLXCEL_REASONS = (
     "queue_full",
     "memory_limit",
     "worker_unavailable",
@@ -46,7 +46,7 @@ def codes(gen_docs) -> list:
 
 
 def test_the_metrics_reasons_are_the_seed_systems() -> None:
-    assert REJECTION_REASONS == SEED_REASONS
+    assert REJECTION_REASONS == MLXCEL_REASONS
 
 
 def test_every_code_is_snake_case_and_listed_once(codes) -> None:
@@ -73,7 +73,7 @@ def test_each_code_has_one_metrics_reason(gen_docs, codes) -> None:
         reasons.setdefault(error_code(error), set()).add(type(error).reason)
     mixed = {code: found for code, found in reasons.items() if len(found) > 1}
     assert mixed == {}
-    assert set().union(*reasons.values()) <= {*SEED_REASONS, "cancelled"}
+    assert set().union(*reasons.values()) <= {*MLXCEL_REASONS, "cancelled"}
 
 
 def test_the_server_the_batch_and_the_library_give_the_same_code(codes) -> None:
