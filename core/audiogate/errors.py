@@ -168,11 +168,11 @@ class PolicyError(AudioGateError):
         self.file = file
         self.json_path = json_path
         self.value = value
-        where = file or "audio policy"
+        where = f" in {file}" if file else ""
         if json_path is not None:
             where = f"{where} at {json_path}"
         shown = f" (got {_shown(value)})" if has_value or value is not None else ""
-        super().__init__(f"invalid audio policy in {where}: {rule}{shown}")
+        super().__init__(f"invalid audio policy{where}: {rule}{shown}")
 
 
 class PluginError(AudioGateError):

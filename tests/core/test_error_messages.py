@@ -116,3 +116,15 @@ def test_a_non_contiguous_buffer_is_refused_as_unreadable_not_corrupt() -> None:
         inspect(data, clip_index=0)
     assert info.value.code == "buffer_not_contiguous"
     assert "corrupt" not in str(info.value)
+
+
+def test_a_policy_error_without_a_file_does_not_say_in_audio_policy() -> None:
+    from audiogate.errors import PolicyError
+
+    assert str(PolicyError("unknown audio family 'x'")) == (
+        "invalid audio policy: unknown audio family 'x'"
+    )
+    assert str(PolicyError("x", json_path="/a")) == "invalid audio policy at /a: x"
+    assert str(PolicyError("x", file="config.json", json_path="/a", value=3)) == (
+        "invalid audio policy in config.json at /a: x (got 3)"
+    )
