@@ -600,7 +600,7 @@ def test_a_plain_prompt_keeps_its_image_placeholders(gates) -> None:
 
 def test_a_plain_prompt_that_is_not_valid_unicode_is_a_typed_error(gates) -> None:
     clip = EncodedClip(data=base64.b64decode(wav_b64(0.6)), ordinal=1)
-    with pytest.raises(PlaceholderError, match="not valid Unicode"):
+    with pytest.raises(RequestError, match=r"^invalid request: the prompt is not valid Unicode"):
         gates["qwen2audio"].prepare(prompt="hi \udcff", clips=[clip])
 
 

@@ -26,7 +26,7 @@ from typing import Any, Final
 import attrs
 
 from audiogate.chat.sentinels import SENTINEL_PREFIX, SentinelCodec
-from audiogate.errors import ChatRequestError, PlaceholderError
+from audiogate.errors import ChatRequestError, PlaceholderError, RequestError
 
 __all__ = [
     "AUDIO_PART_TYPES",
@@ -75,11 +75,11 @@ def _parts(message: Mapping[str, Any], index: int) -> list[Mapping[str, Any]] | 
     role = message.get("role")
     if not isinstance(role, str) or not role:
         raise ChatRequestError(f"message {index} needs a string 'role'")
-    require_unicode(role, f"message {index} role")
+    require_unicode(role, f"message {index} role", error=ChatRequestError)
     content = message.get("content")
     if content is None or isinstance(content, str):
         if content:
-            require_unicode(content, f"message {index} content")
+            require_unicode(content, f"message {index} content", error=ChatRequestError)
         return None
     if not isinstance(content, list):
         raise ChatRequestError(
@@ -100,17 +100,23 @@ def _parts(message: Mapping[str, Any], index: int) -> list[Mapping[str, Any]] | 
         if kind == "text":
             if not isinstance(part.get("text"), str):
                 raise ChatRequestError(f"message {index} part {position} needs a string 'text'")
-            require_unicode(part["text"], f"message {index} part {position} text")
+            require_unicode(
+                part["text"], f"message {index} part {position} text", error=ChatRequestError
+            )
     return list(content)
 
 
-def require_unicode(text: str, where: str) -> None:
+def require_unicode(text: str, where: str, *, error: type[RequestError] = RequestError) -> None:
     """Refuse text that is not valid Unicode (a lone surrogate, as from undecodable bytes):
-    tokenizers and templates fail on it with untyped errors."""
+    tokenizers and templates fail on it with untyped errors.
+
+    :param error: what to raise: a :class:`~audiogate.errors.RequestError` (a plain
+        prompt), a :class:`~audiogate.errors.ChatRequestError` for chat messages.
+    """
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:
-        raise ChatRequestError(
+        raise error(
             f"{where} is not valid Unicode: a lone surrogate at offset {exc.start}"
         ) from None
 
