@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 from typing import Any
@@ -80,6 +83,43 @@ def test_the_leases_of_a_process_that_died_are_dropped_when_a_store_opens(tmp_pa
         assert reopened.leases(sha, owner="alice") == 1
     finally:
         reopened.close()
+
+
+_HOLDER = """
+import os, signal, sys
+from audiogate.store import SourceStore
+store = SourceStore.open({root!r})
+lease = store.lease({sha!r}, owner="alice")
+print("held", flush=True)
+sys.stdin.readline()
+os.kill(os.getpid(), signal.SIGKILL)  # dies holding it
+"""
+
+
+def test_a_lease_held_by_another_process_holds_a_retirement_until_that_process_dies(
+    tmp_path,
+) -> None:
+    store = SourceStore.open(tmp_path / "store")
+    sha = _add(store, source(seed=10))
+    code = _HOLDER.format(root=str(tmp_path / "store"), sha=sha)
+    try:
+        with subprocess.Popen(
+            [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        ) as child:
+            assert child.stdout is not None
+            assert child.stdin is not None
+            assert child.stdout.readline().strip() == "held"
+            assert store.leases(sha, owner="alice") == 1
+            with pytest.raises(SourceBusyError):
+                store.retire(sha, owner="alice", timeout_s=0.2)
+            child.stdin.write("go\n")
+            child.stdin.flush()
+            child.wait(60)
+        assert child.returncode == -signal.SIGKILL
+        assert store.leases(sha, owner="alice") == 0
+        assert store.retire(sha, owner="alice", timeout_s=5).status == "retired"
+    finally:
+        store.close()
 
 
 # --- the event loop never waits on a backend ------------------------------------------

@@ -390,14 +390,21 @@ class SqliteLeases:
             self._db.execute("DELETE FROM leases WHERE id = ?", (lease_id,))
 
     def held(self, sha256: str, owner: str) -> int:
-        """See :meth:`~audiogate.store.backend.LeaseBackend.held`."""
+        """See :meth:`~audiogate.store.backend.LeaseBackend.held`; the leases of a
+        process of this machine that is gone are dropped, not counted (a server killed
+        while serving does not hold a retirement until its leases expire)."""
         with self._writer.lock:
-            (count,) = self._db.execute(
-                "SELECT COUNT(*) FROM leases WHERE sha256 = ? AND owner = ? AND retiring = 0 "
-                "AND expires > ?",
+            rows = self._db.execute(
+                "SELECT holder, COUNT(*) FROM leases WHERE sha256 = ? AND owner = ? "
+                "AND retiring = 0 AND expires > ? GROUP BY holder",
                 (sha256, owner, time.time()),
-            ).fetchone()
-        return int(count)
+            ).fetchall()
+            dead = [holder for holder, _ in rows if not holder_alive(holder)]
+            if dead:
+                self._db.executemany(
+                    "DELETE FROM leases WHERE holder = ?", [(holder,) for holder in dead]
+                )
+        return sum(int(count) for holder, count in rows if holder not in dead)
 
     def begin_retire(self, sha256: str, owner: str, holder: str, ttl_s: float) -> None:
         """See :meth:`~audiogate.store.backend.LeaseBackend.begin_retire`."""

@@ -590,7 +590,10 @@ class SourceStore:
             write(key)
             self._wake()
 
-        job = self._executor.submit(later)
+        try:
+            job = self._executor.submit(later)
+        except RuntimeError:  # the store is closed, its backends with it: nothing to end
+            return
         with self._pending_lock:
             self._pending.add(job)
         job.add_done_callback(self._settled)
