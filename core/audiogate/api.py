@@ -8,12 +8,14 @@ Every server path goes through :meth:`AudioGate.prepare_async` (or the blocking
     result = gate.prepare(messages)            # OpenAI-style chat messages
     model(input_ids=result.input_ids, **result.model_inputs)  # as tensors of your framework
 
-The steps: validate and flatten the messages (media parts become private sentinels),
-render the checkpoint's chat template and parse the sentinels back (failing closed),
-all before any audio is acquired; then acquire the audio under hard ceilings, preflight
-every budget from headers, decode → resample → features, expand the sentinels with the
-family's placeholders, and check that the prompt holds exactly as many audio positions
-as the features produce.
+Each call opens one :class:`~audiogate.request.Request` and closes it when it returns;
+the request owns the steps: validate and flatten the messages (media parts become
+private sentinels), render the checkpoint's chat template and parse the sentinels back
+(failing closed), all before any audio is acquired; then acquire the audio under hard
+ceilings, preflight every budget from headers, decode → resample → features, expand the
+sentinels with the family's placeholders, and check that the prompt holds exactly as
+many audio positions as the features produce. Waveforms already in memory go to
+:meth:`AudioGate.prepare_waveforms`.
 """
 
 from __future__ import annotations
