@@ -24,8 +24,12 @@ from audiogate.extras import EXTRAS, extra_of, installed, require_module
 
 ROOT = Path(__file__).resolve().parents[2]
 
-#: Optional top-level modules: every extra's, and torch (which no extra installs).
-OPTIONAL = {module for modules in EXTRAS.values() for module in modules} | {"torch"}
+#: Optional top-level modules: every extra's, and those no extra installs (torch for
+#: ``return_tensors="pt"``, safetensors for the server's ``feature_format``).
+OPTIONAL = {module for modules in EXTRAS.values() for module in modules} | {
+    "torch",
+    "safetensors",
+}
 
 #: Source files that may import an optional module directly, and why.
 ALLOWED = {
@@ -112,6 +116,7 @@ def test_the_extras_are_the_projects() -> None:
         ("mlx.core", "mlx"),
         ("transformers", "chat"),
         ("torch", None),
+        ("safetensors.numpy", None),
     ],
 )
 def test_a_missing_module_is_one_error_type_naming_its_extra(
@@ -126,7 +131,9 @@ def test_a_missing_module_is_one_error_type_naming_its_extra(
     error = info.value
     assert isinstance(error, AudioGateError)
     assert (error.module, error.extra, error.code) == (module, extra, "missing_extra")
-    install = f"pip install 'audiogate[{extra}]'" if extra else "pip install torch"
+    install = (
+        f"pip install 'audiogate[{extra}]'" if extra else f"pip install {module.partition('.')[0]}"
+    )
     assert str(error) == f"this test needs {module}, which is not installed: {install}; or skip it"
 
 
