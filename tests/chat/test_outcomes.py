@@ -148,3 +148,51 @@ def test_the_0_1_0_outcome_record_still_imports_and_warns() -> None:
         scope = audiogate.worker.outcome_scope
     with scope() as record:
         assert isinstance(record, record_type)
+
+
+def test_a_request_closed_while_its_job_runs_counts_once_and_frees_its_bytes(
+    gate, monkeypatch
+) -> None:
+    # The server's client leaves while the worker prepares its request: the handler
+    # closes it (cancelled) before the job ends; the job's end counts nothing more, and
+    # its reservation is held until it stops.
+    import threading
+    import time
+
+    import audiogate.request as request_module
+
+    started, release = threading.Event(), threading.Event()
+    real = request_module.process_planned
+
+    def held(*args, **kwargs):
+        started.set()
+        assert release.wait(20)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(request_module, "process_planned", held)
+    request = gate.request(user(audio_part()))
+    failures: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            request.run()
+        except BaseException as exc:
+            failures.append(exc)
+
+    before = outcomes(gate)
+    runner = threading.Thread(target=run)
+    runner.start()
+    assert started.wait(20)
+    request.close(cancelled=True)
+    after = outcomes(gate)
+    assert {k: after[k] - before[k] for k in after if after[k] != before[k]} == {"cancelled": 1}
+    assert gate.worker.inflight_host_bytes > 0  # the running job still holds its bytes
+    release.set()
+    runner.join(20)
+    assert [type(f) for f in failures] == [PreprocessCancelled]
+    after = outcomes(gate)
+    assert {k: after[k] - before[k] for k in after if after[k] != before[k]} == {"cancelled": 1}
+    deadline = time.monotonic() + 20
+    while gate.worker.inflight_host_bytes and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert gate.worker.inflight_host_bytes == 0
