@@ -51,6 +51,11 @@ class RecordBackend(Protocol):
         latest retired one. A look-up that never waits for a writer."""
         ...
 
+    def live(self, sha256: str) -> bool:
+        """Whether a live record (any owner's) names ``sha256``; asked on every
+        feature-cache miss: a look-up that never waits for a writer."""
+        ...
+
     def records(self, owner: str, *, include_retired: bool = True) -> list[SourceRecord]:
         """``owner``'s records, oldest first."""
         ...

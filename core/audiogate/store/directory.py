@@ -16,6 +16,7 @@ leases (:mod:`audiogate.store.sqlite`) in the same directory.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
 import uuid
@@ -43,6 +44,12 @@ def _writer_alive(name: str) -> bool:
     return True
 
 
+@functools.lru_cache(maxsize=256)
+def _entry_name(feature_key: str) -> str:
+    """A feature entry's file name: the digest of the cache's key text (a few per model)."""
+    return hashlib.sha256(feature_key.encode("utf-8")).hexdigest() + ".bin"
+
+
 def _fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -60,6 +67,7 @@ class DirectoryBlobs:
         self.blobs = self.root / "blobs"
         self._blobs_dir = str(self.blobs)
         self.features = self.root / "features"
+        self._features_dir = str(self.features)
         self.tmp = self.root / "tmp"
         for path in (self.root, self.blobs, self.features, self.tmp):
             path.mkdir(parents=True, exist_ok=True)
@@ -68,9 +76,9 @@ class DirectoryBlobs:
         """Where the blob of ``sha256`` lives."""
         return self.blobs / sha256[:2] / sha256
 
-    def _features_path(self, sha256: str, feature_key: str) -> Path:
-        name = hashlib.sha256(feature_key.encode("utf-8")).hexdigest()
-        return self.features / sha256 / f"{name}.bin"
+    def _features_path(self, sha256: str, feature_key: str) -> str:
+        # Asked on every feature-cache miss: string joins, the key's digest cached.
+        return os.path.join(self._features_dir, sha256, _entry_name(feature_key))
 
     # --- BlobBackend -----------------------------------------------------------------
 
@@ -92,7 +100,7 @@ class DirectoryBlobs:
             if self.exists(sha256, os.stat(handle).st_size):
                 return  # the same bytes, already there (named by their digest)
         else:
-            target = self._features_path(sha256, feature_key)
+            target = Path(self._features_path(sha256, feature_key))
         parent = target.parent
         created = not parent.exists()
         parent.mkdir(parents=True, exist_ok=True)
@@ -125,7 +133,8 @@ class DirectoryBlobs:
     def read_features(self, sha256: str, feature_key: str) -> bytes | None:
         """See :meth:`~audiogate.store.backend.BlobBackend.read_features`."""
         try:
-            return self._features_path(sha256, feature_key).read_bytes()
+            with open(self._features_path(sha256, feature_key), "rb") as entry:
+                return entry.read()
         except FileNotFoundError:
             return None
 

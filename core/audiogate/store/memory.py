@@ -76,6 +76,11 @@ class MemoryRecords:
                 latest[record.owner] = record
         return list(latest.values())
 
+    def live(self, sha256: str) -> bool:
+        """See :meth:`~audiogate.store.backend.RecordBackend.live`."""
+        with self._lock:
+            return self._live(sha256)
+
     def records(self, owner: str, *, include_retired: bool = True) -> list[SourceRecord]:
         """See :meth:`~audiogate.store.backend.RecordBackend.records`."""
         with self._lock:

@@ -247,6 +247,15 @@ class SqliteRecords:
                 latest[record.owner] = record
         return list(latest.values())
 
+    def live(self, sha256: str) -> bool:
+        """See :meth:`~audiogate.store.backend.RecordBackend.live`."""
+        with self._read_lock:
+            row = self._reader.execute(
+                f"SELECT 1 FROM sources WHERE sha256 = ? AND status IN {_LIVE_SQL} LIMIT 1",
+                (sha256,),
+            ).fetchone()
+        return row is not None
+
     def records(self, owner: str, *, include_retired: bool = True) -> list[SourceRecord]:
         """See :meth:`~audiogate.store.backend.RecordBackend.records`."""
         where = "" if include_retired else f" AND status IN {_CURRENT_SQL}"

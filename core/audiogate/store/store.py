@@ -691,7 +691,7 @@ class SourceStore:
         (any owner's) is stored under it. The feature cache asks before encoding a clip,
         so inline audio's features are never written (a look-up that never waits for a
         writer)."""
-        return any(record.live for record in self.records.current(check_digest(sha256)))
+        return self.records.live(check_digest(sha256))
 
     def put_features(self, sha256: str, key: str, blob: bytes) -> None:
         """Persist a feature-cache entry of source ``sha256`` (kept while the source is
