@@ -307,7 +307,8 @@ class Request:
             self.plan,
             self.clips or (),
             cancel=token,
-            cache=gate.feature_cache,
+            # A disabled cache (a budget of 0, the default without a worker) is no cache.
+            cache=gate.feature_cache if gate.feature_cache.max_bytes > 0 else None,
             worker=worker,
             progress=self.progress,
         )

@@ -248,7 +248,7 @@ def _process_clip(
         clip_index=index,
         cancel=cancel,
     )
-    geometry = clip_plan.geometry
+    geometry, truncated = clip_plan.geometry, clip_plan.truncated
     return PreparedClip(
         index=index,
         ordinal=clip.ordinal,
@@ -265,11 +265,9 @@ def _process_clip(
         tokens=features.tokens,
         received_duration_us=geometry.duration_us,
         processed_duration_us=(
-            _duration_us(clip_plan.normalized_samples, rate)
-            if clip_plan.truncated
-            else geometry.duration_us
+            _duration_us(clip_plan.normalized_samples, rate) if truncated else geometry.duration_us
         ),
-        truncated=clip_plan.truncated,
+        truncated=truncated,
         waveform=normalized,
         features=features,
         detail=clip_plan.features.detail,
