@@ -211,11 +211,14 @@ class SourceStore:
         verify: bool = False,
         quotas: StoreQuotas | None = None,
         wait_s: float = DEFAULT_SOURCE_WAIT_S,
+        lease_ttl_s: float = DEFAULT_LEASE_TTL_S,
+        threads: int = DEFAULT_STORE_THREADS,
     ) -> SourceStore:
         """The embedded store in directory ``path`` (created if absent): blobs in it
         (:class:`~audiogate.store.directory.DirectoryBlobs`), records in its
         ``index.sqlite3`` and leases in its ``leases.sqlite3``
-        (:mod:`audiogate.store.sqlite`); recovered.
+        (:mod:`audiogate.store.sqlite`); recovered. The other parameters are the
+        constructor's.
 
         :param verify: recompute every blob's digest while recovering.
         """
@@ -225,7 +228,16 @@ class SourceStore:
         blobs = DirectoryBlobs(path)
         records = SqliteRecords(blobs.root / "index.sqlite3")
         leases = SqliteLeases(blobs.root / "leases.sqlite3")
-        return cls(records, blobs, leases, quotas=quotas, wait_s=wait_s, verify=verify)
+        return cls(
+            records,
+            blobs,
+            leases,
+            quotas=quotas,
+            wait_s=wait_s,
+            verify=verify,
+            lease_ttl_s=lease_ttl_s,
+            threads=threads,
+        )
 
     # --- writing ---------------------------------------------------------------------
 
