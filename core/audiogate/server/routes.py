@@ -407,5 +407,6 @@ class AudioServer:
         if self.close_worker:
             await anyio.to_thread.run_sync(self.worker.close)
             if self.gate.store is not None:
-                self.gate.store.close()
+                # Off the loop: closing finishes the store's pending writes.
+                await anyio.to_thread.run_sync(self.gate.store.close)
         self._helper.shutdown(wait=False)
