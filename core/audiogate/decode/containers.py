@@ -29,7 +29,8 @@ from __future__ import annotations
 
 import math
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import Final
 
 import attrs
@@ -45,6 +46,7 @@ from audiogate.decode.geometry import (
 from audiogate.errors import DecodeError, EmptyAudioError
 
 __all__ = [
+    "CODEC_FRAME_SLACK",
     "CONTAINER_ERROR_CODES",
     "CONTAINER_LABELS",
     "StreamHeader",
@@ -57,8 +59,12 @@ CONTAINER_ERROR_CODES: Final = frozenset(
     {"unknown_container", "malformed_header", "unsupported_codec", "format_mismatch"}
 )
 
-#: Decoded frames one compressed codec frame may add past the header's estimate.
-_SLACK: Final[dict[str, int]] = {"mp3": 1152, "vorbis": 8192, "opus": 5760, "aac": 2048}
+#: Decoded frames one compressed codec frame may add past the header's estimate (and
+#: the most end padding trimmed at a capped plan, ``ClipGeometry.padding_frames``).
+CODEC_FRAME_SLACK: Final[Mapping[str, int]] = MappingProxyType(
+    {"mp3": 1152, "vorbis": 8192, "opus": 5760, "aac": 2048}
+)
+_SLACK: Final = CODEC_FRAME_SLACK
 
 
 @attrs.frozen
@@ -194,12 +200,13 @@ def _inspect_aiff(view: memoryview, clip_index: int) -> StreamHeader:
 
 
 def _inspect_flac(view: memoryview, clip_index: int) -> StreamHeader:
-    if view.nbytes < 42:
+    base = id3_size(view)  # an ID3v2 tag in front, which the decoders skip
+    if view.nbytes < base + 42:
         raise _malformed("flac", "shorter than fLaC + STREAMINFO", clip_index)
-    block_type, length = view[4] & 0x7F, int.from_bytes(view[5:8], "big")
+    block_type, length = view[base + 4] & 0x7F, int.from_bytes(view[base + 5 : base + 8], "big")
     if block_type != 0 or length != 34:
         raise _malformed("flac", "the first metadata block is not a 34-byte STREAMINFO", clip_index)
-    info = int.from_bytes(view[8:42], "big")  # 272 bits, most significant first
+    info = int.from_bytes(view[base + 8 : base + 42], "big")  # 272 bits, most significant first
     max_block = (info >> 240) & 0xFFFF
     rate = (info >> 172) & 0xFFFFF
     channels = ((info >> 169) & 0x7) + 1

@@ -90,7 +90,12 @@ import numpy as np
 import numpy.typing as npt
 
 from audiogate.cancel import NEVER, CancelToken, Checkpoint
-from audiogate.decode.containers import CONTAINER_LABELS, inspect_container, sniff_container
+from audiogate.decode.containers import (
+    CODEC_FRAME_SLACK,
+    CONTAINER_LABELS,
+    inspect_container,
+    sniff_container,
+)
 from audiogate.decode.geometry import (
     BYTES_PER_SAMPLE,
     WAV,
@@ -357,8 +362,13 @@ def _inspect_compressed(
         if limits.max_duration_us is not None:
             cap = min(cap, limits.max_duration_us * geometry.rate_hz // 1_000_000)
         if cap < geometry.frames:
+            # A clip exactly at the cap ends with its codec's padding past it (an encoder
+            # pads the last frame): that much is trimmed at the cap, not refused.
             geometry = attrs.evolve(
-                geometry, frames=cap, duration_us=cap * 1_000_000 // geometry.rate_hz
+                geometry,
+                frames=cap,
+                duration_us=cap * 1_000_000 // geometry.rate_hz,
+                padding_frames=CODEC_FRAME_SLACK.get(header.codec, 0),
             )
     return geometry
 
@@ -383,6 +393,7 @@ def _check_geometry(geometry: ClipGeometry, nbytes: int, clip_index: int) -> Non
         and geometry.channels >= 1
         and geometry.frames >= 1
         and geometry.data_offset >= 0
+        and geometry.padding_frames == 0
         and geometry.data_length == geometry.frames * geometry.frame_bytes
         and geometry.duration_us == geometry.frames * 1_000_000 // geometry.rate_hz
     )
@@ -402,13 +413,20 @@ def _check_geometry(geometry: ClipGeometry, nbytes: int, clip_index: int) -> Non
 
 
 def _check_compressed_geometry(geometry: ClipGeometry, nbytes: int, clip_index: int) -> None:
-    fields = (geometry.rate_hz, geometry.channels, geometry.frames, geometry.duration_us)
+    fields = (
+        geometry.rate_hz,
+        geometry.channels,
+        geometry.frames,
+        geometry.duration_us,
+        geometry.padding_frames,
+    )
     consistent = (
         geometry.container in CONTAINER_LABELS
         and all(isinstance(v, int) and not isinstance(v, bool) for v in fields)
         and geometry.rate_hz >= 1
         and geometry.channels >= 1
         and geometry.frames >= 1
+        and 0 <= geometry.padding_frames <= max(CODEC_FRAME_SLACK.values())
         and geometry.data_offset == 0
         and geometry.data_length == nbytes
         and geometry.duration_us == geometry.frames * 1_000_000 // geometry.rate_hz

@@ -158,7 +158,12 @@ def sniff_container(view: memoryview) -> Container | None:
         return "webm"
     if head[4:8] == b"ftyp":
         return "mp4"
-    if id3_size(view) or _mp3_sync(head):
+    tag = id3_size(view)
+    if tag:
+        # An ID3v2 tag is written in front of FLAC files too (libsndfile and FFmpeg skip
+        # it): what follows the tag decides.
+        return "flac" if bytes(view[tag : tag + 4]) == b"fLaC" else "mp3"
+    if _mp3_sync(head):
         return "mp3"
     return None
 
@@ -323,6 +328,10 @@ class ClipGeometry:
         shorter.
     :param prefix: only the first ``frames`` are wanted (truncate mode): the decoder stops
         there instead of refusing a longer stream.
+    :param padding_frames: a compressed bound capped at the policy's length: frames of
+        codec end padding (at most one codec frame) that may follow ``frames``. A stream
+        that ends within them is trimmed to ``frames``, as FFmpeg trims a codec's padding;
+        one that goes on past them is refused.
     """
 
     container: Container
@@ -335,6 +344,7 @@ class ClipGeometry:
     data_length: int
     exact: bool = True
     prefix: bool = False
+    padding_frames: int = 0
 
     @property
     def in_process(self) -> bool:
