@@ -1,11 +1,14 @@
 """A feature-cache entry (a prepared clip), and its blob for the persistent tier (numpy
 ``.npy`` arrays in one blob).
 
-Blob layout: ``MAGIC``, a 4-byte little-endian header length, a UTF-8 JSON header, then
-the ``.npy`` images of the arrays (``allow_pickle=False`` both ways). The header holds
-the key, the accounting, the :class:`~audiogate.records.ClipFeatures` class and its
-fields (scalars inline, arrays by index) and the SHA-256 of the payload. Loading checks
-all of it; anything that does not check out is ``None`` (a miss), never an error.
+Blob layout: ``MAGIC``, the 32-byte SHA-256 of everything after it, a 4-byte
+little-endian header length, a UTF-8 JSON header, then the ``.npy`` images of the arrays
+(``allow_pickle=False`` both ways). The header holds the key, the accounting, the
+:class:`~audiogate.records.ClipFeatures` class and its fields (scalars inline, arrays by
+index). The digest covers the header and the arrays alike, so any damage (a single
+flipped bit anywhere) is refused before anything is parsed; loading then checks the key
+and the consistency of what it holds. Anything that does not check out is ``None`` (a
+miss), never an error.
 """
 
 from __future__ import annotations
@@ -33,7 +36,10 @@ ENTRY_OVERHEAD_BYTES: Final = 1024
 #: The ``origin`` of a clip loaded from the persistent tier, until a hit places it.
 ORIGIN_STORED_FEATURES: Final = "stored features"
 
-MAGIC: Final = b"AGFEAT\x00\x01"
+# Version 2: the whole blob is checksummed (version 1 checked its arrays only, so a
+# flipped bit in the header could load other content).
+MAGIC: Final = b"AGFEAT\x00\x02"
+_DIGEST_BYTES: Final = 32
 _LENGTH = struct.Struct("<I")
 #: A header larger than this is not one we wrote.
 _MAX_HEADER: Final = 1 << 20
@@ -162,10 +168,10 @@ def to_blob(key: FeatureKey, entry: CachedClip) -> bytes | None:
         "class": [cls.__module__, cls.__qualname__],
         "features": feature_fields,
         "lengths": [len(image) for image in images],
-        "payload_sha256": hashlib.sha256(payload).hexdigest(),
     }
     head = json.dumps(header, sort_keys=True, separators=(",", ":")).encode()
-    return b"".join((MAGIC, _LENGTH.pack(len(head)), head, payload))
+    body = b"".join((_LENGTH.pack(len(head)), head, payload))
+    return b"".join((MAGIC, hashlib.sha256(body).digest(), body))
 
 
 def _features_class(module: str, qualname: str) -> type[ClipFeatures] | None:
@@ -191,17 +197,19 @@ def _load(key: FeatureKey, blob: object) -> CachedClip | None:
     if not isinstance(blob, (bytes, bytearray, memoryview)):
         return None
     data = memoryview(blob).cast("B")
-    start = len(MAGIC) + _LENGTH.size
+    body_at = len(MAGIC) + _DIGEST_BYTES
+    start = body_at + _LENGTH.size
     if len(data) < start or bytes(data[: len(MAGIC)]) != MAGIC:
         return None
-    (length,) = _LENGTH.unpack(data[len(MAGIC) : start])
+    # The whole blob's digest first: nothing damaged is parsed.
+    if hashlib.sha256(data[body_at:]).digest() != bytes(data[len(MAGIC) : body_at]):
+        return None
+    (length,) = _LENGTH.unpack(data[body_at:start])
     if length > _MAX_HEADER or start + length > len(data):
         return None
     header = json.loads(bytes(data[start : start + length]))
     payload = data[start + length :]
     if header["sha256"] != key.sha256 or header["fingerprint"] != key.fingerprint:
-        return None
-    if hashlib.sha256(payload).hexdigest() != header["payload_sha256"]:
         return None
     lengths = header["lengths"]
     if not all(type(n) is int and n >= 0 for n in lengths) or sum(lengths) != len(payload):

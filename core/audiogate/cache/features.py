@@ -275,6 +275,15 @@ class FeatureCache:
         if self.metrics is not None:
             self.metrics.record_cache_eviction()
 
+    def forget(self, key: FeatureKey) -> None:
+        """Drop ``key``'s entry from memory (a plugin step failed on it); the next
+        :meth:`put` of it replaces the persistent tier's copy too."""
+        with self._lock:
+            if key in self._entries:
+                self._entries.move_to_end(key, last=False)
+                self._evict_oldest()
+                self._publish()
+
     def reclaim(self, nbytes: int) -> int:
         """Evict least recently used entries until ``nbytes`` are freed (or the cache is
         empty); returns the bytes freed. A worker calls this when a reservation does not

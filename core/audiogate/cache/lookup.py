@@ -13,11 +13,15 @@ in front of each clip's decode → resample → features:
   once the request is collated (a single clip's entry keeps its collated inputs); the
   claims are released whatever happens;
 * a clip sent twice in one request is computed once (its second look-up would wait on
-  this request's own claim).
+  this request's own claim);
+* a plugin step that fails on hits (collation raising a :class:`~audiogate.errors.
+  PluginError` or an error that is no audiogate error) makes those hits misses: their
+  entries are dropped and they are recomputed from the source, once.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -29,6 +33,7 @@ from audiogate.cache.features import Claim, FeatureCache
 from audiogate.cache.key import FeatureKey, feature_key
 from audiogate.cancel import NEVER, CancelToken, Checkpoint
 from audiogate.decode import check_limits
+from audiogate.errors import AudioGateError, PluginError
 from audiogate.host import FamilyHost
 from audiogate.pipeline.plans import ClipPlan, RequestPlan
 from audiogate.pipeline.preflight import decode_limits, plan_clip
@@ -40,6 +45,8 @@ if TYPE_CHECKING:
     from audiogate.decode.isolation import DecoderPool
 
 __all__ = ["admit_hit", "process_cached"]
+
+_log = logging.getLogger(__name__)
 
 
 def process_cached(
@@ -60,6 +67,8 @@ def process_cached(
     computed: dict[FeatureKey, PreparedClip] = {}
     collated = None
     limits = decode_limits(policy)
+    # (position in ``prepared``, key, plan, clip) of each hit, for a recomputation.
+    hits: list[tuple[int, FeatureKey, ClipPlan, EncodedClip]] = []
     try:
         for clip_plan, clip in zip(plan.clips, clips, strict=True):
             index = clip_plan.index
@@ -78,6 +87,7 @@ def process_cached(
             found = cache.lookup(key, family=policy.family, cancel=cancel, clip_index=index)
             if isinstance(found, CachedClip) and _fits_header(found.clip, clip):
                 admit_hit(host, policy, clip_plan, found.clip)
+                hits.append((len(prepared), key, clip_plan, clip))
                 prepared.append(found.placed(index=index, ordinal=clip.ordinal, origin=clip.origin))
                 if len(plan.clips) == 1:
                     collated = found.collated
@@ -101,9 +111,29 @@ def process_cached(
             fills.append((key, claim, done))  # no claim: another thread's gave up
             computed[key] = done
             prepared.append(done)
-        batch = collate_clips(
-            host, plan, prepared, cancel=cancel, progress=progress, collated=collated
-        )
+        try:
+            batch = collate_clips(
+                host, plan, prepared, cancel=cancel, progress=progress, collated=collated
+            )
+        except Exception as exc:
+            if not hits or not _plugin_failure(exc):
+                raise
+            _log.warning("a plugin step failed on cached features (%r); recomputing", exc)
+            for at, key, clip_plan, clip in hits:
+                cache.forget(key)
+                done = process_clip(
+                    host,
+                    plan,
+                    clip_plan,
+                    clip,
+                    cancel=cancel,
+                    progress=progress,
+                    decoders=decoders,
+                    limits=limits,
+                )
+                fills.append((key, None, done))
+                prepared[at] = done
+            batch = collate_clips(host, plan, prepared, cancel=cancel, progress=progress)
         single = batch.inputs if len(prepared) == 1 else None
         for key, claim, done in fills:
             entry = CachedClip(done, collated=single)
@@ -115,6 +145,11 @@ def process_cached(
         for claim in claims:
             claim.release()
     return batch
+
+
+def _plugin_failure(exc: Exception) -> bool:
+    """Whether ``exc`` is a plugin breaking its contract (not a refusal of the input)."""
+    return isinstance(exc, PluginError) or not isinstance(exc, AudioGateError)
 
 
 def admit_hit(
