@@ -192,6 +192,22 @@ def _remuxed_blocks(data: bytes, header: dict[str, Any]) -> Iterator[Any]:
 Backend = Callable[[bytes, dict[str, Any]], Iterator[Any]]
 
 
+def _joined_blocks(data: bytes, header: dict[str, Any]) -> Iterator[Any]:
+    """MP3 files joined end to end and chained Ogg streams, each part through libsndfile
+    in turn (given the whole, it stops after the first part's own length)."""
+    from audiogate.decode.containers import mp3_parts, ogg_links
+
+    try:
+        parts = mp3_parts(data) if header["container"] == "mp3" else ogg_links(data)
+    except Exception as exc:  # the header was read before; a changed file is refused
+        raise _Refused("decoder_error", f"the stream's parts: {exc}") from None
+    if len(parts) == 1:
+        yield from _soundfile_blocks(data, header)
+        return
+    for start, end in parts:
+        yield from _soundfile_blocks(data[start:end], header)
+
+
 def _backend(header: dict[str, Any]) -> Backend:
     """The decoder of a clip: libsndfile, through the Opus remux for WebM Opus; PyAV for
     MP4 and any other WebM codec (docs/formats.md)."""
@@ -199,6 +215,8 @@ def _backend(header: dict[str, Any]) -> Backend:
         return _remuxed_blocks
     if header["container"] in ("webm", "mp4"):
         return _pyav_blocks
+    if header["container"] in ("mp3", "ogg"):
+        return _joined_blocks
     return _soundfile_blocks
 
 
@@ -236,6 +254,11 @@ def _decode(data: bytes, header: dict[str, Any], out: BinaryIO) -> int:
     _limit_cpu(header["cpu_seconds"])
     if header.get("hook"):
         _test_hook(header["hook"])
+    if header["container"] == "flac" and not header.get("exact", True):
+        from audiogate.decode.containers import flac_without_total
+
+        # Frames past STREAMINFO's total: the header understated the length.
+        data = flac_without_total(data)
     backend = _backend(header)
     limit = header["max_frames"]
     prefix = bool(header.get("prefix"))

@@ -287,6 +287,7 @@ class DecoderPool:
             "rate_hz": geometry.rate_hz,
             "channels": geometry.channels,
             "max_frames": geometry.frames,
+            "exact": geometry.exact,
             "prefix": geometry.prefix,
             "padding_frames": geometry.padding_frames,
             "block_frames": BLOCK_FRAMES,
