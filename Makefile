@@ -42,10 +42,16 @@ $(VENV)/.installed: $(BIN)/python $(INSTALL_INPUTS)
 	$(PIP) install --progress-bar on $(PACKAGES) "transformers==5.24.0" "jinja2==3.1.6"
 	@touch $@
 
-# torch only for the reference processors and tiny models; the CPU wheel, never CUDA.
+# torch only for the reference processors and tiny models; the CPU build, never CUDA.
+# On Linux, PyPI's torch 2.13.0 is the CUDA build (with about 3 GB of NVIDIA packages);
+# PyTorch's CPU index serves 2.13.0+cpu, which sorts above it, so pip takes the CPU build
+# (macOS and Windows wheels on PyPI are CPU builds already). A wheel already on the machine
+# (pip's find-links) is used as it is; without that index pip falls back to it.
+TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 $(VENV)/.installed-test: $(BIN)/python $(INSTALL_INPUTS)
-	@echo "==> Installing torch (the CPU wheel) for the reference processors and tiny models"
-	$(PIP) install --progress-bar on "torch==2.13.0"
+	@echo "==> Installing torch 2.13.0, the CPU-only build, for the reference processors and tiny models"
+	$(PIP) install --progress-bar on --extra-index-url $(TORCH_CPU_INDEX) "torch==2.13.0"
+	@$(BIN)/python -c "import torch, sys; sys.exit(0 if torch.version.cuda is None else 'torch is a CUDA build: install the CPU one (make clean, then make test)')"
 	@echo "==> Installing audiogate, the shipped family plugins and the test tools"
 	$(PIP) install --progress-bar on $(TEST_PACKAGES) -r requirements/test.txt
 	@touch $@ $(VENV)/.installed

@@ -168,6 +168,8 @@ def gen_hooks() -> str:
             + called.replace("'", "")
             + ".",
             "",
+            # tests/docs/test_code_blocks.py runs every block; this one needs the marker.
+            "<!-- doc-test setup: from audiogate.hookspecs import hookspec -->",
             "```python",
             "@hookspec" + ("(firstresult=True)" if firstresult else ""),
             _typed_signature(name, function),
@@ -344,18 +346,30 @@ def _template(cls: type[BaseException]) -> tuple[str, BaseException | None]:
 
 
 def _error_classes() -> list[type[BaseException]]:
+    """:mod:`audiogate.errors`' classes and the error classes other modules add (the
+    server's, the batch rows', the decoder processes')."""
     from audiogate import errors
+    from audiogate.batch.rows import BadRowError
+    from audiogate.decode.isolation import DecoderFailedError
+    from audiogate.server.errors import (
+        BadRequestError,
+        RequestTimeoutError,
+        ServerConfigError,
+        UnauthorizedError,
+    )
 
     exported = (getattr(errors, n) for n in errors.__all__)
     classes: list[type[BaseException]] = [
         c for c in exported if isinstance(c, type) and issubclass(c, BaseException)
     ]
-    try:
-        from audiogate.server.errors import BadRequestError
-    except ImportError:  # pragma: no cover - the server dependencies are core dependencies
-        pass
-    else:
-        classes.append(BadRequestError)
+    classes += [
+        DecoderFailedError,
+        BadRequestError,
+        RequestTimeoutError,
+        UnauthorizedError,
+        ServerConfigError,
+        BadRowError,
+    ]
     return classes
 
 
@@ -372,101 +386,143 @@ _CODE_TERM: Final = re.compile(r"``\w+``(?: / ``\w+``)*")
 
 
 def _decode_codes() -> list[tuple[str, str]]:
+    """``(code, meaning)`` of every rule code the decoder's docstring documents."""
     from audiogate.decode import decoder
 
     doc = inspect.getdoc(decoder) or ""
-    codes: list[tuple[str, str]] = []
+    groups: list[tuple[list[str], str]] = []
     for line in doc.splitlines():
         if _CODE_TERM.fullmatch(line):
-            codes.append((line.replace("``", "`"), ""))
-        elif codes and line.startswith("    "):
-            name, text = codes[-1]
-            codes[-1] = (name, f"{text} {line.strip()}".strip())
-    return codes
+            groups.append((re.findall(r"``(\w+)``", line), ""))
+        elif groups and line.startswith("    "):
+            names, text = groups[-1]
+            groups[-1] = (names, f"{text} {line.strip()}".strip())
+    return [(name, text) for names, text in groups for name in names]
+
+
+def _first_sentence(doc: str | None) -> str:
+    prose, _ = parse_docstring(doc or "")
+    text = " ".join(prose.split())
+    match = re.match(r"(.+?\.)(?:\s+[A-Z]|$)", text)
+    return _rst_to_md(match.group(1) if match else text)
+
+
+def error_codes() -> list[tuple[str, type[BaseException] | None, BaseException | None, str]]:
+    """Every error code once, in the hierarchy's order: ``(code, class, an instance or
+    None, meaning)``; a decode rule's code follows :class:`~audiogate.errors.DecodeError`,
+    and ``internal`` (any exception audiogate did not raise on purpose) comes last."""
+    from audiogate import errors
+    from audiogate.decode.isolation import DecoderFailedError
+
+    classes = _error_classes()
+    special: dict[str, type[errors.DecodeError]] = {
+        "empty": errors.EmptyAudioError,
+        "non_finite": errors.NonFiniteSampleError,
+        "codecs_unavailable": errors.CodecsUnavailableError,
+        "decoder_crashed": DecoderFailedError,
+        "decoder_timeout": DecoderFailedError,
+        "decoder_memory_limit": DecoderFailedError,
+    }
+    rows: dict[str, tuple[type[BaseException] | None, BaseException | None, str]] = {}
+    for _depth, cls in _walk(errors.AudioGateError, classes):
+        _template_text, instance = _template(cls)
+        if instance is None:
+            instance = cls("")
+        code = str(getattr(cls, "code"))  # noqa: B009 - not on BaseException's type
+        if errors.error_code(instance) != code:  # the code is a parameter (DecodeError)
+            instance = cls("x", clip_index=0, code=code)
+        rows.setdefault(code, (cls, instance, _first_sentence(cls.__doc__)))
+        if cls is errors.DecodeError:
+            for rule, meaning in _decode_codes():
+                owner = special.get(rule, errors.DecodeError)
+                example = errors.DecodeError("x", clip_index=0, code=rule)
+                rows.setdefault(rule, (owner, example, _rst_to_md(meaning)))
+    rows[errors.INTERNAL_CODE] = (
+        None,
+        None,
+        "an exception audiogate did not raise on purpose (a bug; the details are logged)",
+    )
+    return [(code, cls, instance, meaning) for code, (cls, instance, meaning) in rows.items()]
 
 
 def gen_errors() -> str:
     """``docs/reference/errors.md``."""
     from audiogate import errors
-    from audiogate.cli import exit_code_for
+    from audiogate.cli import EXIT_INTERNAL, exit_code_for
+    from audiogate.errors import PreprocessCancelled
+    from audiogate.metrics import rejection_reason
+    from audiogate.server.errors import status_for
 
-    status_for: Callable[[BaseException], int] | None
-    try:
-        from audiogate.server.errors import status_for
-    except ImportError:  # pragma: no cover
-        status_for = None
     classes = _error_classes()
     lines = _header("Error catalogue", "`core/audiogate/errors.py`")
     lines += [
         _rst_to_md(inspect.getdoc(errors) or ""),
         "",
-        "The **reason** is the `reason` label a rejection is counted under in "
-        "`audiogate_audio_preprocess_rejections_total` ([metrics](metrics.md)); the "
+        "## Codes",
+        "",
+        "The one vocabulary: the **code** is the server's JSON `code`, the batch output's "
+        "`error_code` and `audiogate.errors.error_code(error)`; the **metrics reason** is "
+        "the `reason` label a rejection is counted under in "
+        "`audiogate_audio_preprocess_rejections_total` ([metrics](metrics.md); a cancellation "
+        "is counted by `audiogate_audio_preprocess_cancelled_total`); the "
         "**HTTP status** is what the reference server answers "
         "(`audiogate.server.errors.status_for`, see [the server](../server.md)); the "
         "**exit code** is the `audiogate` command's ([CLI](cli.md)). An exception that is "
         "not an audiogate error, raised inside a family plugin during a request, becomes a "
-        "`PluginError` (`feature_panic`, 500).",
+        "`PluginError` (`plugin`, `feature_panic`, 500).",
         "",
-        "## Hierarchy",
-        "",
-        "```",
     ]
-    for depth, cls in _walk(errors.AudioGateError, classes):
-        lines.append("    " * depth + cls.__name__)
-    lines += ["```", ""]
     rows = []
-    details: list[str] = []
-    for _depth, cls in _walk(errors.AudioGateError, classes):
-        template, instance = _template(cls)
-        status = "—"
-        code = "—"
-        if instance is not None:
-            code = str(exit_code_for(instance))
-            if status_for is not None:
-                status = str(status_for(instance))
-        elif status_for is not None:
-            blank = cls("")
-            status = str(status_for(blank))
-            code = str(exit_code_for(blank))
-        base = cls.__bases__[0].__name__
-        reason = getattr(cls, "reason", "")
+    for code, cls, instance, meaning in error_codes():
+        if cls is None:
+            error: BaseException = RuntimeError("bug")
+            where = "any other exception"
+        else:
+            assert instance is not None
+            error = instance
+            where = f"[`{cls.__name__}`](#{cls.__name__.lower()})"
+        exit_code = exit_code_for(error) if cls is not None else EXIT_INTERNAL
+        if isinstance(error, PreprocessCancelled):
+            reason = "none: counted as cancelled"
+        else:
+            reason = f"`{rejection_reason(error)}`"
         rows.append(
             [
-                f"[`{cls.__name__}`](#{cls.__name__.lower()})",
-                f"`{base}`",
-                f"`{reason}`",
-                status,
-                code,
+                f"`{code}`",
+                where,
+                reason,
+                str(status_for(error)),
+                str(exit_code),
+                _cell(meaning),
             ]
         )
+    lines += _table(
+        ["code", "class", "metrics reason", "HTTP status", "exit code", "meaning"], rows
+    )
+    lines += ["", "## Hierarchy", "", "```"]
+    for depth, cls in _walk(errors.AudioGateError, classes):
+        lines.append("    " * depth + cls.__name__)
+    lines += ["```", "", "## Classes"]
+    for _depth, cls in _walk(errors.AudioGateError, classes):
+        template, instance = _template(cls)
+        base = cls.__bases__[0].__name__
         prose, fields = parse_docstring(cls.__doc__ or "")
-        details += [
+        lines += [
             "",
             f"### `{cls.__name__}`",
             "",
             f"`{cls.__module__}.{cls.__name__}`, subclass of `{base}`. {_rst_to_md(prose)}",
             "",
-            f"Message: {_code(template) if instance is not None else template}",
+            f"Code: `{getattr(cls, 'code')}`. Message: "  # noqa: B009
+            f"{_code(template) if instance is not None else template}",
             "",
         ]
         params = [(n, t) for kind, n, t in fields if kind == "param"]
         if params:
-            details += _table(
+            lines += _table(
                 ["attribute", "meaning"], [[_code(n), _cell(_rst_to_md(t))] for n, t in params]
             )
-            details.append("")
-    lines += ["## Classes", ""]
-    lines += _table(["class", "base", "reason", "HTTP status", "exit code"], rows)
-    lines += details
-    lines += [
-        "## Decode error codes",
-        "",
-        "Every `DecodeError` carries a stable machine-readable `code` "
-        "(from `core/audiogate/decode/decoder.py`):",
-        "",
-    ]
-    lines += _table(["code", "meaning"], [[c, _cell(_rst_to_md(t))] for c, t in _decode_codes()])
+            lines.append("")
     return "\n".join(lines).rstrip() + "\n"
 
 

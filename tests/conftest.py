@@ -3,12 +3,18 @@ of the pipeline's decodes."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
 
 from audiogate.host import FamilyHost, create_host
 from audiogate.pipeline import process as process_module
+
+# Tests write their media files an instant before reading them: without this, each read
+# would wait out the settle time (audiogate.acquire.files.SETTLE_S) first. The tests of
+# the settle wait set it back themselves. Set here, it reaches the subprocesses too.
+os.environ.setdefault("AUDIOGATE_FILE_SETTLE_S", "0")
 
 
 @pytest.fixture

@@ -1,11 +1,14 @@
 """audiogate: strict, budgeted audio input preprocessing for multimodal LLM servers.
 
-Plugins import :data:`hookimpl` and register each family with its stages
-(:class:`FamilyStages`, :func:`package_stages`); servers create a host with
+Servers and scripts start from :class:`AudioGate` (``from audiogate import AudioGate``;
+:mod:`audiogate.api`); plugins import :data:`hookimpl` and register each family with its
+stages (:class:`FamilyStages`, :func:`package_stages`); a host of the installed families is
 :func:`create_host`.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 from audiogate._version import __version__
 from audiogate.cancel import CancelToken, Checkpoint
@@ -15,7 +18,11 @@ from audiogate.hookspecs import hookimpl
 from audiogate.host import FamilyHost, create_host
 from audiogate.policy import AudioPolicy
 
+if TYPE_CHECKING:
+    from audiogate.api import AudioGate
+
 __all__ = [
+    "AudioGate",
     "AudioGateError",
     "AudioPolicy",
     "CancelToken",
@@ -28,3 +35,12 @@ __all__ = [
     "hookimpl",
     "package_stages",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # Imported on first use: ``import audiogate`` (a plugin, the CLI's start) stays light.
+    if name == "AudioGate":
+        from audiogate.api import AudioGate
+
+        return AudioGate
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

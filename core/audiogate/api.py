@@ -8,12 +8,14 @@ Every server path goes through :meth:`AudioGate.prepare_async` (or the blocking
     result = gate.prepare(messages)            # OpenAI-style chat messages
     model(input_ids=result.input_ids, **result.model_inputs)  # as tensors of your framework
 
-The steps: validate and flatten the messages (media parts become private sentinels),
-render the checkpoint's chat template and parse the sentinels back (failing closed),
-all before any audio is acquired; then acquire the audio under hard ceilings, preflight
-every budget from headers, decode → resample → features, expand the sentinels with the
-family's placeholders, and check that the prompt holds exactly as many audio positions
-as the features produce.
+Each call opens one :class:`~audiogate.request.Request` and closes it when it returns;
+the request owns the steps: validate and flatten the messages (media parts become
+private sentinels), render the checkpoint's chat template and parse the sentinels back
+(failing closed), all before any audio is acquired; then acquire the audio under hard
+ceilings, preflight every budget from headers, decode → resample → features, expand the
+sentinels with the family's placeholders, and check that the prompt holds exactly as
+many audio positions as the features produce. Waveforms already in memory go to
+:meth:`AudioGate.prepare_waveforms`.
 """
 
 from __future__ import annotations
@@ -22,48 +24,33 @@ import asyncio
 import functools
 import os
 import re
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any
 
 import attrs
 
-from audiogate.acquire import (
-    AcquisitionPolicy,
-    SourceAccess,
-    acquire_parts,
-    acquire_suspends,
-)
+from audiogate.acquire import AcquisitionPolicy
+from audiogate.acquire.waveforms import WaveformLayout, waveform_clips
 from audiogate.cache import FeatureCache, FeatureStore
 from audiogate.cancel import CancelToken, cancellable
 from audiogate.chat import (
     MAX_PROMPT_TEXT_BYTES,
     ChatRequestError,
-    FlattenedChat,
-    flatten_messages,
-    parse_rendered,
     renders_parts,
-    require_unicode,
-    split_references,
 )
-from audiogate.chat.prompt_text import (
-    INLINE_RENDER_BYTES,
-    check_prompt_text,
-    prompt_text_limit,
-    text_host_bytes,
-)
+from audiogate.chat.prompt_text import prompt_text_limit
 from audiogate.decode.geometry import WAV, SourceFormat
 from audiogate.errors import (
     AudioGateError,
-    ContextLimitError,
-    PlaceholderError,
     PluginError,
     PolicyError,
-    SourceLostError,
+    RequestError,
+    SourceStoreMissingError,
 )
+from audiogate.extras import require_module
 from audiogate.host import FamilyHost, create_host
-from audiogate.metrics import outcome_scope, record_outcome
-from audiogate.pipeline import EncodedClip, PreparedBatch, Progress, prepare_clips
+from audiogate.pipeline import EncodedClip, Progress
 from audiogate.policy import (
     AudioPolicy,
     FeatureBackend,
@@ -72,29 +59,34 @@ from audiogate.policy import (
 )
 from audiogate.records import (
     ClipSlot,
-    ExpandedPrompt,
     MediaSegment,
     PromptSegment,
     TextSegment,
 )
+from audiogate.request import (
+    PreparedRequest,
+    Request,
+    TensorKind,
+    check_audio_positions,
+    convert_tensors,
+)
 from audiogate.store import ANONYMOUS_OWNER, AddedSource, Scope, SourceStatus, SourceStore
-from audiogate.worker import AudioJob, AudioWorker, Finished
+from audiogate.worker import AudioWorker
 
 __all__ = ["AudioGate", "PreparedRequest", "Renderer", "load_tokenizer"]
 
 #: ``renderer(messages) -> prompt text``; by default the tokenizer's chat template.
 Renderer = Callable[[Sequence[Mapping[str, Any]]], str]
-TensorKind = Literal["np", "mlx", "pt"]
-_T = TypeVar("_T")
 
 
 def load_tokenizer(model_dir: str | os.PathLike[str]) -> Any | None:
     """The model directory's tokenizer and chat template, offline, never running remote
     code; ``None`` when the directory has no tokenizer files.
 
-    :raises PolicyError: the tokenizer files are there but cannot be loaded, or
-        transformers (the ``chat`` extra) is not installed to read them: a gate without
-        the checkpoint's tokenizer would give no token ids and no chat template.
+    :raises PolicyError: the tokenizer files are there but cannot be loaded.
+    :raises MissingExtraError: transformers (the ``chat`` extra) is not installed to read
+        them: a gate without the checkpoint's tokenizer would give no token ids and no
+        chat template.
 
     A ``tokenizer.json`` is loaded directly as a fast tokenizer: ``AutoTokenizer`` would
     follow ``config.json``'s ``auto_map`` (Phi-4 MM's names a hub repository and asks to
@@ -103,23 +95,20 @@ def load_tokenizer(model_dir: str | os.PathLike[str]) -> Any | None:
     root = Path(model_dir)
     if not check_tokenizer_files(root):
         return None
-    try:
-        # Only the fast tokenizer class: ``AutoTokenizer`` imports transformers' model
-        # configuration code and, through it, torch (most of a second).
-        from transformers import PreTrainedTokenizerFast
-    except ImportError as exc:
-        raise PolicyError(
-            f"has tokenizer files, and reading them needs transformers ({exc}); install it "
-            f"with `pip install 'audiogate[chat]'`, or pass tokenizer= to AudioGate",
-            file=str(root),
-        ) from exc
+    transformers = require_module(
+        "transformers",
+        purpose=f"reading the tokenizer files of {root}",
+        hint="or pass tokenizer= to AudioGate",
+    )
     try:
         if (root / "tokenizer.json").exists():
-            tokenizer = PreTrainedTokenizerFast.from_pretrained(str(root), local_files_only=True)
+            # Only the fast tokenizer class: ``AutoTokenizer`` imports transformers' model
+            # configuration code and, through it, torch (most of a second).
+            tokenizer = transformers.PreTrainedTokenizerFast.from_pretrained(
+                str(root), local_files_only=True
+            )
         else:
-            from transformers import AutoTokenizer
-
-            tokenizer = AutoTokenizer.from_pretrained(
+            tokenizer = transformers.AutoTokenizer.from_pretrained(
                 str(root), local_files_only=True, trust_remote_code=False
             )
     except Exception as exc:
@@ -164,59 +153,6 @@ def _check_chat_template(tokenizer: Any, root: Path) -> None:
                 f"{which} does not compile: {type(exc).__name__}: {exc}",
                 file=str(root),
             ) from exc
-
-
-@attrs.frozen(kw_only=True)
-class PreparedRequest:
-    """Everything a model needs for one request, plus the accounting.
-
-    :param input_ids: the expanded prompt's token ids (empty without a tokenizer).
-    :param text: the expanded prompt text where the family has a text form.
-    :param audio_spans: per clip, ``(start, stop)`` of its audio positions in ``input_ids``.
-    :param variant: the checkpoint variant the inputs are named for (``policy.variant``):
-        ``"remote_code"`` or ``"native"`` for Phi-4 MM, ``"default"`` for a family with one.
-    :param batch: the prepared audio (``None`` for a request without audio).
-    :param features: per-clip feature arrays (numpy, or mlx when asked for).
-    :param masks: per-clip frame masks (or ``None`` where the family has none).
-    :param model_inputs: the collated arrays, named as the model's forward expects.
-    """
-
-    family: str
-    policy: AudioPolicy = attrs.field(repr=False)
-    input_ids: tuple[int, ...]
-    text: str | None
-    audio_spans: tuple[tuple[int, int], ...]
-    variant: str = "default"
-    batch: PreparedBatch | None = attrs.field(repr=False)
-    features: tuple[Any, ...] = attrs.field(repr=False)
-    masks: tuple[Any, ...] = attrs.field(repr=False)
-    model_inputs: Mapping[str, Any] = attrs.field(repr=False)
-
-    @property
-    def prefill_positions(self) -> int | None:
-        """Length of the expanded prompt, when it was tokenized."""
-        return len(self.input_ids) if self.input_ids else None
-
-    def summary(self, *, policy_source: str = "") -> dict[str, Any]:
-        """The family preparation summary as JSON (what ``audiogate prepare --json`` prints)."""
-        clips = [clip.accounting() for clip in self.batch.clips] if self.batch else []
-        totals: dict[str, Any] = self.batch.totals.as_dict() if self.batch else {}
-        if self.prefill_positions is not None:
-            totals["prefill_positions"] = self.prefill_positions
-        return {
-            "family": self.family,
-            "policy_source": policy_source,
-            "clips": clips,
-            "totals": totals,
-        }
-
-
-@attrs.frozen
-class _Finished:
-    """What the CPU work gives back: the batch and its expanded prompt."""
-
-    batch: PreparedBatch
-    expanded: ExpandedPrompt | None
 
 
 class AudioGate:
@@ -339,6 +275,34 @@ class AudioGate:
 
     # --- preparing -------------------------------------------------------------------
 
+    def request(
+        self,
+        messages: Sequence[Mapping[str, Any]] | None = None,
+        *,
+        prompt: str | None = None,
+        clips: Sequence[EncodedClip] | None = None,
+        cancel: CancelToken | None = None,
+        return_tensors: TensorKind | None = None,
+        progress: Progress | None = None,
+        feature_backend: FeatureBackend | None = None,
+        owner: str = ANONYMOUS_OWNER,
+    ) -> Request:
+        """Open one request (:class:`~audiogate.request.Request`) for a caller that drives
+        it itself: ``with gate.request(messages) as request: result = request.run()``
+        (or ``await request.run_async()``); its owner closes it once. The arguments are
+        :meth:`prepare_async`'s."""
+        return Request(
+            self,
+            messages,
+            prompt=prompt,
+            clips=clips,
+            cancel=cancel,
+            return_tensors=return_tensors,
+            progress=progress,
+            feature_backend=feature_backend,
+            owner=owner,
+        )
+
     def prepare(
         self,
         messages: Sequence[Mapping[str, Any]] | None = None,
@@ -362,20 +326,22 @@ class AudioGate:
         try:
             asyncio.get_running_loop()
         except RuntimeError:
-            return _run_blocking(
-                self._prepare_call(
-                    messages,
-                    prompt,
-                    clips,
-                    cancel,
-                    return_tensors,
-                    progress,
-                    feature_backend,
-                    owner,
-                    blocking=True,
-                )
+            pass
+        else:
+            raise RuntimeError(
+                "AudioGate.prepare() called inside an event loop; await prepare_async()"
             )
-        raise RuntimeError("AudioGate.prepare() called inside an event loop; await prepare_async()")
+        return Request(
+            self,
+            messages,
+            prompt=prompt,
+            clips=clips,
+            cancel=cancel,
+            return_tensors=return_tensors,
+            progress=progress,
+            feature_backend=feature_backend,
+            owner=owner,
+        ).run_and_close()
 
     async def prepare_async(
         self,
@@ -408,284 +374,100 @@ class AudioGate:
             (its own, and shared ones); the leases are held until this call returns.
         :raises AudioGateError: a typed error; nothing is silently dropped.
 
-        With a worker, every request that fails or is cancelled is counted once in its
-        metrics (:mod:`audiogate.metrics.outcome`): by the worker from its admission on,
-        here before that (template, placeholders, acquisition, a text-only prompt's
-        length). A text-only success is not counted (it is not an audio request).
+        With a worker, every request is counted once in its metrics when it ends
+        (:meth:`audiogate.request.Request.close`): completed, cancelled, or under its
+        error's reason. A text-only success is not counted (it is not an audio request).
         """
-        return await self._prepare_call(
+        return await Request(
+            self,
             messages,
-            prompt,
-            clips,
-            cancel,
-            return_tensors,
-            progress,
-            feature_backend,
-            owner,
-            blocking=False,
-        )
-
-    async def _prepare_call(
-        self,
-        messages: Sequence[Mapping[str, Any]] | None,
-        prompt: str | None,
-        clips: Sequence[EncodedClip] | None,
-        cancel: CancelToken | None,
-        return_tensors: TensorKind | None,
-        progress: Progress | None,
-        feature_backend: FeatureBackend | None,
-        owner: str,
-        *,
-        blocking: bool,
-    ) -> PreparedRequest:
-        """:meth:`prepare_async`; ``blocking``: for :meth:`prepare`, every step runs in
-        the calling thread (or waits on the worker) and nothing awaited suspends."""
-        if messages is None and prompt is None and clips is None:
-            raise TypeError("give chat messages, or a plain prompt and/or clips")
-        if messages is not None and prompt is not None:
-            raise TypeError("give either chat messages or a plain prompt, not both")
-        convert = _converter(return_tensors)  # a wrong value fails before any work
-        policy = self.policy
-        if feature_backend is not None and feature_backend != policy.feature_backend:
-            policy = attrs.evolve(policy, feature_backend=feature_backend)
-        if return_tensors is None and policy.feature_backend == "mlx":
-            # What the backend computed is mx arrays: the inputs a family derives from
-            # the prompt (numpy) follow them.
-            convert = _converter("mlx")
-        access = (
-            SourceAccess(self.store, owner, self.source_wait_s) if self.store is not None else None
-        )
-        with outcome_scope() as outcome:
-            try:
-                return await self._prepare(
-                    policy,
-                    messages,
-                    prompt,
-                    clips,
-                    cancellable(cancel),
-                    convert,
-                    progress,
-                    access,
-                    blocking=blocking,
-                )
-            except (Exception, asyncio.CancelledError) as error:
-                if isinstance(error, SourceLostError) and self.store is not None:
-                    # Also what the pipeline's digest proof finds (leases read unhashed).
-                    self.store.backend.mark_lost(error.sha256)
-                if self.worker is not None:
-                    # Counted unless the worker admitted it (then it counts it).
-                    outcome.settle(
-                        functools.partial(record_outcome, self.worker.metrics, policy.family, error)
-                    )
-                raise
-            finally:
-                # The request's leases on stored sources end with it: a retirement
-                # waiting for them completes now.
-                if access is not None:
-                    access.release()
-
-    async def _prepare(
-        self,
-        policy: AudioPolicy,
-        messages: Sequence[Mapping[str, Any]] | None,
-        prompt: str | None,
-        clips: Sequence[EncodedClip] | None,
-        token: CancelToken,
-        convert: Callable[[Any], Any],
-        progress: Progress | None,
-        access: SourceAccess | None,
-        *,
-        blocking: bool,
-    ) -> PreparedRequest:
-        text_bytes = 0
-        reference = self._source_reference
-        if messages is not None:
-            # Bounded before any template or tokenizer sees it; then rendering and
-            # tokenizing run off the event loop, reserved like audio (see _off_loop).
-            text_bytes = check_prompt_text(messages, self.max_prompt_text_bytes)
-            if access is not None and reference is not None:
-                # The family's text references become audio_ref parts where they stand:
-                # numbered with the audio parts in message order.
-                messages = split_references(messages, reference)
-            flat = flatten_messages(messages, parts=self._renders_parts)
-            if not flat.has_audio:
-                if clips:
-                    raise PlaceholderError(
-                        f"{len(clips)} clip(s) were given but the messages have no audio part"
-                    )
-                return await self._off_loop(
-                    policy,
-                    functools.partial(self._text_only, flat, convert),
-                    text_bytes,
-                    token,
-                    blocking=blocking,
-                )
-            if clips is not None and len(clips) != len(flat.audio_parts):
-                raise PlaceholderError(
-                    f"the messages have {len(flat.audio_parts)} audio part(s) but "
-                    f"{len(clips)} clip(s) were given"
-                )
-            # Rendered before the audio is acquired: the template sees sentinels only, a
-            # template that refuses the messages costs no download, and acquired bytes
-            # go from the acquisition budget straight to the worker's admission.
-            if text_bytes <= INLINE_RENDER_BYTES:
-                rendered = self._render(flat.messages)
-            else:
-                rendered = await self._off_loop(
-                    policy,
-                    functools.partial(self._render, flat.messages),
-                    text_bytes,
-                    token,
-                    blocking=blocking,
-                )
-            assert flat.codec is not None
-            segments: list[PromptSegment] = parse_rendered(
-                rendered,
-                flat.codec,
-                expected={"audio": len(flat.audio_parts), "image": len(flat.image_parts)},
-            )
-            if clips is not None:
-                encoded = list(clips)
-            elif blocking:
-                suspends = acquire_suspends(flat.audio_parts, policy=self.acquisition)
-                acquiring = acquire_parts(
-                    flat.audio_parts, policy=self.acquisition, cancel=token, sources=access
-                )
-                # URLs and files on an event loop of their own; inline audio right here.
-                encoded = asyncio.run(acquiring) if suspends else _run_blocking(acquiring)
-            else:
-                encoded = await acquire_parts(
-                    flat.audio_parts, policy=self.acquisition, cancel=token, sources=access
-                )
-        else:
-            encoded = list(clips or ())
-            if prompt is not None:
-                text_bytes = check_prompt_text(prompt, self.max_prompt_text_bytes)
-                require_unicode(prompt, "the prompt")
-                if access is not None and reference is not None:
-                    encoded = await self._referenced_clips(
-                        prompt, encoded, reference, access, token, blocking=blocking
-                    )
-            segments = [TextSegment(prompt)] if prompt is not None else []
-
-        chat = messages is not None
-
-        def finish(batch: PreparedBatch) -> Finished[_Finished]:
-            expanded = self._expand(policy, batch, segments, chat=chat) if segments else None
-            # The prefill length the metrics record: the tokenized prompt's, if any.
-            prefill = len(expanded.input_ids) if expanded and expanded.input_ids else None
-            return Finished(_Finished(batch, expanded), prefill_tokens=prefill)
-
-        finished: _Finished
-        if blocking:
-            if self.worker is not None:
-                finished = _wait(
-                    self.worker.submit(
-                        policy,
-                        encoded,
-                        finish=finish,
-                        cancel=token,
-                        extra_host_bytes=text_host_bytes(text_bytes),
-                    )
-                )
-            else:
-                batch = prepare_clips(
-                    self.host,
-                    policy,
-                    encoded,
-                    cancel=token,
-                    progress=progress,
-                    cache=self.feature_cache,
-                )
-                finished = finish(batch).value
-        elif self.worker is not None:
-            finished = await self.worker.prepare_async(
-                policy,
-                encoded,
-                finish=finish,
-                cancel=token,
-                extra_host_bytes=text_host_bytes(text_bytes),  # tokenizing the prompt
-            )
-        else:
-            try:
-                finished = await asyncio.to_thread(
-                    lambda: (
-                        finish(
-                            prepare_clips(
-                                self.host,
-                                policy,
-                                encoded,
-                                cancel=token,
-                                progress=progress,
-                                cache=self.feature_cache,
-                            )
-                        ).value
-                    )
-                )
-            except asyncio.CancelledError:
-                token.cancel()
-                raise
-        return self._result(policy, finished.batch, finished.expanded, convert)
-
-    async def _off_loop(
-        self,
-        policy: AudioPolicy,
-        work: Callable[[], _T],
-        text_bytes: int,
-        token: CancelToken,
-        *,
-        blocking: bool = False,
-    ) -> _T:
-        """``work()`` (rendering, tokenizing) off the event loop: on the worker, queued
-        with the audio jobs and holding :func:`text_host_bytes` of ``text_bytes`` as
-        in-flight host bytes, or in a thread without a worker (``blocking``: in the
-        calling thread, or waiting on the worker, without suspending)."""
-        if blocking:
-            if self.worker is not None:
-                value: _T = _wait(
-                    self.worker.submit_call(
-                        policy, work, host_bytes=text_host_bytes(text_bytes), cancel=token
-                    )
-                )
-                return value
-            return work()
-        if self.worker is not None:
-            value = await self.worker.call_async(
-                policy, work, host_bytes=text_host_bytes(text_bytes), cancel=token
-            )
-            return value
-        return await asyncio.to_thread(work)
+            prompt=prompt,
+            clips=clips,
+            cancel=cancel,
+            return_tensors=return_tensors,
+            progress=progress,
+            feature_backend=feature_backend,
+            owner=owner,
+        ).run_async_and_close()
 
     @functools.cached_property
     def _source_reference(self) -> re.Pattern[str] | None:
         return self.host.family(self.policy.family).spec.source_reference
 
-    async def _referenced_clips(
+    def prepare_waveforms(
         self,
-        prompt: str,
-        given: Sequence[EncodedClip],
-        reference: re.Pattern[str],
-        access: SourceAccess,
-        token: CancelToken,
+        audio: Any,
         *,
-        blocking: bool,
-    ) -> list[EncodedClip]:
-        """A plain prompt's clips with a store: one per text reference, in prompt order,
-        the given clip of that digest where there is one, else the stored source (the
-        family's expansion then refuses a given clip that no reference names)."""
-        digests = list(dict.fromkeys(match.group(1) for match in reference.finditer(prompt)))
-        by_digest = {clip.sha256: clip for clip in given}
-        wanted = [d for d in digests if d not in by_digest]
-        if not wanted:
-            return list(given)
-        parts = [{"type": "audio_ref", "audio_ref": {"sha256": d}} for d in wanted]
-        acquiring = acquire_parts(parts, policy=self.acquisition, cancel=token, sources=access)
-        stored = asyncio.run(acquiring) if blocking else await acquiring
-        by_digest.update((clip.sha256, clip) for clip in stored)
-        named = set(digests)
-        ordered = [by_digest[d] for d in digests]
-        ordered += [clip for clip in given if clip.sha256 not in named]
-        return [attrs.evolve(clip, ordinal=i) for i, clip in enumerate(ordered, 1)]
+        sampling_rate: int,
+        prompt: str | None = None,
+        messages: Sequence[Mapping[str, Any]] | None = None,
+        layout: WaveformLayout | None = None,
+        cancel: CancelToken | None = None,
+        return_tensors: TensorKind | None = None,
+        feature_backend: FeatureBackend | None = None,
+    ) -> PreparedRequest:
+        """Prepare waveforms already in memory, as a transformers feature extractor takes
+        them: ``gate.prepare_waveforms(array, sampling_rate=16_000, prompt=...)``.
+
+        :param audio: one ``numpy.ndarray`` or a list of them (one clip each): dtype
+            ``float32``, ``float64`` (cast to float32) or ``int16``; ``[shape=(samples,)]``
+            mono, or 2-D with ``layout`` (:mod:`audiogate.acquire.waveforms`).
+        :param sampling_rate: the waveforms' rate in Hz; the policy admits it or not, and
+            the family resamples it, as for a decoded clip.
+        :param prompt: a plain prompt placing the clips (the family's placeholders; absent
+            ones are inserted); :meth:`chat_prompt` wraps text in the chat template.
+        :param messages: chat messages instead, whose audio parts mark the clips' places
+            in order (their sources are not read).
+        :param layout: ``"channels_first"`` (``(channels, samples)``) or
+            ``"channels_last"`` (``(samples, channels)``), for 2-D waveforms.
+        :raises AcquisitionError: an array that is not a waveform (origin ``"waveform"``).
+        :raises AudioGateError: what :meth:`prepare` raises for the same audio as a WAV.
+        """
+        clips = waveform_clips(
+            audio,
+            sampling_rate=sampling_rate,
+            policy=self.acquisition,
+            layout=layout,
+            cancel=cancel,
+        )
+        return self.prepare(
+            messages,
+            prompt=prompt,
+            clips=clips,
+            cancel=cancel,
+            return_tensors=return_tensors,
+            feature_backend=feature_backend,
+        )
+
+    async def prepare_waveforms_async(
+        self,
+        audio: Any,
+        *,
+        sampling_rate: int,
+        prompt: str | None = None,
+        messages: Sequence[Mapping[str, Any]] | None = None,
+        layout: WaveformLayout | None = None,
+        cancel: CancelToken | None = None,
+        return_tensors: TensorKind | None = None,
+        feature_backend: FeatureBackend | None = None,
+    ) -> PreparedRequest:
+        """:meth:`prepare_waveforms` on the running event loop (the CPU work on the worker,
+        or in a thread without one)."""
+        clips = waveform_clips(
+            audio,
+            sampling_rate=sampling_rate,
+            policy=self.acquisition,
+            layout=layout,
+            cancel=cancel,
+        )
+        return await self.prepare_async(
+            messages,
+            prompt=prompt,
+            clips=clips,
+            cancel=cancel,
+            return_tensors=return_tensors,
+            feature_backend=feature_backend,
+        )
 
     # --- sources ---------------------------------------------------------------------
 
@@ -704,14 +486,11 @@ class AudioGate:
 
         :param status: ``"processing"`` to have references wait until
             :meth:`~audiogate.store.SourceStore.mark_ready`, else ``"ready"``.
-        :raises PlaceholderError: the gate has no store.
+        :raises SourceStoreMissingError: the gate has no store.
         :raises AudioGateError: admission refuses the bytes, or a quota refuses them.
         """
         if self.store is None:
-            raise PlaceholderError(
-                "this gate has no source store (give AudioGate a store=, or start the "
-                "server with `audiogate serve --store DIR`)"
-            )
+            raise SourceStoreMissingError("add_source")
         from audiogate.store.admission import admit_source
 
         admitted = admit_source(
@@ -754,9 +533,9 @@ class AudioGate:
         if self.renderer is not None:
             return self.renderer(messages)
         if self.tokenizer is None or not getattr(self.tokenizer, "chat_template", None):
-            raise PlaceholderError(
-                "chat messages need a chat template: load a model directory with a tokenizer "
-                "or pass renderer="
+            raise RequestError(
+                "chat messages need a chat template, and this gate has none: load a model "
+                "directory with a tokenizer, or pass renderer="
             )
         try:
             text = self.tokenizer.apply_chat_template(
@@ -769,35 +548,6 @@ class AudioGate:
                 f"the chat template rejected the messages: {type(exc).__name__}: {exc}"
             ) from exc
         return str(text)
-
-    def _expand(
-        self,
-        policy: AudioPolicy,
-        batch: PreparedBatch | None,
-        segments: Sequence[PromptSegment],
-        *,
-        chat: bool,
-    ) -> ExpandedPrompt:
-        """The family's expansion of ``segments`` for ``batch``'s clips (none: text only);
-        ``chat``: they come from chat messages, not a plain prompt."""
-        clips = batch.clips if batch is not None else ()
-        slots = [
-            ClipSlot(ordinal=c.ordinal, tokens=c.tokens, frames=c.frames, sha256=c.sha256)
-            for c in clips
-        ]
-        expanded = self.host.expand_prompt(policy, segments, slots, self.tokenizer, chat=chat)
-        if expanded.input_ids:
-            self._check_audio_positions(expanded, [c.tokens for c in clips])
-            if (
-                self.max_prefill_tokens is not None
-                and len(expanded.input_ids) > self.max_prefill_tokens
-            ):
-                raise ContextLimitError(
-                    "prefill tokens",
-                    actual=len(expanded.input_ids),
-                    maximum=self.max_prefill_tokens,
-                )
-        return expanded
 
     def _probe_expansion(self) -> None:
         """Expand one clip (a second, or the longest allowed) once, at load: a tokenizer
@@ -822,7 +572,7 @@ class AudioGate:
             ]
             expanded = self.host.expand_prompt(policy, segments, [slot], self.tokenizer, chat=True)
             if expanded.input_ids:
-                self._check_audio_positions(expanded, [slot.tokens])
+                check_audio_positions(expanded, [slot.tokens])
         except (PolicyError, PluginError):  # a plugin bug stays one
             raise
         except AudioGateError as exc:
@@ -830,158 +580,6 @@ class AudioGate:
                 f"its tokenizer does not fit the audio policy: {exc}", file=self.policy_source
             ) from exc
 
-    @staticmethod
-    def _check_audio_positions(expanded: ExpandedPrompt, tokens: Sequence[int]) -> None:
-        # The invariant every family must keep: exactly the features' positions, per clip.
-        ids = expanded.input_ids
-        if len(expanded.audio_spans) != len(tokens):
-            raise PlaceholderError(
-                f"the expanded prompt has {len(expanded.audio_spans)} audio runs for "
-                f"{len(tokens)} clips"
-            )
-        for ordinal, ((start, stop), want) in enumerate(
-            zip(expanded.audio_spans, tokens, strict=True), 1
-        ):
-            run = ids[start:stop]
-            if stop - start != want or run.count(expanded.audio_token_id) != len(run):
-                raise PlaceholderError(
-                    f"clip {ordinal} has {stop - start} audio positions in the prompt but its "
-                    f"features produce {want}"
-                )
-        total = ids.count(expanded.audio_token_id)
-        if total != sum(tokens):
-            raise PlaceholderError(
-                f"the expanded prompt holds {total} audio token ids but the features produce "
-                f"{sum(tokens)}"
-            )
 
-    def _text_only(self, flat: FlattenedChat, convert: Callable[[Any], Any]) -> PreparedRequest:
-        # Still the family's prompt rules, with no clips: user text holding an audio
-        # placeholder, reference or reserved token literal is refused here too, so no
-        # audio id ever reaches the model without features behind it. Image parts keep
-        # their positions (or are refused by a family without images).
-        rendered = self._render(flat.messages)
-        segments: list[PromptSegment] = [TextSegment(rendered)]
-        if flat.codec is not None:
-            segments = parse_rendered(
-                rendered, flat.codec, expected={"audio": 0, "image": len(flat.image_parts)}
-            )
-        expanded = self._expand(self.policy, None, segments, chat=True)
-        return PreparedRequest(
-            family=self.policy.family,
-            policy=self.policy,
-            input_ids=expanded.input_ids,
-            text=expanded.text,
-            audio_spans=(),
-            variant=self.policy.variant,
-            batch=None,
-            features=(),
-            masks=(),
-            model_inputs={k: convert(v) for k, v in expanded.model_inputs.items()},
-        )
-
-    def _result(
-        self,
-        policy: AudioPolicy,
-        batch: PreparedBatch,
-        expanded: ExpandedPrompt | None,
-        convert: Callable[[Any], Any],
-    ) -> PreparedRequest:
-        return PreparedRequest(
-            family=policy.family,
-            policy=policy,
-            input_ids=expanded.input_ids if expanded else (),
-            text=expanded.text if expanded else None,
-            audio_spans=expanded.audio_spans if expanded else (),
-            variant=policy.variant,
-            batch=batch,
-            features=tuple(convert(c.features.features) for c in batch.clips),
-            masks=tuple(
-                None if c.features.mask is None else convert(c.features.mask) for c in batch.clips
-            ),
-            model_inputs={
-                k: convert(v) for k, v in _model_inputs(policy.family, batch, expanded).items()
-            },
-        )
-
-
-def _run_blocking(coroutine: Coroutine[Any, Any, _T]) -> _T:
-    """Run ``coroutine`` to its end without an event loop: the blocking path of
-    :class:`AudioGate` awaits only coroutines that never suspend."""
-    try:
-        coroutine.send(None)
-    except StopIteration as stop:
-        value: _T = stop.value
-        return value
-    coroutine.close()
-    raise RuntimeError("AudioGate.prepare(): a step of the blocking path suspended")
-
-
-def _wait(job: AudioJob[Any]) -> Any:
-    """A submitted job's value, waited for in the calling thread; an interruption while it
-    waits (Ctrl-C) cancels the job: withdrawn if queued, stopped at its next checkpoint."""
-    try:
-        return job.result()
-    except BaseException:
-        if not job.done():
-            job.cancel()
-        raise
-
-
-def _model_inputs(
-    family: str, batch: PreparedBatch, expanded: ExpandedPrompt | None
-) -> dict[str, Any]:
-    """The collated audio inputs and the inputs the family derives from the prompt."""
-    inputs = dict(batch.inputs.inputs)
-    extra = expanded.model_inputs if expanded is not None else {}
-    clash = sorted(set(inputs) & set(extra))
-    if clash:
-        raise PluginError(
-            f"family {family!r} names {', '.join(clash)} both in its collated audio inputs "
-            "and in its expanded prompt's model inputs"
-        )
-    inputs.update(extra)
-    return inputs
-
-
-def _converter(kind: TensorKind | None) -> Callable[[Any], Any]:
-    if kind is None:
-        return lambda array: array
-    if kind == "np":
-        import numpy as np
-
-        def to_numpy(array: Any) -> Any:
-            if isinstance(array, np.ndarray):
-                return array
-            # An mx.array's buffer would be shared (and writable): a read-only copy, like
-            # every array the numpy backend returns.
-            copy = np.array(array, copy=True)
-            copy.setflags(write=False)
-            return copy
-
-        return to_numpy
-    if kind == "mlx":
-        try:
-            import mlx.core as mx
-        except ImportError as exc:
-            raise PluginError(
-                f"return_tensors='mlx' needs mlx ({exc}): pip install 'audiogate[mlx]' (on "
-                f"Linux: pip install 'mlx[cpu]'), or ask for 'np'"
-            ) from exc
-        return lambda array: mx.array(array)
-    if kind == "pt":
-        try:
-            import torch
-        except ImportError as exc:
-            raise PluginError(
-                f"return_tensors='pt' needs torch ({exc}): pip install torch, or ask for 'np'"
-            ) from exc
-        import numpy as np
-
-        def to_torch(array: Any) -> Any:
-            # The arrays are read-only and shared with the batch: from_numpy would warn
-            # and let the model write into them. One copy, owned by the tensor.
-            return torch.from_numpy(np.array(array, copy=True))
-
-        return to_torch
-    raise ValueError(f"return_tensors must be 'np', 'mlx' or 'pt', not {kind!r}")
+#: ``return_tensors``'s conversion (kept here for code that imported it from 0.1.0).
+_converter = convert_tensors

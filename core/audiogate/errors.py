@@ -1,33 +1,47 @@
-"""One root exception and narrow typed subclasses.
+"""One root exception and narrow typed subclasses, and one vocabulary of error codes.
 
 Every message says what was wrong, the value received, the allowed values where there
 are any, and which clip, key or file it concerns. Servers map the classes to status
-codes (bad input → 400, limits → 413, queue full → 429, worker unavailable → 503);
-the ``reason`` class attribute is the metrics label a rejection is counted under.
+codes (bad input → 400, limits → 413, queue full → 429, worker unavailable → 503).
+
+Every error has a stable ``code``: the same string is the server's JSON ``code``, the
+batch output's ``error_code`` and what :func:`error_code` returns (``"internal"`` for an
+exception audiogate did not raise on purpose). Most classes have one code; a
+:class:`DecodeError` names the rule that failed (``riff_size_mismatch``, ...). The
+``reason`` class attribute is the coarser metrics label a rejection is counted under
+(``audiogate_audio_preprocess_rejections_total``: ``queue_full``, ``memory_limit``,
+``worker_unavailable``, ``overflow``, ``waveform``, ``feature``, ``feature_panic``,
+``context_limit``, and ``cancelled``); the table of every code with its reason, HTTP
+status and exit code is ``docs/reference/errors.md``.
 """
 
 from __future__ import annotations
 
 import reprlib
 import traceback
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Final
 
 __all__ = [
+    "INTERNAL_CODE",
     "AcquisitionError",
     "AudioGateError",
     "AudioInputError",
+    "ChatRequestError",
+    "CodecsUnavailableError",
     "ContextLimitError",
     "DecodeError",
     "EmptyAudioError",
     "FeatureError",
     "LimitError",
     "MemoryLimitError",
+    "MissingExtraError",
     "NonFiniteSampleError",
     "PlaceholderError",
     "PluginError",
     "PolicyError",
     "PreprocessCancelled",
     "QueueFullError",
+    "RequestError",
     "SizeOverflowError",
     "SourceBusyError",
     "SourceError",
@@ -35,9 +49,12 @@ __all__ = [
     "SourceNotFoundError",
     "SourceQuotaError",
     "SourceRetiredError",
+    "SourceStoreMissingError",
     "WorkerUnavailableError",
     "clear_frames",
     "clip_number",
+    "error_code",
+    "install_hint",
 ]
 
 
@@ -61,11 +78,19 @@ _DECODE_VERBS: dict[str, str] = {
     "unknown_container": "is in a format audiogate does not decode",
     "format_mismatch": "is not in the declared format",
     "codecs_unavailable": "cannot be decoded here",
+    "buffer_not_contiguous": "cannot be read as bytes",
+    "geometry_mismatch": "does not match the geometry given for it",
     "decoder_crashed": "could not be decoded",
     "decoder_timeout": "could not be decoded",
-    "memory_limit": "could not be decoded",
+    "decoder_memory_limit": "could not be decoded",
     "decoder_error": "could not be decoded",
 }
+
+#: Limits of the request's text or of the HTTP body, not of its audio: their message does
+#: not say "audio".
+_NOT_AUDIO_LIMITS: frozenset[str] = frozenset(
+    {"request body bytes", "in-flight request body bytes", "prompt text bytes", "prefill tokens"}
+)
 
 #: Units of the per-clip policy limits, and the scale of a value shown in that unit.
 _LIMIT_UNITS: dict[str, tuple[str, int]] = {
@@ -76,11 +101,28 @@ _LIMIT_UNITS: dict[str, tuple[str, int]] = {
 }
 
 
+#: The code of an exception audiogate did not raise on purpose (a bug).
+INTERNAL_CODE: Final = "internal"
+
+
 class AudioGateError(Exception):
     """Root of every error audiogate raises on purpose."""
 
+    #: The stable machine-readable name (server JSON ``code``, batch ``error_code``).
+    code: str = "error"
     #: Rejection reason label (``audiogate_audio_preprocess_rejections_total``).
     reason: ClassVar[str] = "waveform"
+
+
+def error_code(error: BaseException) -> str:
+    """The code of ``error`` in every output: its ``code`` for an audiogate error,
+    :data:`INTERNAL_CODE` for anything else."""
+    if isinstance(error, AudioGateError):
+        code = getattr(error, "code", None)
+        if isinstance(code, str) and code:
+            return code
+        return AudioGateError.code
+    return INTERNAL_CODE
 
 
 # --- start-up errors -----------------------------------------------------------------
@@ -110,6 +152,7 @@ class PolicyError(AudioGateError):
     :param rule: the rule it breaks, with the allowed values.
     """
 
+    code = "policy"
     reason = "waveform"
 
     def __init__(
@@ -125,11 +168,11 @@ class PolicyError(AudioGateError):
         self.file = file
         self.json_path = json_path
         self.value = value
-        where = file or "audio policy"
+        where = f" in {file}" if file else ""
         if json_path is not None:
             where = f"{where} at {json_path}"
         shown = f" (got {_shown(value)})" if has_value or value is not None else ""
-        super().__init__(f"invalid audio policy in {where}: {rule}{shown}")
+        super().__init__(f"invalid audio policy{where}: {rule}{shown}")
 
 
 class PluginError(AudioGateError):
@@ -140,7 +183,48 @@ class PluginError(AudioGateError):
     something that is not an audiogate error.
     """
 
+    code = "plugin"
     reason = "feature_panic"
+
+
+def install_hint(module: str, extra: str | None) -> str:
+    """How to install ``module``: its extra (``pip install 'audiogate[codecs]'``), or the
+    package itself where no extra brings it (``torch``)."""
+    if extra is None:
+        return f"pip install {module.partition('.')[0]}"
+    return f"pip install 'audiogate[{extra}]'"
+
+
+class MissingExtraError(AudioGateError):
+    """An optional dependency is not installed; the message names the extra to install.
+
+    Raised through :func:`audiogate.extras.require_module`, the one way audiogate imports
+    an optional dependency. It is the installation's problem, not the input's: the server
+    answers 500 (a clip in a format whose codecs are missing is a
+    :class:`CodecsUnavailableError`, a 400).
+
+    :param purpose: what needs the module (``"audiogate batch writes Parquet and"``).
+    :param module: the module that could not be imported (``"pyarrow"``).
+    :param extra: the extra that installs it (``"batch"``), or ``None`` where none does.
+    :param hint: a sentence appended to the message (another way out, a licence note).
+    """
+
+    code = "missing_extra"
+    reason = "feature_panic"
+
+    def __init__(self, purpose: str, *, module: str, extra: str | None, hint: str = "") -> None:
+        self.purpose = purpose
+        self.module = module
+        self.extra = extra
+        self.hint = hint
+        super().__init__(self._describe())
+
+    def _describe(self) -> str:
+        tail = f"; {self.hint}" if self.hint else ""
+        return (
+            f"{self.purpose} needs {self.module}, which is not installed: "
+            f"{install_hint(self.module, self.extra)}{tail}"
+        )
 
 
 # --- per-request errors --------------------------------------------------------------
@@ -148,6 +232,8 @@ class PluginError(AudioGateError):
 
 class AudioInputError(AudioGateError):
     """Base for errors in one clip of a request; ``clip_index`` is zero-based."""
+
+    code = "audio_input"
 
     def __init__(self, message: str, *, clip_index: int | None = None) -> None:
         self.clip_index = clip_index
@@ -162,6 +248,8 @@ class DecodeError(AudioInputError):
         every code is in ``audiogate.decode.DECODE_ERROR_CODES``).
     """
 
+    code = "corrupt"
+
     def __init__(self, detail: str, *, clip_index: int, code: str = "corrupt") -> None:
         self.code = code
         self.detail = detail
@@ -174,6 +262,8 @@ class DecodeError(AudioInputError):
 class EmptyAudioError(DecodeError):
     """A clip has no bytes or no sample frames."""
 
+    code = "empty"
+
     def __init__(self, *, clip_index: int, detail: str = "") -> None:
         AudioInputError.__init__(
             self,
@@ -184,8 +274,34 @@ class EmptyAudioError(DecodeError):
         self.detail = detail or "empty"
 
 
+class CodecsUnavailableError(MissingExtraError, DecodeError):
+    """A clip's container (and codec) needs optional codecs that are not installed here:
+    a :class:`DecodeError` of the clip (``codecs_unavailable``, 400) and a
+    :class:`MissingExtraError` naming the extra."""
+
+    code = "codecs_unavailable"
+    reason = "waveform"
+
+    def __init__(
+        self, what: str, *, module: str, extra: str, clip_index: int, hint: str = ""
+    ) -> None:
+        self.purpose = f"decoding {what}"
+        self.module = module
+        self.extra = extra
+        self.hint = hint
+        self.code = "codecs_unavailable"
+        self.detail = self._describe()
+        AudioInputError.__init__(
+            self,
+            f"audio clip {clip_number(clip_index)} {_DECODE_VERBS[self.code]}: {self.detail}",
+            clip_index=clip_index,
+        )
+
+
 class NonFiniteSampleError(DecodeError):
     """A float sample is NaN or infinite; ``frame`` is its zero-based frame index."""
+
+    code = "non_finite"
 
     def __init__(self, *, clip_index: int, frame: int) -> None:
         AudioInputError.__init__(
@@ -203,6 +319,8 @@ class AcquisitionError(AudioInputError):
 
     :param origin: ``"inline base64"``, ``"data URI"``, ``"URL"``, ``"file"`` or ``"bytes"``.
     """
+
+    code = "acquisition"
 
     def __init__(self, detail: str, *, clip_index: int | None, origin: str) -> None:
         self.origin = origin
@@ -223,7 +341,10 @@ class LimitError(AudioGateError):
     :param maximum: the configured maximum.
     """
 
+    code = "limit"
     reason = "waveform"
+    #: What the message calls the bound (a store's quotas are "quota").
+    _bound: ClassVar[str] = "limit"
 
     def __init__(
         self,
@@ -238,6 +359,7 @@ class LimitError(AudioGateError):
         self.maximum = maximum
         self.clip_index = clip_index
         where = f" (clip {clip_number(clip_index)})" if clip_index is not None else ""
+        subject = "" if limit in _NOT_AUDIO_LIMITS or self._bound != "limit" else "audio "
         unit, scale = _LIMIT_UNITS.get(limit, ("", 1))
         if unit and isinstance(actual, int | float) and isinstance(maximum, int | float):
             # A per-clip policy limit: say so, in its unit, with the allowed range.
@@ -248,25 +370,31 @@ class LimitError(AudioGateError):
                 f"{shown[1]:g} {unit})"
             )
         else:
-            message = f"audio {limit} limit exceeded{where}: actual {actual}, maximum {maximum}"
+            message = (
+                f"{subject}{limit} {self._bound} exceeded{where}: actual {actual}, "
+                f"maximum {maximum}"
+            )
         super().__init__(message)
 
 
 class MemoryLimitError(LimitError):
     """A host-memory or queued-bytes budget of the bounded worker was exceeded."""
 
+    code = "memory_limit"
     reason = "memory_limit"
 
 
 class ContextLimitError(LimitError):
     """The expanded prompt is longer than the model's prefill capacity."""
 
+    code = "context_limit"
     reason = "context_limit"
 
 
 class SizeOverflowError(AudioGateError):
     """A size computation left the representable range (int64)."""
 
+    code = "overflow"
     reason = "overflow"
 
     def __init__(self, context: str) -> None:
@@ -277,11 +405,52 @@ class SizeOverflowError(AudioGateError):
 class PlaceholderError(AudioGateError):
     """Placeholders or sentinels in a prompt do not match the request's media."""
 
+    code = "placeholder"
     reason = "waveform"
 
     def __init__(self, detail: str) -> None:
         self.detail = detail
         super().__init__(f"audio placeholder mapping is invalid: {detail}")
+
+
+class RequestError(AudioGateError):
+    """A request that cannot be served as given, for a reason that is not its audio
+    (:class:`AudioInputError`) nor its placeholders (:class:`PlaceholderError`): chat
+    messages that are not valid, a chat request to a gate without a chat template.
+
+    :param detail: what was wrong, with the value received.
+    """
+
+    code = "invalid_request"
+    reason = "waveform"
+    _what: ClassVar[str] = "invalid request"
+
+    def __init__(self, detail: str) -> None:
+        self.detail = detail
+        super().__init__(f"{self._what}: {detail}")
+
+
+class ChatRequestError(RequestError):
+    """The chat messages are not a valid chat request (shape, roles, part types), or the
+    chat template refused them."""
+
+    code = "chat_request"
+    _what = "invalid chat messages"
+
+
+class SourceStoreMissingError(RequestError):
+    """A source-store operation (``add_source``, an upload) on a gate that has no store."""
+
+    code = "no_source_store"
+    _what = "no source store"
+
+    def __init__(self, operation: str) -> None:
+        self.operation = operation
+        RequestError.__init__(
+            self,
+            f"{operation} needs a source store, and this gate has none (give AudioGate a "
+            "store=, or start the server with `audiogate serve --store DIR`)",
+        )
 
 
 class SourceError(AudioInputError):
@@ -292,7 +461,7 @@ class SourceError(AudioInputError):
     :param code: a stable machine-readable name (``"source_not_found"``, ...).
     """
 
-    code: str = "source_error"
+    code = "source_error"
     _why: ClassVar[str] = "cannot be used"
 
     def __init__(self, sha256: str, *, clip_index: int | None = None, detail: str = "") -> None:
@@ -342,11 +511,13 @@ class SourceQuotaError(LimitError):
     """
 
     code = "source_quota"
+    _bound = "quota"
 
 
 class FeatureError(AudioInputError):
     """A family frontend refused a clip (too short for one frame, ...)."""
 
+    code = "feature"
     reason = "feature"
 
     def __init__(self, detail: str, *, clip_index: int | None = None) -> None:
@@ -358,6 +529,7 @@ class FeatureError(AudioInputError):
 class PreprocessCancelled(AudioGateError):
     """The request was cancelled; ``checkpoint`` names where it was noticed."""
 
+    code = "cancelled"
     reason = "cancelled"
 
     def __init__(self, *, checkpoint: str, clip_index: int | None = None) -> None:
@@ -370,6 +542,7 @@ class PreprocessCancelled(AudioGateError):
 class QueueFullError(AudioGateError):
     """The bounded worker's job queue is full; retry later."""
 
+    code = "queue_full"
     reason = "queue_full"
 
 
@@ -377,6 +550,7 @@ class WorkerUnavailableError(AudioGateError):
     """The bounded worker is shut down or its thread died (the reference server also
     answers it for a request still running when its graceful shutdown times out)."""
 
+    code = "worker_unavailable"
     reason = "worker_unavailable"
 
 

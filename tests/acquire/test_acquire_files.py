@@ -448,3 +448,84 @@ def test_cli_paths_keep_the_caps_and_the_change_check(tmp_path, root, big):
     (tmp_path / "empty.wav").write_bytes(b"")
     with pytest.raises(AcquisitionError, match="empty"):
         acquire_paths([tmp_path / "empty.wav"], policy=AcquisitionPolicy())
+
+
+# --- a rewrite still going on: the settle wait -------------------------------------------
+
+
+@pytest.fixture
+def settle(monkeypatch):
+    """The settle wait as deployed (the suite turns it off), with its sleeps recorded and
+    ``hook`` run at the first one: the file changes while it is held."""
+    from audiogate.acquire import files
+
+    monkeypatch.setenv(files.SETTLE_ENV, str(files.SETTLE_S))
+    state = {"slept": [], "hook": None}
+    real = files._sleep
+
+    def sleep(seconds):
+        state["slept"].append(seconds)
+        hook, state["hook"] = state["hook"], None
+        if hook is not None:
+            hook()
+        real(seconds)
+
+    monkeypatch.setattr(files, "_sleep", sleep)
+    return state
+
+
+def test_a_rewrite_in_pieces_still_going_on_is_refused(root, settle):
+    old, new = wav(4000), wav(4000, rate_hz=8000)
+    assert len(old) == len(new)
+    path = root / "ok.wav"
+    path.write_bytes(old)
+    half = len(new) // 2
+    with open(path, "r+b") as writer:  # the first half rewritten: the file is torn now
+        writer.write(new[:half])
+        writer.flush()
+
+        def second_half():
+            writer.write(new[half:])
+            writer.flush()
+
+        settle["hook"] = second_half
+        # Both passes of the read see the same torn bytes; the settle wait sees the rest.
+        with pytest.raises(SourceRefused, match="changed while it was read"):
+            read(root, "ok.wav")
+    assert settle["slept"]
+    assert read(root, "ok.wav") == new  # complete now: read after its wait
+
+
+def test_a_file_changed_just_now_is_read_after_the_wait(root, settle):
+    (root / "fresh.wav").write_bytes(CLIP)
+    assert read(root, "fresh.wav") == CLIP
+    assert 0 < sum(settle["slept"]) <= 0.25 + 1e-6
+
+
+def test_a_file_not_changed_lately_is_read_without_waiting(root, settle):
+    path = root / "old.wav"
+    path.write_bytes(CLIP)
+    with pytest.MonkeyPatch.context() as patch:  # as if written a minute ago
+        import time as time_module
+
+        real = time_module.time_ns
+        patch.setattr(time_module, "time_ns", lambda: real() + 60 * 10**9)
+        assert read(root, "old.wav") == CLIP
+    assert settle["slept"] == []
+
+
+def test_the_settle_wait_is_cancelled_with_the_request(root, settle):
+    (root / "fresh.wav").write_bytes(CLIP)
+    token = CancelToken()
+    settle["hook"] = token.cancel
+    with pytest.raises(PreprocessCancelled):
+        read(root, "fresh.wav", cancel=token)
+
+
+@pytest.mark.parametrize("value", ["-1", "11", "soon"])
+def test_a_bad_settle_setting_is_refused_naming_the_variable(monkeypatch, value):
+    from audiogate.acquire import files
+
+    monkeypatch.setenv(files.SETTLE_ENV, value)
+    with pytest.raises(ValueError, match=files.SETTLE_ENV):
+        files.settle_seconds()

@@ -12,6 +12,7 @@ from audiogate.acquire import AcquisitionPolicy, acquire_bytes, acquire_parts
 from audiogate.acquire.parts import classify_source
 from audiogate.cancel import CancelToken
 from audiogate.decode import WAV, SourceFormat
+from audiogate.decode.geometry import AUTO
 from audiogate.errors import AcquisitionError, LimitError, MemoryLimitError, PreprocessCancelled
 from audiogate.pipeline import EncodedClip
 
@@ -41,7 +42,9 @@ def test_clips_keep_request_order_ordinals_and_origins():
         (3, "data URI"),
     ]
     assert [c.data for c in clips] == [first, second, first]
-    assert all(isinstance(c, EncodedClip) and c.source_format == WAV for c in clips)
+    assert all(isinstance(c, EncodedClip) for c in clips)
+    # audio_url without a format: recognised from the bytes (input_audio() says "wav").
+    assert [c.source_format for c in clips] == [WAV, AUTO, WAV]
 
 
 def test_raw_formats_carry_their_declared_geometry():
@@ -87,7 +90,6 @@ def test_a_bad_second_clip_rejects_the_whole_request_naming_it():
         ),
         ({**input_audio("QUJD"), "extra": 1}, "content part", "unknown keys"),
         (input_audio("QUJD", detail="high"), "content part", "unknown keys"),
-        ({"type": "input_audio", "input_audio": {"data": "QUJD"}}, "inline base64", "missing"),
         (input_audio("QUJD", "wma"), "inline base64", "'wma' is not supported"),
         (input_audio("QUJD", "amr"), "inline base64", "'mp3', 'flac'"),
         (input_audio("QUJD", "mp3"), "inline base64", "expected MP3, sniffed"),

@@ -163,7 +163,7 @@ def test_the_family_defaults_take_plain_prompts(manifest, tmp_path):
     assert by_id["a0"]["family"] == "qwen2audio"
     assert by_id["a0"]["input_ids"] == []  # no tokenizer
     # Chat messages need a chat template: a typed error, recorded.
-    assert by_id["m0"]["error_code"] == "placeholder"
+    assert by_id["m0"]["error_code"] == "invalid_request"
 
 
 def test_error_codes():

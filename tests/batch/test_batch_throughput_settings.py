@@ -1,9 +1,10 @@
 """What the engines change for throughput, without changing a row: one thread per clip in
-each worker process, one event loop per thread for acquisition (no thread, no loop per
-row), and uncompressed feature columns."""
+each worker process, acquisition in the row's own thread (no thread, no event loop), and
+uncompressed feature columns."""
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import io
 import os
@@ -90,8 +91,16 @@ def _open_fds() -> int:
 
 
 @pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc")
-def test_rows_reuse_one_event_loop_per_thread_and_start_no_thread(manifest, monkeypatch):
+def test_rows_start_no_thread_and_no_event_loop(manifest, monkeypatch):
     monkeypatch.setattr(audiogate.dsp.blocks, "BLOCK_THREADS", 1)
+    loops: list[object] = []
+    new_loop = asyncio.events.new_event_loop
+
+    def counted_loop():
+        loops.append(threading.current_thread())
+        return new_loop()
+
+    monkeypatch.setattr(asyncio.events, "new_event_loop", counted_loop)
     path, media = manifest
     gate = GateSpec(model_dir=str(GEMMA), media_root=str(media)).build()
     fingerprint = policy_fingerprint(gate.policy)
@@ -104,7 +113,7 @@ def test_rows_reuse_one_event_loop_per_thread_and_start_no_thread(manifest, monk
         found["statuses"] = [row["status"] for row in rows]
         found["threads"] = threading.active_count() - before
 
-    run()  # the main thread's loop, made once
+    run()
     fds = _open_fds()
     with warnings.catch_warnings():
         warnings.simplefilter("error", ResourceWarning)
@@ -114,7 +123,8 @@ def test_rows_reuse_one_event_loop_per_thread_and_start_no_thread(manifest, monk
             thread.join()
             assert found["threads"] == 0  # acquisition read every file in the row's thread
             gc.collect()
-    assert _open_fds() == fds  # each thread's loop was closed with its thread
+    assert _open_fds() == fds  # nothing a row opened outlives it
+    assert loops == []  # media files are read in the row's thread; a URL row is refused first
     statuses = found["statuses"]
     assert statuses.count("ok") == 3 * 5
     assert statuses.count("error") == 3 * 8

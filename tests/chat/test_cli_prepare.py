@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from audiogate.cli import _ProgressBar, main
+from audiogate.cli import main
+from audiogate.cli.prepare import ProgressBar
 from audiogate.testing.audio import noise, wav_bytes
 
 pytest.importorskip("transformers")
@@ -163,14 +164,14 @@ class FakeTerminal(io.StringIO):
 
 def test_progress_bar_draws_on_a_terminal_only() -> None:
     stream = FakeTerminal()
-    bar = _ProgressBar(stream, enabled=True)
+    bar = ProgressBar(stream, enabled=True)
     bar("decode", 0, 2)
     bar("features", 1, 2)
     bar("done", 2, 2)
     assert "clip 1/2: decode" in stream.getvalue()
     assert "clip 2/2: features" in stream.getvalue()
     quiet = io.StringIO()
-    _ProgressBar(quiet, enabled=False)("decode", 0, 1)
+    ProgressBar(quiet, enabled=False)("decode", 0, 1)
     assert quiet.getvalue() == ""
 
 

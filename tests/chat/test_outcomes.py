@@ -11,8 +11,10 @@ import pytest
 from audiogate import create_host
 from audiogate.api import AudioGate
 from audiogate.cancel import CancelToken
+from audiogate.deprecation import AudioGateDeprecationWarning
 from audiogate.errors import (
     AcquisitionError,
+    ChatRequestError,
     ContextLimitError,
     LimitError,
     PlaceholderError,
@@ -20,7 +22,7 @@ from audiogate.errors import (
 )
 from audiogate.metrics import REJECTION_REASONS, AudioMetrics
 from audiogate.testing.audio import tone, wav_bytes
-from audiogate.worker import AudioWorker, OutcomeRecord, outcome_scope
+from audiogate.worker import AudioWorker
 
 pytest.importorskip("transformers")
 
@@ -83,7 +85,7 @@ def test_a_success_counts_once_as_completed(gate) -> None:
         ),
         (
             [{"role": "user", "content": [audio_part()]}, {"role": "user", "content": "again"}],
-            PlaceholderError,
+            ChatRequestError,
             "waveform",
         ),
         ([{"role": "user", "content": "<audio_soft_token> hi"}], PlaceholderError, "waveform"),
@@ -117,24 +119,80 @@ def test_a_text_only_success_is_not_an_audio_request(gate) -> None:
     assert counted(gate, lambda: gate.prepare([{"role": "user", "content": "hi"}])) == {}
 
 
-def test_outcome_scopes_nest_and_never_reuse_a_finished_record() -> None:
-    with outcome_scope() as outer:
-        with outcome_scope() as inner:
-            assert inner is outer
-        with outcome_scope(fresh=True) as own:
-            assert own is not outer
-        assert not own.active
-        assert outer.active
-    assert not outer.active
-    # A record carried into a later context after its scope ended (asyncio callbacks
-    # can do that) is not reused.
-    stale = OutcomeRecord(recorded=True, active=False)
-    from audiogate.metrics.outcome import _OUTCOME
+def test_a_request_counts_once_as_its_owner_closes_it(gate) -> None:
+    # The server's order: prepared first, closed once the answer is admitted or not.
+    request = gate.request(user(audio_part()))
+    before = outcomes(gate)
+    request.run()
+    assert outcomes(gate) == before  # not counted until closed
+    request.close(cancelled=True)  # its client left before the answer was admitted
+    request.close()  # a second close does nothing
+    after = outcomes(gate)
+    assert {k: after[k] - before[k] for k in after if after[k] != before[k]} == {"cancelled": 1}
 
-    token = _OUTCOME.set(stale)
-    try:
-        with outcome_scope() as record:
-            assert record is not stale
-            assert not record.recorded
-    finally:
-        _OUTCOME.reset(token)
+
+def test_a_request_closed_with_its_answer_counts_as_completed(gate) -> None:
+    def run_and_close() -> None:
+        with gate.request(user(audio_part())) as request:
+            request.run()
+
+    assert counted(gate, run_and_close) == {"completed": 1}
+
+
+def test_the_0_1_0_outcome_record_still_imports_and_warns() -> None:
+    import audiogate.worker
+
+    with pytest.warns(AudioGateDeprecationWarning, match="OutcomeRecord"):
+        record_type = audiogate.worker.OutcomeRecord
+    with pytest.warns(AudioGateDeprecationWarning, match="outcome_scope"):
+        scope = audiogate.worker.outcome_scope
+    with scope() as record:
+        assert isinstance(record, record_type)
+
+
+def test_a_request_closed_while_its_job_runs_counts_once_and_frees_its_bytes(
+    gate, monkeypatch
+) -> None:
+    # The server's client leaves while the worker prepares its request: the handler
+    # closes it (cancelled) before the job ends; the job's end counts nothing more, and
+    # its reservation is held until it stops.
+    import threading
+    import time
+
+    import audiogate.request as request_module
+
+    started, release = threading.Event(), threading.Event()
+    real = request_module.process_planned
+
+    def held(*args, **kwargs):
+        started.set()
+        assert release.wait(20)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(request_module, "process_planned", held)
+    request = gate.request(user(audio_part()))
+    failures: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            request.run()
+        except BaseException as exc:
+            failures.append(exc)
+
+    before = outcomes(gate)
+    runner = threading.Thread(target=run)
+    runner.start()
+    assert started.wait(20)
+    request.close(cancelled=True)
+    after = outcomes(gate)
+    assert {k: after[k] - before[k] for k in after if after[k] != before[k]} == {"cancelled": 1}
+    assert gate.worker.inflight_host_bytes > 0  # the running job still holds its bytes
+    release.set()
+    runner.join(20)
+    assert [type(f) for f in failures] == [PreprocessCancelled]
+    after = outcomes(gate)
+    assert {k: after[k] - before[k] for k in after if after[k] != before[k]} == {"cancelled": 1}
+    deadline = time.monotonic() + 20
+    while gate.worker.inflight_host_bytes and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert gate.worker.inflight_host_bytes == 0

@@ -18,12 +18,14 @@ import numpy as np
 import pytest
 
 from audiogate.api import AudioGate
+from audiogate.chat import ChatRequestError
 from audiogate.errors import (
     ContextLimitError,
     DecodeError,
     LimitError,
     PlaceholderError,
     PluginError,
+    RequestError,
 )
 from audiogate.pipeline import EncodedClip
 from audiogate.records import TextSegment
@@ -335,16 +337,16 @@ def test_the_template_renders_before_any_audio_is_acquired(model_dirs, monkeypat
     # Acquired bytes leave the acquisition budget when acquisition returns: nothing may
     # wait between it and the worker's admission (a slow template would hold them
     # outside every budget), and a template that refuses the messages costs no download.
-    import audiogate.api
+    import audiogate.request
 
     events: list[str] = []
-    acquire = audiogate.api.acquire_parts
+    acquire = audiogate.request.acquire_parts_sync  # prepare()'s: in the calling thread
 
-    async def recording(*args, **kwargs):
+    def recording(*args, **kwargs):
         events.append("acquire")
-        return await acquire(*args, **kwargs)
+        return acquire(*args, **kwargs)
 
-    monkeypatch.setattr(audiogate.api, "acquire_parts", recording)
+    monkeypatch.setattr(audiogate.request, "acquire_parts_sync", recording)
     base = AudioGate.from_model_dir(model_dirs[DIRECTORIES["gemma3n"]])
 
     def renderer(messages):
@@ -385,7 +387,7 @@ def test_unsupported_parts_are_refused_not_dropped(gates) -> None:
             "content": [audio_part(1.0), {"type": "video_url", "video_url": {"url": "x"}}],
         }
     ]
-    with pytest.raises(PlaceholderError, match="video_url"):
+    with pytest.raises(ChatRequestError, match="video_url"):
         gates["gemma3n"].prepare(messages)
 
 
@@ -406,8 +408,11 @@ def test_family_budgets_apply_to_chat_requests(gates) -> None:
 
 def test_chat_messages_need_a_template(gates) -> None:
     gate = AudioGate.from_family("gemma3n")
-    with pytest.raises(PlaceholderError, match="chat template"):
+    with pytest.raises(RequestError, match="chat template") as info:
         gate.prepare([{"role": "user", "content": [audio_part(1.0)]}])
+    # The gate lacks a template: nothing about the prompt's placeholders is wrong.
+    assert not isinstance(info.value, PlaceholderError)
+    assert str(info.value).startswith("invalid request: chat messages need a chat template")
 
 
 def test_mlx_arrays_on_request(gates) -> None:
@@ -441,18 +446,18 @@ def test_numpy_arrays_from_the_mlx_backend_are_read_only_copies(gates) -> None:
         features[0, 0] = 1.0
 
 
-def test_return_tensors_mlx_without_mlx_is_a_plugin_error() -> None:
+def test_return_tensors_mlx_without_mlx_names_the_extra() -> None:
     import subprocess
 
     script = (
         "import sys; sys.modules['mlx'] = None; sys.modules['mlx.core'] = None\n"
         "from audiogate.api import _converter\n"
-        "from audiogate.errors import PluginError\n"
-        "try:\n    _converter('mlx')\nexcept PluginError as exc:\n    print('plugin', exc)\n"
+        "from audiogate.errors import MissingExtraError\n"
+        "try:\n    _converter('mlx')\nexcept MissingExtraError as exc:\n    print('extra', exc)\n"
     )
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
-    assert out.stdout.startswith("plugin")
-    assert "audiogate[mlx]" in out.stdout
+    assert out.stdout.startswith("extra")
+    assert "pip install 'audiogate[mlx]'" in out.stdout
 
 
 def test_tokenizer_loading_never_follows_auto_map_or_remote_code(monkeypatch) -> None:
@@ -471,8 +476,6 @@ def test_tokenizer_loading_never_follows_auto_map_or_remote_code(monkeypatch) ->
 
 
 def test_a_template_refusing_the_messages_is_a_chat_request_error(gates) -> None:
-    from audiogate.chat import ChatRequestError
-
     # Gemma 3n's template raises on roles that do not alternate.
     messages = [
         {"role": "user", "content": [audio_part(1.0)]},
@@ -597,7 +600,7 @@ def test_a_plain_prompt_keeps_its_image_placeholders(gates) -> None:
 
 def test_a_plain_prompt_that_is_not_valid_unicode_is_a_typed_error(gates) -> None:
     clip = EncodedClip(data=base64.b64decode(wav_b64(0.6)), ordinal=1)
-    with pytest.raises(PlaceholderError, match="not valid Unicode"):
+    with pytest.raises(RequestError, match=r"^invalid request: the prompt is not valid Unicode"):
         gates["qwen2audio"].prepare(prompt="hi \udcff", clips=[clip])
 
 

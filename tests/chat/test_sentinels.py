@@ -6,6 +6,7 @@ import pytest
 
 from audiogate.chat import (
     SENTINEL_PREFIX,
+    ChatRequestError,
     SentinelCodec,
     flatten_messages,
     parse_rendered,
@@ -146,7 +147,7 @@ def test_user_text_with_the_sentinel_prefix_is_refused_when_audio_is_declared(co
     ],
 )
 def test_malformed_messages_fail_closed(messages, match: str) -> None:
-    with pytest.raises(PlaceholderError, match=match):
+    with pytest.raises(ChatRequestError, match=match):
         flatten_messages(messages)
 
 

@@ -19,7 +19,7 @@ pytest.importorskip("transformers")
 
 import audiogate.policy.checkpoint as checkpoint
 from audiogate.api import AudioGate
-from audiogate.errors import PolicyError
+from audiogate.errors import MissingExtraError, PolicyError
 
 MODELS = Path(__file__).resolve().parents[2] / "examples" / "models"
 QWEN = "qwen2-audio-7b-instruct"
@@ -177,9 +177,10 @@ def test_tokenizer_files_without_transformers_fail_at_load(monkeypatch) -> None:
     import sys
 
     monkeypatch.setitem(sys.modules, "transformers", None)
-    with pytest.raises(PolicyError, match=r"audiogate\[chat\]") as info:
+    with pytest.raises(MissingExtraError, match=r"pip install 'audiogate\[chat\]'") as info:
         AudioGate.from_model_dir(MODELS / QWEN)
-    assert info.value.file == str(MODELS / QWEN)
+    assert info.value.extra == "chat"
+    assert str(MODELS / QWEN) in str(info.value)
     monkeypatch.undo()
     assert AudioGate.from_model_dir(MODELS / QWEN).tokenizer is not None
 

@@ -108,9 +108,10 @@ def test_schema_prints_the_family_schema(family: str, host) -> None:
 
 @pytest.mark.install
 @pytest.mark.slow
-def test_console_script_is_installed() -> None:
+@pytest.mark.parametrize("module", ["audiogate.cli", "audiogate"])
+def test_console_script_is_installed(module: str) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "audiogate.cli", "families"],
+        [sys.executable, "-m", module, "families"],
         capture_output=True,
         text=True,
         check=False,
@@ -211,20 +212,20 @@ def test_an_interrupted_prepare_exits_130_in_one_line(tmp_path, monkeypatch, cap
 # and the signal lands inside the pipeline's own work (decode, resample, features).
 ENDLESS_PREPARE = """
 import pathlib, signal, sys
-import audiogate.api
+import audiogate.request
 from audiogate.cli import main
 
 # As on a terminal, even where the test runner's parent ignores SIGINT.
 signal.signal(signal.SIGINT, signal.default_int_handler)
 
-real = audiogate.api.prepare_clips
+real = audiogate.request.process_request
 
 def endless(*args, **kwargs):
     pathlib.Path(sys.argv[1]).touch()
     while True:
         real(*args, **kwargs)
 
-audiogate.api.prepare_clips = endless
+audiogate.request.process_request = endless
 sys.exit(main(sys.argv[2:]))
 """
 

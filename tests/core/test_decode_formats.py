@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import struct
+import sys
 
 import numpy as np
 import pytest
@@ -154,9 +155,27 @@ def test_wav_declared_keeps_the_riff_walkers_refusal(encoded):
     assert info.value.code == "not_riff_wave"
 
 
-def test_unknown_bytes_under_auto_get_the_riff_walkers_refusal():
+@pytest.mark.parametrize(
+    ("data", "named"),
+    [
+        (b"\x00" * 64, "no known signature"),
+        (b"caff\x00\x01\x00\x00" + b"\x00" * 56, "CAF (Core Audio Format)"),
+        (b".snd" + b"\x00" * 60, "Sun AU"),
+        (b"RIFX" + b"\x00" * 60, "RIFX (big-endian RIFF)"),
+        (b"%PDF-1.7" + b"\x00" * 56, "PDF"),
+    ],
+)
+def test_unknown_bytes_under_auto_are_refused_naming_what_they_are(data, named):
     with pytest.raises(DecodeError) as info:
-        inspect(b"\x00" * 64, clip_index=0, source_format=AUTO)
+        inspect(data, clip_index=0, source_format=AUTO)
+    assert info.value.code == "unknown_container"
+    assert f"(found {named})" in str(info.value)
+    assert "headerless samples declared as pcm16" in str(info.value)
+
+
+def test_a_riff_file_that_is_not_wave_gets_the_riff_walkers_refusal():
+    with pytest.raises(DecodeError) as info:
+        inspect(b"RIFF\x24\x00\x00\x00AVI " + b"\x00" * 52, clip_index=0, source_format=AUTO)
     assert info.value.code == "not_riff_wave"
 
 
@@ -207,12 +226,7 @@ def test_policy_rate_is_checked_from_the_header(encoded):
 
 
 def test_missing_codecs_are_a_typed_refusal_naming_the_extra(encoded, monkeypatch):
-    import importlib.util
-
-    real = importlib.util.find_spec
-    monkeypatch.setattr(
-        importlib.util, "find_spec", lambda name, *a: None if name == "soundfile" else real(name)
-    )
+    monkeypatch.setitem(sys.modules, "soundfile", None)  # as if not installed
     with pytest.raises(DecodeError) as info:
         inspect(encoded["flac"], clip_index=0, source_format=AUTO)
     assert info.value.code == "codecs_unavailable"

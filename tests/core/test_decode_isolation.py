@@ -94,12 +94,12 @@ def test_a_decoder_that_hangs_is_decoder_timeout(flac):
         hanging.close()
 
 
-def test_a_decoder_past_its_address_space_is_memory_limit(flac):
+def test_a_decoder_past_its_address_space_is_decoder_memory_limit(flac):
     greedy = _pool("allocate", address_space_bytes=1 << 30)
     try:
         with pytest.raises(DecoderFailedError) as info:
             decode(flac, _geometry(flac), clip_index=0, decoders=greedy)
-        assert info.value.code == "memory_limit"
+        assert info.value.code == "decoder_memory_limit"
     finally:
         greedy.close()
 

@@ -1,4 +1,5 @@
-"""Modules that moved under :mod:`audiogate.dsp` stay importable from their old paths.
+"""Modules that moved (under :mod:`audiogate.dsp`, or out of an ambiguous name) stay
+importable from their old paths.
 
 Each old path gives the new module's object and warns with
 :class:`~audiogate.deprecation.AudioGateDeprecationWarning` (which the suite's own filter
@@ -19,6 +20,10 @@ MOVED = [
     ("audiogate.blocks", "audiogate.dsp.blocks", "BLOCK_THREADS"),
     ("audiogate.mlx_budget", "audiogate.dsp.mlx_budget", "FFT_PASS_BYTES"),
     ("audiogate.mlx_constants", "audiogate.dsp.mlx_constants", "thread_constant"),
+    ("audiogate.store.records", "audiogate.store.source_record", "SourceRecord"),
+    ("audiogate.store.records", "audiogate.store.source_record", "header_text"),
+    ("audiogate.pipeline.batch", "audiogate.pipeline.prepared", "PreparedBatch"),
+    ("audiogate.pipeline.batch", "audiogate.pipeline.prepared", "PreparedClip"),
 ]
 
 
@@ -43,3 +48,22 @@ def test_unknown_names_are_attribute_errors() -> None:
     shim = importlib.import_module("audiogate.blocks")
     with pytest.raises(AttributeError, match="no attribute 'nothing_here'"):
         _ = shim.nothing_here
+
+
+def test_renamed_cache_policy_fingerprint_forwards_with_a_warning() -> None:
+    key = importlib.import_module("audiogate.cache.key")
+    with pytest.warns(AudioGateDeprecationWarning, match="policy_result_fields"):
+        value = key.policy_fingerprint
+    assert value is key.policy_result_fields
+    with pytest.raises(AttributeError, match="no attribute 'nothing_here'"):
+        _ = key.nothing_here
+
+
+def test_the_plugin_record_module_does_not_warn() -> None:
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        from audiogate.records import ClipFeatures, FeatureBatch
+
+    assert ClipFeatures.__module__ == FeatureBatch.__module__ == "audiogate.records"

@@ -11,7 +11,7 @@ import pytest
 
 import audiogate.dsp
 from audiogate.dsp import load_mlx_module, plan_identity, resample_identity, thread_scratch
-from audiogate.errors import PluginError
+from audiogate.errors import MissingExtraError, PluginError
 from audiogate.records import readonly
 
 
@@ -58,12 +58,24 @@ def test_identity_resample_passes_read_only_float32_through(samples: int) -> Non
 
 
 def test_mlx_loader_names_family_clip_and_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "audiogate_test_missing_mlx", None)
-    with pytest.raises(PluginError, match=r"pip install 'audiogate\[mlx\]'") as caught:
-        load_mlx_module("audiogate_test_missing_mlx", family="toy", clip_index=3)
+    with monkeypatch.context() as hidden:
+        hidden.setitem(sys.modules, "mlx", None)
+        hidden.setitem(sys.modules, "mlx.core", None)
+        with pytest.raises(MissingExtraError, match=r"pip install 'audiogate\[mlx\]'") as caught:
+            load_mlx_module("audiogate.dsp.scratch", family="toy", clip_index=3)
+    assert caught.value.extra == "mlx"
     assert "family 'toy'" in str(caught.value)
     assert "(clip 4)" in str(caught.value)  # clips are numbered from 1 in messages
     assert "feature_backend='numpy'" in str(caught.value)
+
+
+def test_mlx_loader_blames_a_kernel_that_does_not_import_not_mlx(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    pytest.importorskip("mlx.core", reason="the kernel is imported after MLX")
+    monkeypatch.setitem(sys.modules, "audiogate_test_broken_kernel", None)
+    with pytest.raises(PluginError, match="'audiogate_test_broken_kernel' does not import"):
+        load_mlx_module("audiogate_test_broken_kernel", family="toy", clip_index=3)
     assert (
         load_mlx_module("audiogate.dsp.scratch", family="toy")
         is sys.modules["audiogate.dsp.scratch"]

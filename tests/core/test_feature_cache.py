@@ -30,12 +30,12 @@ from audiogate.cache import (
     to_blob,
 )
 from audiogate.cache.entry import ENTRY_OVERHEAD_BYTES, MAGIC
+from audiogate.cache.lookup import admit_hit
 from audiogate.cancel import CancelToken, Checkpoint
 from audiogate.errors import LimitError, PreprocessCancelled, SourceLostError
 from audiogate.family import RegisteredFamily
 from audiogate.metrics import AudioMetrics
-from audiogate.pipeline import EncodedClip, prepare_clips
-from audiogate.pipeline.process import _check_hit
+from audiogate.pipeline import EncodedClip, PreparedClip, preflight, prepare_clips
 from audiogate.policy import AudioPolicy
 from audiogate.records import ClipFeatures, FeaturePlan, readonly
 from audiogate.server.options import ServeOptions, add_serve_arguments, serve_options
@@ -121,22 +121,31 @@ def entry(samples: int, *, seed: int = 0) -> CachedClip:
     frames = samples // 160
     features = readonly(waveform[: frames * 160].reshape(frames, 160).copy())
     return CachedClip(
-        sha256="0" * 64,
-        encoded_bytes=samples * 2 + 44,
-        source_rate_hz=16_000,
-        channels=1,
-        source_samples=samples,
-        duration_us=samples * 1_000_000 // 16_000,
-        normalized_samples=samples,
-        effective_rate_hz=16_000,
-        frames=frames,
-        tokens=(frames + 1) // 2,
-        received_duration_us=samples * 1_000_000 // 16_000,
-        processed_duration_us=samples * 1_000_000 // 16_000,
-        truncated=False,
-        waveform=waveform,
-        features=ClipFeatures(features=features, frames=frames, tokens=(frames + 1) // 2),
+        PreparedClip(
+            index=0,
+            ordinal=1,
+            origin="bytes",
+            sha256="0" * 64,
+            encoded_bytes=samples * 2 + 44,
+            source_rate_hz=16_000,
+            channels=1,
+            source_samples=samples,
+            duration_us=samples * 1_000_000 // 16_000,
+            normalized_samples=samples,
+            effective_rate_hz=16_000,
+            frames=frames,
+            tokens=(frames + 1) // 2,
+            received_duration_us=samples * 1_000_000 // 16_000,
+            processed_duration_us=samples * 1_000_000 // 16_000,
+            truncated=False,
+            waveform=waveform,
+            features=ClipFeatures(features=features, frames=frames, tokens=(frames + 1) // 2),
+        )
     )
+
+
+def with_features(cached: CachedClip, features: ClipFeatures) -> CachedClip:
+    return attrs.evolve(cached, clip=attrs.evolve(cached.clip, features=features))
 
 
 class DictStore:
@@ -255,17 +264,25 @@ def test_admission_still_runs_a_hit_is_refused_by_a_smaller_limit(decodes) -> No
     assert len(decodes) == 1
 
 
-def test_a_hit_is_checked_on_its_exact_geometry() -> None:
+def test_a_hit_is_admitted_by_the_preflights_planning_of_its_exact_geometry() -> None:
     # A compressed clip's preflight sees an upper bound; its hit is held to the limits
-    # decoding would have applied (which are not in the key).
-    cached = attrs.evolve(entry(32_000), duration_us=2_000_000)
-    _check_hit(TOY_POLICY, cached, 0)
+    # decoding would have applied (which are not in the key), by the code that plans a
+    # miss (no second copy of the checks).
+    host = toy_host(CountingToy())
+    (clip_plan,) = preflight(host, TOY_POLICY, encoded(wav(32_000))).clips
+    cached = entry(32_000).clip
+    assert admit_hit(host, TOY_POLICY, clip_plan, cached).normalized_samples == 32_000
     with pytest.raises(LimitError, match="source duration per clip"):
-        _check_hit(toy_policy(max_duration_seconds=1), cached, 0)
+        admit_hit(host, toy_policy(max_duration_seconds=1), clip_plan, cached)
     with pytest.raises(LimitError, match="channels"):
-        _check_hit(toy_policy(max_source_channels=1), attrs.evolve(cached, channels=2), 0)
+        admit_hit(
+            host,
+            toy_policy(max_source_channels=1),
+            clip_plan,
+            attrs.evolve(cached, channels=2),
+        )
     with pytest.raises(LimitError, match="frames per clip"):
-        _check_hit(toy_policy(max_frames_per_clip=10), cached, 0)
+        admit_hit(host, toy_policy(max_frames_per_clip=10), clip_plan, cached)
 
 
 def test_a_truncating_policy_keys_on_its_cut() -> None:
@@ -362,7 +379,7 @@ def test_the_key_is_the_hash_of_the_json_of_all_its_parts() -> None:
     import json
 
     from audiogate._version import __version__
-    from audiogate.cache.key import KEY_FORMAT, policy_fingerprint
+    from audiogate.cache.key import KEY_FORMAT, policy_result_fields
 
     parts = {
         "format": KEY_FORMAT,
@@ -370,7 +387,7 @@ def test_the_key_is_the_hash_of_the_json_of_all_its_parts() -> None:
         "distribution": "audiogate-toy",
         "distribution_version": "1.0",
         "family_version": "0.0.1",
-        "policy": policy_fingerprint(TOY_POLICY),
+        "policy": policy_result_fields(TOY_POLICY),
         "decode_frames": 16_000,
         "normalized_samples": 16_000,
     }
@@ -466,17 +483,18 @@ def test_the_byte_budget_is_never_exceeded() -> None:
 
 def test_entry_bytes_count_a_shared_buffer_once() -> None:
     one = entry(16_000)
-    shared = attrs.evolve(
+    clip = one.clip
+    shared = with_features(
         one,
-        features=ToyExtras(
-            features=one.features.features,
-            frames=one.frames,
-            tokens=one.tokens,
-            waveform=one.waveform,
+        ToyExtras(
+            features=clip.features.features,
+            frames=clip.frames,
+            tokens=clip.tokens,
+            waveform=clip.waveform,
         ),
     )
     assert shared.nbytes == one.nbytes
-    assert one.nbytes == 16_000 * 4 + one.frames * 160 * 4 + ENTRY_OVERHEAD_BYTES
+    assert one.nbytes == 16_000 * 4 + clip.frames * 160 * 4 + ENTRY_OVERHEAD_BYTES
 
 
 def test_a_zero_budget_disables_the_cache(decodes) -> None:
@@ -749,10 +767,11 @@ def test_arrays_that_are_not_numpy_are_neither_kept_nor_persisted() -> None:
         nbytes = 8
         shape = (2,)
 
-    clip = entry(1_600)
-    odd = attrs.evolve(
-        clip,
-        features=ToyExtras(
+    cached = entry(1_600)
+    clip = cached.clip
+    odd = with_features(
+        cached,
+        ToyExtras(
             features=clip.features.features,
             frames=clip.frames,
             tokens=clip.tokens,

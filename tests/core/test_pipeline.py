@@ -12,7 +12,7 @@ from toyfamily import HOP, ToyFamily, toy_policy, toy_tokens
 from audiogate import create_host, hookimpl
 from audiogate.api import AudioGate
 from audiogate.cancel import CancelToken, Checkpoint
-from audiogate.decode import SourceFormat
+from audiogate.decode import WAV, SourceFormat
 from audiogate.errors import (
     DecodeError,
     EmptyAudioError,
@@ -349,8 +349,14 @@ def test_header_policy_checks_happen_in_preflight(toy_host) -> None:
     request = clips(BIG, rate_hz=16_000)
     with pytest.raises(LimitError, match="source sample rate"):
         preflight(toy_host, toy_policy(max_source_rate_hz=8_000, min_source_rate_hz=8_000), request)
-    with pytest.raises(DecodeError, match="corrupt"):
+    with pytest.raises(DecodeError, match="not an audio format audiogate decodes"):
         preflight(toy_host, toy_policy(), [EncodedClip(data=b"not a wav at all", ordinal=1)])
+    with pytest.raises(DecodeError, match="corrupt"):
+        preflight(
+            toy_host,
+            toy_policy(),
+            [EncodedClip(data=b"not a wav at all", ordinal=1, source_format=WAV)],
+        )
 
 
 def test_too_short_for_a_frame_is_a_feature_error(toy_host) -> None:

@@ -475,14 +475,14 @@ def test_backend_choice():
     assert backend("webm", "opus") is child._remuxed_blocks
     assert backend("webm", "vorbis") is child._pyav_blocks
     assert backend("mp4", "aac") is child._pyav_blocks
-    assert backend("ogg", "opus") is child._soundfile_blocks
+    # Ogg and MP3 through libsndfile, one chained link or joined file at a time.
+    assert backend("ogg", "opus") is child._joined_blocks
+    assert backend("mp3", "mp3") is child._joined_blocks
+    assert backend("flac", "flac") is child._soundfile_blocks
 
 
 def _hide(monkeypatch: pytest.MonkeyPatch, module: str) -> None:
-    real = importlib.util.find_spec
-    monkeypatch.setattr(
-        importlib.util, "find_spec", lambda name, *a: None if name == module else real(name)
-    )
+    monkeypatch.setitem(sys.modules, module, None)  # as if not installed
 
 
 def test_webm_opus_needs_only_the_lgpl_codecs(opus_packets, monkeypatch):

@@ -47,7 +47,7 @@ def test_error_templates_show_the_fields_of_the_message(gen_docs) -> None:
         "`audio {limit} limit exceeded (clip {clip_index + 1}): actual {actual}, maximum {maximum}`"
         in text
     )
-    assert "| [`QueueFullError`](#queuefullerror) | `AudioGateError` | `queue_full` | 429 |" in text
+    assert "| `queue_full` | [`QueueFullError`](#queuefullerror) | `queue_full` | 429 | 2 |" in text
 
 
 def _slug(heading: str) -> str:

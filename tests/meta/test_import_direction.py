@@ -27,7 +27,7 @@ STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("resample", ("audiogate.resample",)),
     (
         "features",
-        ("audiogate.pipeline", "audiogate.pipeline.process", "audiogate.pipeline.batch"),
+        ("audiogate.pipeline", "audiogate.pipeline.process", "audiogate.pipeline.prepared"),
     ),
     ("expand", ("audiogate.chat",)),
 )

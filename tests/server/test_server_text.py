@@ -101,14 +101,17 @@ def test_a_large_text_request_does_not_stall_other_connections() -> None:
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
             answer = pool.submit(running.client.post, PREPARE, json=_text(gate_text))
             wait_until(lambda: running.worker.inflight_host_bytes > 0, 10)
-            slowest = 0.0
-            while running.worker.inflight_host_bytes > 0:
-                health = httpx.get(running.url + "/healthz", timeout=5.0)
+            # Ordering, not timing: /healthz is answered again and again while the
+            # request is still in flight. Tokenizing on the event loop would hold every
+            # health check until the tokenizer returned, and the request with them.
+            answered_in_flight = 0
+            while running.worker.inflight_host_bytes > 0 and answered_in_flight < 3:
+                health = httpx.get(running.url + "/healthz", timeout=60.0)
                 assert health.status_code == 200
-                slowest = max(slowest, health.elapsed.total_seconds())
+                answered_in_flight += not answer.done()
             response = answer.result()
         assert response.status_code == 200
-        assert slowest < 0.25, slowest
+        assert answered_in_flight >= 2, answered_in_flight
         running.wait_idle()
 
 

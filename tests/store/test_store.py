@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
-from pathlib import Path
 
 import pytest
 from storekit import source
@@ -20,25 +19,13 @@ from audiogate.errors import (
     SourceRetiredError,
 )
 from audiogate.store import SourceStore, StoreQuotas
-from audiogate.store.directory import DirectoryBackend
-
-
-@pytest.fixture
-def store(tmp_path: Path):
-    opened = SourceStore.open(tmp_path / "store")
-    yield opened
-    opened.close()
 
 
 def _add(store: SourceStore, data: bytes, owner: str = "alice", **kw):
     return store.add(data, owner=owner, duration_us=1_000_000, **kw)
 
 
-def _blobs(root: Path) -> list[Path]:
-    return [p for p in (root / "blobs").rglob("*") if p.is_file()]
-
-
-def test_a_source_is_named_by_its_digest_and_read_back_identically(store, tmp_path) -> None:
+def test_a_source_is_named_by_its_digest_and_read_back_identically(store) -> None:
     data = source(seed=1)
     added = _add(store, data)
     assert added.created
@@ -51,17 +38,17 @@ def test_a_source_is_named_by_its_digest_and_read_back_identically(store, tmp_pa
     assert [r.sha256 for r in store.list("alice")] == [added.record.sha256]
 
 
-def test_the_same_owner_uploading_the_same_bytes_gets_the_existing_record(store, tmp_path) -> None:
+def test_the_same_owner_uploading_the_same_bytes_gets_the_existing_record(store, backing) -> None:
     data = source(seed=2)
     first = _add(store, data)
     again = _add(store, data, scope="shared")
     assert not again.created
     assert again.record == first.record
-    assert len(_blobs(tmp_path / "store")) == 1
+    assert len(backing.blobs()) == 1
     other = _add(store, data, owner="bob")  # another owner: its own record, the same blob
     assert other.created
     assert other.record.owner == "bob"
-    assert len(_blobs(tmp_path / "store")) == 1
+    assert len(backing.blobs()) == 1
 
 
 def test_another_owners_private_source_is_refused_exactly_like_a_missing_one(
@@ -123,7 +110,7 @@ def test_the_wait_for_a_processing_source_is_bounded_and_cancellable(store) -> N
         store.lease(sha, owner="alice", wait_s=30.0, cancel=token)
 
 
-def test_retiring_a_leased_source_completes_when_the_lease_is_released(store, tmp_path) -> None:
+def test_retiring_a_leased_source_completes_when_the_lease_is_released(store, backing) -> None:
     data = source(seed=7)
     sha = _add(store, data).record.sha256
     lease = store.lease(sha, owner="alice")
@@ -140,7 +127,7 @@ def test_retiring_a_leased_source_completes_when_the_lease_is_released(store, tm
     retiring.join(5)
     assert done
     assert done[0].status == "retired"
-    assert _blobs(tmp_path / "store") == []
+    assert backing.blobs() == []
     history = store.list("alice", include_retired=True)
     assert [(r.sha256, r.status) for r in history] == [(sha, "retired")]
     assert store.list("alice") == []
@@ -176,29 +163,28 @@ def test_a_retired_source_uploaded_again_is_a_new_record_and_history_stays(store
         (StoreQuotas(max_total_bytes=40_000), "source store bytes"),
     ],
 )
-def test_quotas_refuse_an_upload_with_a_typed_limit(tmp_path, quotas, limit) -> None:
-    store = SourceStore.open(tmp_path / "q", quotas=quotas)
+def test_quotas_refuse_an_upload_with_a_typed_limit(backing, quotas, limit) -> None:
+    store = backing.open(quotas=quotas)
     _add(store, source(seed=10))  # 32,044 bytes
     with pytest.raises(SourceQuotaError) as refused:
         _add(store, source(seed=11))
     assert refused.value.limit == limit
     assert refused.value.code == "source_quota"
     assert len(store.list("alice")) == 1
-    assert list((tmp_path / "q" / "tmp").iterdir()) == []
+    assert backing.staged() == 0
     store.close()
 
 
-def test_the_total_quota_counts_a_blob_shared_by_two_owners_once(tmp_path) -> None:
-    store = SourceStore.open(tmp_path / "q", quotas=StoreQuotas(max_total_bytes=40_000))
+def test_the_total_quota_counts_a_blob_shared_by_two_owners_once(backing) -> None:
+    store = backing.open(quotas=StoreQuotas(max_total_bytes=40_000))
     data = source(seed=12)
     _add(store, data)
     assert _add(store, data, owner="bob").created
     store.close()
 
 
-def test_recovery_removes_unfinished_uploads_and_orphans_and_marks_lost_records(tmp_path) -> None:
-    root = tmp_path / "store"
-    store = SourceStore.open(root)
+def test_recovery_removes_unfinished_uploads_and_orphans_and_marks_lost_records(backing) -> None:
+    store = backing.open()
     kept, gone, damaged = source(seed=13), source(seed=14), source(seed=15)
     kept_sha = _add(store, kept).record.sha256
     gone_sha = _add(store, gone).record.sha256
@@ -206,17 +192,13 @@ def test_recovery_removes_unfinished_uploads_and_orphans_and_marks_lost_records(
     retired_sha = _add(store, source(seed=16)).record.sha256
     store.retire(retired_sha, owner="alice")
     store.close()
-    backend = DirectoryBackend(root)
-    backend.blob_path(gone_sha).unlink()
-    blob = backend.blob_path(damaged_sha)
-    blob.write_bytes(b"\x00" * blob.stat().st_size)  # same size: only the digest tells
-    (root / "tmp" / f"{'0' * 64}.999999999.x.part").write_bytes(b"half")
-    orphan = backend.blob_path("f" * 64)
-    orphan.parent.mkdir(parents=True, exist_ok=True)
-    orphan.write_bytes(b"orphan")
-    backend.close()
+    backing.lose(gone_sha)
+    # Same size: only the digest tells.
+    backing.write_blob(damaged_sha, b"\x00" * backing.blob_size(damaged_sha))
+    backing.leave_unfinished()
+    backing.write_blob("f" * 64, b"orphan")
 
-    reopened = SourceStore.open(root)
+    reopened = backing.open()
     report = reopened.recovery
     assert (report.unfinished_removed, report.orphans_removed, report.lost) == (1, 1, 1)
     assert report.retired_kept == 1
@@ -236,32 +218,32 @@ def test_recovery_removes_unfinished_uploads_and_orphans_and_marks_lost_records(
     reopened.close()
 
 
-def test_verify_recomputes_every_digest_at_open(tmp_path) -> None:
-    root = tmp_path / "store"
-    store = SourceStore.open(root)
+def test_verify_recomputes_every_digest_at_open(backing) -> None:
+    store = backing.open()
     sha = _add(store, source(seed=17)).record.sha256
     store.close()
-    blob = DirectoryBackend(root).blob_path(sha)
-    blob.write_bytes(b"\x01" * blob.stat().st_size)
-    reopened = SourceStore.open(root, verify=True)
+    backing.write_blob(sha, b"\x01" * backing.blob_size(sha))
+    reopened = backing.open(verify=True)
     assert reopened.recovery.lost == 1
     assert reopened.recovery.verified
     assert reopened.get(sha, owner="alice").status == "lost"
     reopened.close()
 
 
-def test_features_persist_while_the_source_lives(store, tmp_path) -> None:
+def test_features_persist_while_the_source_lives(store, backing) -> None:
     sha = _add(store, source(seed=18)).record.sha256
     assert store.get_features(sha, "k1") is None
     store.put_features(sha, "k1", b"features")
     assert store.get_features(sha, "k1") == b"features"
     store.close()
-    reopened = SourceStore.open(tmp_path / "store")
+    reopened = backing.open()
     assert reopened.get_features(sha, "k1") == b"features"
     reopened.retire(sha, owner="alice")
     assert reopened.get_features(sha, "k1") is None
     reopened.put_features(sha, "k1", b"late")  # a retired source keeps no features
     assert reopened.get_features(sha, "k1") is None
+    assert backing.features(sha) == 0
+    assert backing.staged() == 0
     reopened.close()
 
 
@@ -272,9 +254,7 @@ def test_malformed_digests_are_refused(store) -> None:
         store.put_features("../x", "k", b"")
 
 
-def test_many_threads_uploading_the_same_bytes_make_one_blob_and_one_record(
-    store, tmp_path
-) -> None:
+def test_many_threads_uploading_the_same_bytes_make_one_blob_and_one_record(store, backing) -> None:
     data = source(seed=19)
     results: list[bool] = []
     barrier = threading.Barrier(16)
@@ -290,5 +270,5 @@ def test_many_threads_uploading_the_same_bytes_make_one_blob_and_one_record(
         thread.join()
     assert sorted(results) == [False] * 15 + [True]
     assert len(store.list("alice", include_retired=True)) == 1
-    assert len(_blobs(tmp_path / "store")) == 1
-    assert list((tmp_path / "store" / "tmp").iterdir()) == []
+    assert len(backing.blobs()) == 1
+    assert backing.staged() == 0

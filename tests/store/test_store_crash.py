@@ -2,7 +2,11 @@
 row, or during a retirement leaves a store whose reopening serves every acknowledged
 source with identical bytes and identical features, never anything half-written, and
 whose recovery report counts what it removed. Many processes uploading the same bytes
-at once make one blob and one record."""
+at once make one blob and one record.
+
+The crash is injected where the store meets its blob backend (:class:`CrashingBlobs`
+wraps the directory's blobs in the child process); the production write path has no
+test hook."""
 
 from __future__ import annotations
 
@@ -23,21 +27,24 @@ from storekit import source
 from audiogate.api import AudioGate
 from audiogate.errors import SourceNotFoundError, SourceRetiredError
 from audiogate.store import SourceStore
-from audiogate.store.directory import CRASH_ENV
 
 pytestmark = pytest.mark.slow
 
 HERE = Path(__file__).resolve().parent
 
 _CHILD = """
-import json, os, sys
+import json, sys
 sys.path.insert(0, {here!r})
-from storekit import source
+from storekit import CrashingBlobs, source
 from audiogate.store import SourceStore
-store = SourceStore.open({root!r})
+from audiogate.store.directory import DirectoryBlobs
+from audiogate.store.sqlite import SqliteLeases, SqliteRecords
+blobs = CrashingBlobs(DirectoryBlobs({root!r}))
+records = SqliteRecords(blobs.inner.root / "index.sqlite3")
+store = SourceStore(records, blobs, SqliteLeases(blobs.inner.root / "leases.sqlite3"))
 acked = store.add(source(seed=1), owner="alice", duration_us=1_000_000).record.sha256
 print(json.dumps({{"acked": acked}}), flush=True)
-os.environ[{env!r}] = {point!r}
+blobs.crash_at = {point!r}
 if {point!r} == "retire":
     store.retire(acked, owner="alice")
 else:
@@ -62,7 +69,7 @@ def _features(store: SourceStore, part: dict) -> list[np.ndarray]:
 
 def _crash(tmp_path: Path, point: str) -> tuple[Path, str]:
     root = tmp_path / "store"
-    code = _CHILD.format(here=str(HERE), root=str(root), env=CRASH_ENV, point=point)
+    code = _CHILD.format(here=str(HERE), root=str(root), point=point)
     child = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
     )

@@ -36,13 +36,6 @@ def tokenizers() -> dict[str, object]:
     return {family: load_tokenizer(MODELS / name) for family, name in FAMILIES.items()}
 
 
-@pytest.fixture
-def store(tmp_path: Path):
-    opened = SourceStore.open(tmp_path / "store")
-    yield opened
-    opened.close()
-
-
 def _gate(family: str, tokenizers, store: SourceStore | None) -> AudioGate:
     return AudioGate.from_model_dir(
         MODELS / FAMILIES[family], tokenizer=tokenizers[family], store=store
@@ -179,7 +172,7 @@ def test_an_upload_is_admitted_like_inline_audio_under_the_models_policy(tokeniz
     assert store.list("anonymous") == [added.record]
 
 
-def test_a_damaged_blob_is_never_served_through_a_reference(tokenizers, store) -> None:
+def test_a_damaged_blob_is_never_served_through_a_reference(tokenizers, store, backing) -> None:
     # Leases read unhashed; the pipeline proves the digest before decoding. A hit serves
     # what was computed from the verified bytes; a miss refuses and marks the source lost.
     gate = AudioGate.from_model_dir(
@@ -193,8 +186,7 @@ def test_a_damaged_blob_is_never_served_through_a_reference(tokenizers, store) -
     expected = gate.prepare(user(inline(data)))
     first = gate.prepare(user(ref(sha)), owner="alice")
     _same(first, expected)
-    blob = store.backend.blob_path(sha)
-    blob.write_bytes(data[:-64] + bytes(64))  # same size, same header
+    backing.write_blob(sha, data[:-64] + bytes(64))  # same size, same header
     again = gate.prepare(user(ref(sha)), owner="alice")
     _same(again, expected)
     gate.feature_cache.clear()

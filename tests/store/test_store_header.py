@@ -18,9 +18,9 @@ from storekit import source
 
 from audiogate.api import AudioGate, load_tokenizer
 from audiogate.decode import inspect
-from audiogate.errors import LimitError, SourceLostError, SourceNotFoundError
+from audiogate.errors import LimitError, SourceLostError
 from audiogate.store import SourceStore
-from audiogate.store.records import header_from_text, header_text
+from audiogate.store.source_record import header_from_text, header_text
 
 pytest.importorskip("transformers")
 
@@ -34,8 +34,8 @@ def tokenizer() -> Any:
 
 
 @pytest.fixture
-def store(tmp_path: Path):
-    opened = SourceStore.open(tmp_path / "store")
+def directory_store(tmp_path: Path):
+    opened = SourceStore.open(tmp_path / "directory")
     yield opened
     opened.close()
 
@@ -63,17 +63,17 @@ def inline(data: bytes) -> dict:
 
 
 class CountingReads:
-    """Counts the store backend's blob reads."""
+    """Counts the blob backend's reads."""
 
     def __init__(self, store: SourceStore, monkeypatch: pytest.MonkeyPatch) -> None:
         self.count = 0
-        real = store.backend.read
+        real = store.blobs.read
 
         def read(*args: Any, **kwargs: Any) -> Any:
             self.count += 1
             return real(*args, **kwargs)
 
-        monkeypatch.setattr(store.backend, "read", read)
+        monkeypatch.setattr(store.blobs, "read", read)
 
 
 def same(a: Any, b: Any) -> None:
@@ -82,13 +82,13 @@ def same(a: Any, b: Any) -> None:
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
 
 
-def test_an_upload_records_its_header_and_a_restart_keeps_it(tokenizer, tmp_path) -> None:
-    store = SourceStore.open(tmp_path / "s")
+def test_an_upload_records_its_header_and_a_restart_keeps_it(tokenizer, backing) -> None:
+    store = backing.open()
     data = source(2.0, seed=1)
     added = gate(tokenizer, store).add_source(data)
     assert added.record.header == inspect(data, clip_index=0)
     store.close()
-    reopened = SourceStore.open(tmp_path / "s")
+    reopened = backing.open()
     record = reopened.get(added.record.sha256, owner="anonymous")
     assert record.header == added.record.header
     lease = reopened.lease(record.sha256, owner="anonymous", read=False)
@@ -138,18 +138,18 @@ def test_another_models_policy_refuses_a_recorded_header_over_its_limit(tokenize
     assert uploader.feature_cache.hits == 0
 
 
-def test_a_lost_blob_is_refused_though_its_features_are_cached(tokenizer, store) -> None:
+def test_a_lost_blob_is_refused_though_its_features_are_cached(tokenizer, store, backing) -> None:
     serving = gate(tokenizer, store)
     data = source(seed=4)
     sha = serving.add_source(data).record.sha256
     serving.prepare(user(ref(sha)))
-    store.backend.blob_path(sha).unlink()
+    backing.lose(sha)
     with pytest.raises(SourceLostError, match=sha):
         serving.prepare(user(ref(sha)))
     assert store.get(sha, owner="anonymous").status == "lost"
     # A blob of the wrong size is lost too.
     again = serving.add_source(data).record.sha256
-    store.backend.blob_path(again).write_bytes(data[:-2])
+    backing.write_blob(again, data[:-2])
     with pytest.raises(SourceLostError):
         serving.prepare(user(ref(again)))
 
@@ -186,43 +186,17 @@ def test_a_header_is_kept_only_as_this_core_read_it(tokenizer) -> None:
     assert header_text(attrs.evolve(geometry, container="flac", encoding="flac")) is None
 
 
-# --- leases on the event loop ----------------------------------------------------------
+# --- the embedded index --------------------------------------------------------------
 
 
-def test_try_lease_takes_a_ready_source_and_leaves_waits_and_writes_to_lease(store) -> None:
-    data = source(seed=7)
-    ready = store.add(data, owner="alice", duration_us=1_000_000).record.sha256
-    lease = store.try_lease(ready, owner="alice")
-    assert lease is not None
-    assert store.leases(ready, owner="alice") == 1
-    assert lease.data == data
-    lease.release()
-    assert store.leases(ready, owner="alice") == 0
-    busy = store.add(source(seed=8), owner="alice", duration_us=1, status="processing")
-    assert store.try_lease(busy.record.sha256, owner="alice") is None
-    assert store.leases(busy.record.sha256, owner="alice") == 0
-    # Lost but not known yet: lease() finds it and marks it (a write), not try_lease().
-    store.backend.blob_path(ready).unlink()
-    assert store.try_lease(ready, owner="alice") is None
-    assert store.get(ready, owner="alice").status == "ready"
-    assert store.leases(ready, owner="alice") == 0
-    with pytest.raises(SourceLostError):
-        store.lease(ready, owner="alice", read=False)
-    with pytest.raises(SourceLostError):
-        store.try_lease(ready, owner="alice")
-    with pytest.raises(SourceNotFoundError):
-        store.try_lease("0" * 64, owner="alice")
-    with pytest.raises(SourceNotFoundError):
-        store.try_lease(busy.record.sha256, owner="bob")
-
-
-def test_a_look_up_does_not_wait_for_a_writer(store) -> None:
+def test_a_look_up_does_not_wait_for_a_writer(directory_store) -> None:
+    store = directory_store
     sha = store.add(source(seed=9), owner="alice", duration_us=1_000_000).record.sha256
     writing = threading.Event()
     done = threading.Event()
 
     def hold_the_write_lock() -> None:
-        with store.backend._write():  # what an upload holds through its fsyncs
+        with store.records._writer.write():  # what an upload holds through its fsyncs
             writing.set()
             done.wait(10)
 
@@ -231,18 +205,17 @@ def test_a_look_up_does_not_wait_for_a_writer(store) -> None:
     try:
         assert writing.wait(10)
         started = time.monotonic()
-        lease = store.try_lease(sha, owner="alice")
+        lease = store.lease(sha, owner="alice", read=False, verify=False)
         assert time.monotonic() - started < 5
-        assert lease is not None
         lease.release()
     finally:
         done.set()
         writer.join()
 
 
-def test_a_look_up_by_digest_uses_an_index(store) -> None:
+def test_a_look_up_by_digest_uses_an_index(directory_store) -> None:
     # Every reference looks its digest up: not a scan of every record ever kept.
-    plan = store.backend._reader.execute(
+    plan = directory_store.records._reader.execute(
         "EXPLAIN QUERY PLAN SELECT * FROM sources WHERE sha256 = ? ORDER BY id", ("0",)
     ).fetchall()
     assert any("INDEX sources_sha256" in str(row) for row in plan), plan

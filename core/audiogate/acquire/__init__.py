@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from audiogate.acquire.acquire import (
     acquire_bytes,
     acquire_parts,
+    acquire_parts_sync,
     acquire_paths,
     acquire_suspends,
 )
@@ -66,6 +67,7 @@ __all__ = [
     "StoredHeader",
     "acquire_bytes",
     "acquire_parts",
+    "acquire_parts_sync",
     "acquire_paths",
     "acquire_suspends",
     "create_media_client",

@@ -1,6 +1,7 @@
 """The entry points: a request's content parts, the CLI's paths, an embedder's bytes.
 
-* :func:`acquire_parts` (async) — a server's OpenAI-style audio parts, in order;
+* :func:`acquire_parts` (async) — a server's OpenAI-style audio parts, in order, and
+  :func:`acquire_parts_sync`, its twin in the calling thread;
 * :func:`acquire_paths` (sync) — the CLI user's own files (no media root needed);
 * :func:`acquire_bytes` (sync) — bytes an embedding server already holds.
 
@@ -33,7 +34,6 @@ work at its next chunk and closes any HTTP stream.
 from __future__ import annotations
 
 import asyncio
-import functools
 import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, TypeVar
@@ -74,7 +74,13 @@ if TYPE_CHECKING:
 # The URL modules (and httpx, tens of milliseconds) are imported by the first URL part:
 # bytes, data URIs and files never need them.
 
-__all__ = ["acquire_bytes", "acquire_parts", "acquire_paths", "acquire_suspends"]
+__all__ = [
+    "acquire_bytes",
+    "acquire_parts",
+    "acquire_parts_sync",
+    "acquire_paths",
+    "acquire_suspends",
+]
 
 _T = TypeVar("_T")
 
@@ -170,29 +176,16 @@ async def _read_source(
     return await _in_thread(lambda c: decode_base64(value, c, start=start), ctx)
 
 
-async def _read_reference(
-    source: DeclaredSource, ctx: ClipContext, sources: SourceAccess, budget: RequestBudget
-) -> EncodedClip:
-    def take(c: ClipContext, held: SourceLease) -> SourceLease:
-        c.cap.check(held.nbytes)
-        c.hold(held.nbytes)
-        if held.header is None:
-            held.data  # noqa: B018 (read now, off the loop: its header is read from it)
-        return held
+def _take(ctx: ClipContext, held: SourceLease) -> SourceLease:
+    ctx.cap.check(held.nbytes)
+    ctx.hold(held.nbytes)
+    if held.header is None:
+        held.data  # noqa: B018 (read now, off the loop: its header is read from it)
+    return held
 
-    index = source.index
-    # A ready source whose blob is there is leased on the loop (an index look-up and a
-    # stat); one still processing (waited for, polling the token) or lost (marked so)
-    # is leased in a thread, as is the read of one without a recorded header.
-    held = sources.try_open(source.value, clip_index=index)
-    if held is None:
-        opened = functools.partial(sources.open, source.value, clip_index=index)
-        held = await _in_thread(lambda c: take(c, opened(cancel=c.cancel)), ctx)
-    elif held.header is None:
-        lease = held
-        held = await _in_thread(lambda c: take(c, lease), ctx)
-    else:
-        take(ctx, held)
+
+def _reference_clip(held: SourceLease, index: int, budget: RequestBudget) -> EncodedClip:
+    """The clip of a leased (and taken) stored source."""
     header = held.header
     if header is None:
         return _finish(
@@ -213,6 +206,41 @@ async def _read_reference(
         stored_sha256=held.sha256,
         stored_header=StoredHeader(nbytes=held.nbytes, geometry=header, read=lambda: held.data),
     )
+
+
+async def _read_reference(
+    source: DeclaredSource, ctx: ClipContext, sources: SourceAccess, budget: RequestBudget
+) -> EncodedClip:
+    index = source.index
+    # Leased through the store's executor (the loop never waits on its backends; a wait
+    # for a source still processing sleeps on the loop); one without a recorded header
+    # is read in a thread, its header read from its bytes.
+    held = await sources.open_async(source.value, cancel=ctx.cancel, clip_index=index)
+    if held.header is None:
+        lease = held
+        held = await _in_thread(lambda c: _take(c, lease), ctx)
+    else:
+        _take(ctx, held)
+    return _reference_clip(held, index, budget)
+
+
+def _declared(
+    parts: Sequence[Mapping[str, Any]],
+    policy: AcquisitionPolicy,
+    sources: SourceAccess | None,
+    token: CancelToken,
+) -> list[DeclaredSource]:
+    """Every part parsed and pre-checked (no I/O): a doomed request reads nothing."""
+    token.check(Checkpoint.ACQUISITION)
+    declared = declare_parts(parts, max_clips=policy.max_clips)
+    for source in declared:
+        try:
+            _precheck(source, policy, sources)
+        except SourceRefused as exc:
+            raise AcquisitionError(
+                exc.detail, clip_index=source.index, origin=source.origin
+            ) from None
+    return declared
 
 
 async def acquire_parts(
@@ -245,15 +273,7 @@ async def acquire_parts(
     :raises PreprocessCancelled: the token was cancelled.
     """
     token = cancel or NEVER
-    token.check(Checkpoint.ACQUISITION)
-    declared = declare_parts(parts, max_clips=policy.max_clips)
-    for source in declared:
-        try:
-            _precheck(source, policy, sources)
-        except SourceRefused as exc:
-            raise AcquisitionError(
-                exc.detail, clip_index=source.index, origin=source.origin
-            ) from None
+    declared = _declared(parts, policy, sources, token)
     budget = _budget(policy)
     held = policy.shared_bytes.hold() if policy.shared_bytes is not None else None
     owned: list[httpx.AsyncClient] = []
@@ -301,6 +321,68 @@ async def acquire_parts(
         for owned_client in owned:
             await owned_client.aclose()
     return clips
+
+
+def acquire_parts_sync(
+    parts: Sequence[Mapping[str, Any]],
+    *,
+    policy: AcquisitionPolicy,
+    cancel: CancelToken | None = None,
+    sources: SourceAccess | None = None,
+) -> list[EncodedClip]:
+    """:func:`acquire_parts` in the calling thread, without an event loop: the same
+    checks, errors and ceilings, for blocking callers (``AudioGate.prepare``, the batch
+    engine). Inline data, data URIs, media files and stored sources are read right
+    here; a request with a URL part runs :func:`acquire_parts` on an event loop of its
+    own (the URL client is asynchronous).
+    """
+    token = cancel or NEVER
+    declared = _declared(parts, policy, sources, token)  # a refused part starts no loop
+    if any(source.origin == ORIGIN_URL for source in declared):
+        return asyncio.run(acquire_parts(parts, policy=policy, cancel=cancel, sources=sources))
+    budget = _budget(policy)
+    held = policy.shared_bytes.hold() if policy.shared_bytes is not None else None
+    clips: list[EncodedClip] = []
+    try:
+        for source in declared:
+            ctx = ClipContext(
+                clip_index=source.index, cap=budget.cap(source.index), cancel=token, held=held
+            )
+            ctx.check_cancel()
+            try:
+                if source.origin == ORIGIN_REFERENCE:
+                    assert sources is not None
+                    lease = sources.open(source.value, cancel=token, clip_index=source.index)
+                    clips.append(_reference_clip(_take(ctx, lease), source.index, budget))
+                    continue
+                data = _read_here(source, ctx, policy)
+            except SourceRefused as exc:
+                raise AcquisitionError(
+                    exc.detail, clip_index=source.index, origin=source.origin
+                ) from None
+            clips.append(
+                _finish(
+                    data,
+                    source.source_format,
+                    index=source.index,
+                    origin=source.origin,
+                    budget=budget,
+                )
+            )
+    finally:
+        if held is not None:
+            held.release()
+    return clips
+
+
+def _read_here(source: DeclaredSource, ctx: ClipContext, policy: AcquisitionPolicy) -> bytes:
+    """A part that is not a URL or a reference, read in the calling thread."""
+    if source.origin == ORIGIN_FILE:
+        return read_media_file(policy.media_root, source.value, ctx)
+    start = 0
+    if source.origin == ORIGIN_DATA_URI:
+        start = data_uri_payload(source.value, source.source_format)
+    return decode_base64(source.value, ctx, start=start)
 
 
 def acquire_suspends(parts: Sequence[Mapping[str, Any]], *, policy: AcquisitionPolicy) -> bool:

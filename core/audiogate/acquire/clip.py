@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import attrs
 
-from audiogate.decode.geometry import WAV, ClipGeometry, SourceFormat
+from audiogate.decode.geometry import AUTO, ClipGeometry, SourceFormat
 from audiogate.errors import SourceLostError
 
 __all__ = ["EncodedClip", "StoredHeader"]
@@ -43,7 +43,9 @@ class EncodedClip:
 
     :param data: the encoded bytes (copied to immutable ``bytes`` if given mutable); may
         be left out with ``stored_header``: then read when first asked for.
-    :param source_format: ``WAV`` or a raw ``SourceFormat``.
+    :param source_format: what the bytes are declared to be: :data:`~audiogate.decode.
+        geometry.AUTO` (the default: recognised from the bytes), a container, or a raw
+        ``SourceFormat``.
     :param ordinal: one-based placeholder ordinal (clip ``i`` must have ``i + 1``).
     :param origin: where the bytes came from (``"file"``, ``"inline base64"``, ``"data URI"``,
         ``"URL"``, ``"bytes"``), for observability only: it never changes the result.
@@ -60,7 +62,7 @@ class EncodedClip:
     _data: bytes | None = attrs.field(
         alias="data", default=None, converter=_as_bytes, repr=_summary
     )
-    source_format: SourceFormat = WAV
+    source_format: SourceFormat = AUTO
     ordinal: int
     origin: str = "bytes"
     stored_sha256: str | None = attrs.field(default=None, eq=False, repr=False)

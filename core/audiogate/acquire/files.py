@@ -21,7 +21,13 @@ llama.cpp's ``--media-path``):
    reads, the second read must give the same bytes as the first (file timestamps are
    kernel clock ticks, a few milliseconds apart: a same-size rewrite within one tick
    leaves them as they were, and ``futimens`` can put the mtime back, though not the
-   ctime), and the name must still lead to the file afterwards.
+   ctime), and the name must still lead to the file afterwards; a file changed less than
+   :data:`SETTLE_S` before the read is held until its last change is that old and
+   compared once more, so a rewrite in pieces that is still going on is refused. What
+   remains: a writer that stops for longer than :data:`SETTLE_S` in the middle of a
+   rewrite leaves a file whose bytes are half old, half new, and it is read as such (no
+   reader can tell those bytes from a file written that way; write to a temporary name
+   and rename to replace a file atomically).
 
 The CLI's paths (:func:`read_local_path`) skip 1–5 (they are the user's own files and
 may be symlinks) but keep 6 and 7. POSIX only: without ``O_NOFOLLOW`` local files are
@@ -34,6 +40,7 @@ import errno
 import os
 import re
 import stat
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Final
@@ -80,6 +87,13 @@ _HAVE_NOFOLLOW: Final = hasattr(os, "O_NOFOLLOW") and hasattr(os, "O_DIRECTORY")
 _CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
 _NOCTTY: Final = getattr(os, "O_NOCTTY", 0)
 _NONBLOCK: Final = getattr(os, "O_NONBLOCK", 0)
+#: A file changed less than this long before it is read is read, then held this long
+#: after its last change and compared again: a rewrite still going on (a writer that
+#: pauses between pieces) changes it meanwhile and is refused, where two passes alone
+#: would both see the same half-written bytes. Seconds; :data:`SETTLE_ENV` overrides it
+#: (``0`` turns the wait off, where every writer renames complete files into place).
+SETTLE_S: Final = 0.25
+SETTLE_ENV: Final = "AUDIOGATE_FILE_SETTLE_S"
 
 
 def strip_file_scheme(value: str) -> str:
@@ -273,7 +287,51 @@ def _read_checked(
     _verify(fd, pieces, ctx, name)
     if _identity(os.fstat(fd)) != _identity(before):
         raise SourceRefused(f"file changed while it was read: {name!r}")
+    if _settle(before, ctx):
+        # Changed within the settle window before the read: it may have been read half-way
+        # through a rewrite that goes on. Unchanged since, the bytes are the file's.
+        _verify(fd, pieces, ctx, name)
+        if _identity(os.fstat(fd)) != _identity(before):
+            raise SourceRefused(f"file changed while it was read: {name!r}")
     return b"".join(pieces)
+
+
+def _settle(before: os.stat_result, ctx: ClipContext) -> bool:
+    """Wait until the file's last change (``st_ctime``, which no caller can set) is
+    :func:`settle_seconds` old; ``True`` if it had to wait. Polls cancellation as it
+    waits."""
+    settle_ns = int(settle_seconds() * 1e9)
+    # A ctime in the future (a clock set back) waits at most the settle time, never longer.
+    remaining = min(before.st_ctime_ns + settle_ns - time.time_ns(), settle_ns)
+    if remaining <= 0:
+        return False
+    end = time.monotonic() + remaining / 1e9
+    while (left := end - time.monotonic()) > 0:
+        ctx.check_cancel()
+        _sleep(min(left, 0.05))
+    ctx.check_cancel()
+    return True
+
+
+def settle_seconds() -> float:
+    """The settle time: :data:`SETTLE_ENV` if set (seconds, 0 to 10), else :data:`SETTLE_S`.
+
+    :raises ValueError: the variable is not a number in that range.
+    """
+    given = os.environ.get(SETTLE_ENV, "").strip()
+    if not given:
+        return SETTLE_S
+    try:
+        value = float(given)
+    except ValueError:
+        value = -1.0
+    if not 0.0 <= value <= 10.0:
+        raise ValueError(f"{SETTLE_ENV} must be a number of seconds from 0 to 10, not {given!r}")
+    return value
+
+
+def _sleep(seconds: float) -> None:
+    time.sleep(seconds)  # a seam for the tests: they change the file while it is held
 
 
 def _verify(fd: int, pieces: list[bytes], ctx: ClipContext, name: str) -> None:

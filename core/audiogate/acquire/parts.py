@@ -9,10 +9,11 @@ Accepted parts (anything else, and any unknown key, is refused):
   raw format ``"pcm16"`` / ``"f32"`` (little-endian, interleaved), which then *requires*
   integer ``"sample_rate"`` and ``"channels"`` fields next to it. A container takes its
   geometry from its header, so those fields are refused with it. The bytes must be what
-  ``format`` declares.
+  ``format`` declares. Without ``format`` (or with ``"auto"``) the container is recognised
+  from the bytes.
 * ``{"type": "audio_url", "audio_url": {"url": ...}}`` — the vLLM shape. ``format``
-  (default ``"wav"``), ``sample_rate`` and ``channels`` may be given as above (audiogate
-  extension).
+  (default ``"auto"``: recognised from the bytes), ``sample_rate`` and ``channels`` may be
+  given as above (audiogate extension).
 * ``{"type": "audio_ref", "audio_ref": {"sha256": ...}}`` — **audiogate extension**: a
   source uploaded to the store before, named by the SHA-256 of its bytes (64 lowercase
   hex digits; docs/sources.md). Its format is the one it was admitted as.
@@ -49,7 +50,7 @@ from audiogate.acquire.context import (
     SourceRefused,
 )
 from audiogate.acquire.refs import ORIGIN_REFERENCE
-from audiogate.decode.geometry import WAV, SourceFormat
+from audiogate.decode.geometry import AUTO, WAV, SourceFormat
 from audiogate.errors import AcquisitionError, LimitError
 
 __all__ = [
@@ -78,6 +79,7 @@ CONTAINER_FORMATS: Final[Mapping[str, SourceFormat]] = {
     "aiff": SourceFormat("aiff"),
     "aif": SourceFormat("aiff"),
     "aifc": SourceFormat("aiff"),
+    "auto": AUTO,
 }
 
 #: Accepted ``format`` values (case-insensitive).
@@ -213,7 +215,9 @@ def declare_part(part: object, index: int) -> DeclaredSource:
             # The stored source's own format replaces this placeholder when it is read.
             return DeclaredSource(index=index, origin=origin, value=value, source_format=WAV)
         origin = classify_source(value)
-        source_format = parse_format(payload, default=None if kind == "input_audio" else "wav")
+        # Without a declared format the bytes say what they are (what vLLM and OpenAI
+        # clients send for audio_url; input_audio's format is OpenAI's, but optional here).
+        source_format = parse_format(payload, default="auto")
     except SourceRefused as exc:
         raise AcquisitionError(exc.detail, clip_index=index, origin=origin) from None
     return DeclaredSource(index=index, origin=origin, value=value, source_format=source_format)

@@ -103,13 +103,23 @@ class SourceResolver(Protocol):
         """
         ...
 
-    def try_lease(
-        self, sha256: str, *, owner: str, clip_index: int | None = None
-    ) -> SourceLease | None:
-        """:meth:`lease` (``verify=False, read=False``) without waiting or writing, for an
-        event loop: ``None`` where :meth:`lease` would wait or mark the source lost.
+    async def lease_async(
+        self,
+        sha256: str,
+        *,
+        owner: str,
+        cancel: CancelToken = NEVER,
+        wait_s: float | None = None,
+        clip_index: int | None = None,
+        verify: bool = True,
+        read: bool = True,
+    ) -> SourceLease:
+        """:meth:`lease` from an event loop, which never waits on the store's backends
+        (they run in the store's executor; a wait sleeps on the loop). A task cancelled
+        meanwhile takes no lease (one taken is released).
 
-        :raises SourceError: missing, not accessible, retired, or lost.
+        :raises SourceError: missing, not accessible, retired, lost, or still processing.
+        :raises PreprocessCancelled: ``cancel`` was cancelled while waiting.
         """
         ...
 
@@ -153,12 +163,17 @@ class SourceAccess:
         )
         return self._keep(lease, clip_index)
 
-    def try_open(self, sha256: str, *, clip_index: int) -> SourceLease | None:
-        """:meth:`open` where it needs no wait and no write, on the event loop (``None``:
-        call :meth:`open`, off the loop)."""
-        lease = self.resolver.try_lease(sha256, owner=self.owner, clip_index=clip_index)
-        if lease is None:
-            return None
+    async def open_async(self, sha256: str, *, cancel: CancelToken, clip_index: int) -> SourceLease:
+        """:meth:`open` from an event loop (:meth:`SourceResolver.lease_async`)."""
+        lease = await self.resolver.lease_async(
+            sha256,
+            owner=self.owner,
+            cancel=cancel,
+            wait_s=self.wait_s,
+            clip_index=clip_index,
+            verify=False,
+            read=False,
+        )
         return self._keep(lease, clip_index)
 
     def _keep(self, lease: SourceLease, clip_index: int) -> SourceLease:

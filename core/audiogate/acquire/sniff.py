@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Final
 
 from audiogate.acquire.context import SourceRefused
-from audiogate.decode.geometry import CONTAINER_LABELS, SourceFormat, sniff_container
+from audiogate.decode.geometry import CONTAINER_LABELS, SourceFormat, describe_signature
 
 __all__ = ["UNKNOWN", "WAVE", "check_declared_format", "sniff"]
 
@@ -20,36 +20,15 @@ __all__ = ["UNKNOWN", "WAVE", "check_declared_format", "sniff"]
 WAVE: Final = "RIFF/WAVE"
 #: The label of bytes without a recognised signature.
 UNKNOWN: Final = "no container signature"
-
-# (offset, magic, label); four bytes or more, so raw samples do not match by chance.
-_SIGNATURES: Final = (
-    (0, b"RIFX", "RIFX (big-endian RIFF)"),
-    (0, b"RF64", "RF64"),
-    (0, b"BW64", "BW64"),
-    (0, b"fLaC", "FLAC"),
-    (0, b"OggS", "Ogg"),
-    (0, b"FORM", "AIFF/IFF"),
-    (0, b"\x1aE\xdf\xa3", "Matroska/WebM"),
-    (4, b"ftyp", "MP4/M4A"),
-    (0, b"ID3\x02", "MP3 (ID3)"),
-    (0, b"ID3\x03", "MP3 (ID3)"),
-    (0, b"ID3\x04", "MP3 (ID3)"),
-    (0, b"#!AMR", "AMR"),
-    (0, b".snd", "Sun AU"),
-)
+_NOTHING: Final = "no known signature"  # describe_signature's word for it
 
 
 def sniff(data: bytes) -> str:
     """A short label of the container ``data`` starts with (:data:`UNKNOWN` if none)."""
-    if data[:4] in (b"RIFF", b"RF64", b"BW64"):
-        return WAVE if data[8:12] == b"WAVE" else f"{data[:4].decode()} (not WAVE)"
-    container = sniff_container(memoryview(data))
-    if container is not None:
-        return CONTAINER_LABELS[container]
-    for offset, magic, label in _SIGNATURES:
-        if data[offset : offset + len(magic)] == magic:
-            return label
-    return UNKNOWN
+    found = describe_signature(data)
+    if found == CONTAINER_LABELS["wav"]:
+        return WAVE
+    return UNKNOWN if found == _NOTHING else found
 
 
 def check_declared_format(data: bytes, source_format: SourceFormat) -> None:

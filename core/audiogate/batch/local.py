@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import concurrent.futures
 import multiprocessing
+import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from audiogate.batch.manifest import Manifest, RowRef, read_rows
+from audiogate.batch.orphans import exit_with_parent
 from audiogate.batch.rows import GateSpec, policy_fingerprint, prepare_row
 from audiogate.batch.shards import BatchCounts, ShardWriter
 from audiogate.dsp.blocks import usable_cpus
@@ -36,7 +38,8 @@ def _gate(spec: GateSpec) -> tuple[Any, str]:
     return _GATE[spec]
 
 
-def _init_process(spec: GateSpec) -> None:
+def _init_process(spec: GateSpec, driver_pid: int) -> None:
+    exit_with_parent(driver_pid)  # a killed driver must not leave its pool running
     _gate(spec)
 
 
@@ -85,7 +88,7 @@ def run_local(
         max_workers=min(workers, len(shards)),
         mp_context=context,
         initializer=_init_process,
-        initargs=(spec,),
+        initargs=(spec, os.getpid()),
     ) as pool:
         futures = [pool.submit(run_shard, spec, manifest, out_dir, shard) for shard in shards]
         try:

@@ -24,12 +24,12 @@ from audiogate.batch.manifest import Manifest, ref_key
 from audiogate.batch.rows import GateSpec, policy_fingerprint, prepare_row
 from audiogate.batch.shards import (
     BatchCounts,
-    ExtraMissingError,
     parquet_options,
     part_name,
     require_pyarrow,
     rows_table,
 )
+from audiogate.extras import require_module
 
 __all__ = ["RayRowPreparer", "require_ray", "run_ray", "salvage_staging"]
 
@@ -37,15 +37,12 @@ STAGING_PREFIX = "_staging-"
 
 
 def require_ray() -> Any:
-    """The ``ray`` module with Ray Data, or :class:`ExtraMissingError` naming the extra."""
-    try:
-        import ray
-        import ray.data
-    except ImportError as exc:
-        raise ExtraMissingError(
-            f"--engine ray needs Ray ({exc}): pip install 'audiogate[ray]'"
-        ) from None
-    return ray
+    """The ``ray`` module, with Ray Data loaded.
+
+    :raises MissingExtraError: Ray is not installed (names the ``ray`` extra).
+    """
+    require_module("ray.data", purpose="audiogate batch --engine ray (Ray Data)")
+    return require_module("ray", purpose="audiogate batch --engine ray")
 
 
 class RayRowPreparer:
@@ -136,7 +133,7 @@ def run_ray(
     """Run the pipeline on ``address`` (``None``: ``ray.init()``'s local cluster) with
     ``workers`` actors; returns the counts of the rows it wrote."""
     ray = require_ray()
-    from ray.data import DataContext
+    DataContext = ray.data.DataContext
 
     started = not ray.is_initialized()
     if started:

@@ -9,21 +9,17 @@ message go into the output row, so one bad clip never fails a job.
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import hashlib
 import io
 import json
-import re
-import threading
-from collections.abc import Callable, Coroutine, Mapping
-from concurrent.futures import Future
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
 import attrs
 
-from audiogate.errors import AudioGateError
+from audiogate.errors import INTERNAL_CODE, AudioGateError
+from audiogate.errors import error_code as library_error_code
 from audiogate.policy import AudioPolicy
 
 __all__ = [
@@ -40,7 +36,7 @@ __all__ = [
 _T = TypeVar("_T")
 
 #: The ``error_code`` of an exception audiogate did not raise on purpose (a bug).
-INTERNAL: Final = "internal"
+INTERNAL: Final = INTERNAL_CODE
 
 
 class BadRowError(AudioGateError):
@@ -51,20 +47,10 @@ class BadRowError(AudioGateError):
 
 
 def error_code(error: BaseException) -> str:
-    """The stable code of ``error`` in the output's ``error_code`` column.
-
-    A decode error's own ``code`` (``riff_size_mismatch``, ``unsupported_format``, ...),
-    else the error class's name in snake case without ``Error`` (``limit``,
-    ``memory_limit``, ``acquisition``, ``chat_request``, ...); :data:`INTERNAL` for an
-    exception audiogate did not raise on purpose.
-    """
-    if not isinstance(error, AudioGateError):
-        return INTERNAL
-    code = getattr(error, "code", None)
-    if isinstance(code, str) and code:
-        return code
-    name = type(error).__name__.removesuffix("Error") or type(error).__name__
-    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+    """The stable code of ``error`` in the output's ``error_code`` column: the library's
+    one vocabulary (:func:`audiogate.errors.error_code`, the same code the server's JSON
+    gives); :data:`INTERNAL` for an exception audiogate did not raise on purpose."""
+    return library_error_code(error)
 
 
 def policy_fingerprint(policy: AudioPolicy) -> str:
@@ -199,46 +185,6 @@ def _messages(row: Mapping[str, Any]) -> Any:
     return messages
 
 
-class _InlineExecutor(concurrent.futures.ThreadPoolExecutor):
-    """Runs each submitted call at once in the caller's thread (it starts no thread): a
-    row is one clip read by one thread, so acquisition's hop to a worker thread would
-    only cost a thread. (An event loop's default executor must be a thread pool.)"""
-
-    def submit(self, fn: Callable[..., _T], /, *args: Any, **kwargs: Any) -> Future[_T]:
-        future: Future[_T] = Future()
-        try:
-            future.set_result(fn(*args, **kwargs))
-        except Exception as exc:
-            future.set_exception(exc)
-        return future
-
-
-class _RowLoop:
-    """One thread's event loop for the rows' acquisition, closed when the thread ends: a
-    fresh loop and thread pool per row (``asyncio.run``) cost about 0.45 ms, as much as
-    reading a 30 s WAV."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.loop.set_default_executor(_InlineExecutor())
-
-    def run(self, work: Coroutine[Any, Any, _T]) -> _T:
-        return self.loop.run_until_complete(work)
-
-    def __del__(self) -> None:
-        self.loop.close()
-
-
-_LOOPS = threading.local()
-
-
-def _row_loop() -> _RowLoop:
-    loop = getattr(_LOOPS, "loop", None)
-    if loop is None:
-        loop = _LOOPS.loop = _RowLoop()
-    return loop
-
-
 def _prepare(gate: Any, row: Mapping[str, Any]) -> Any:
     """The gate's :class:`~audiogate.api.PreparedRequest` for ``row``."""
     has_messages = row.get("messages") is not None
@@ -254,12 +200,13 @@ def _prepare(gate: Any, row: Mapping[str, Any]) -> Any:
         raise BadRowError(f"manifest row 'audio' must be a path or URL, got {audio!r}")
     if prompt is not None and not isinstance(prompt, str):
         raise BadRowError(f"manifest row 'prompt' must be text, got {type(prompt).__name__}")
-    from audiogate.acquire import acquire_parts
+    from audiogate.acquire import acquire_parts_sync
 
     # The server's rules for an audio_url part: a bare path or file:// URL under the
-    # media root, an http(s):// URL only with URL fetching on.
+    # media root, an http(s):// URL only with URL fetching on. A file is read in this
+    # thread, with no event loop (a URL runs on one of its own).
     part = {"type": "audio_url", "audio_url": {"url": audio}}
-    clips = _row_loop().run(acquire_parts([part], policy=gate.acquisition))
+    clips = acquire_parts_sync([part], policy=gate.acquisition)
     template = gate.tokenizer is not None and getattr(gate.tokenizer, "chat_template", None)
     if template:
         # As `audiogate prepare --prompt`: the checkpoint's chat turn around the prompt,

@@ -17,7 +17,8 @@ from typing import Any, Final
 import attrs
 
 from audiogate.batch.rows import row_key
-from audiogate.errors import AudioGateError
+from audiogate.errors import MissingExtraError
+from audiogate.extras import require_module
 
 __all__ = [
     "SUCCESS_FILE",
@@ -40,22 +41,17 @@ _PART: Final = re.compile(r"^part-(\d{5,})\.parquet$")
 ROW_GROUP_ROWS: Final = 16
 
 
-class ExtraMissingError(AudioGateError):
-    """An optional dependency of the command is not installed (the message names the
-    extra to install)."""
+#: The batch engine's name for :class:`~audiogate.errors.MissingExtraError` (the same class).
+ExtraMissingError = MissingExtraError
 
 
 def require_pyarrow() -> Any:
-    """The ``pyarrow`` module, or :class:`ExtraMissingError` naming the extra."""
-    try:
-        import pyarrow
-        import pyarrow.parquet
-    except ImportError as exc:
-        raise ExtraMissingError(
-            f"audiogate batch writes Parquet and needs pyarrow ({exc}): "
-            "pip install 'audiogate[batch]'"
-        ) from None
-    return pyarrow
+    """The ``pyarrow`` module (with ``pyarrow.parquet`` loaded).
+
+    :raises MissingExtraError: pyarrow is not installed (names the ``batch`` extra).
+    """
+    require_module("pyarrow.parquet", purpose="audiogate batch (Parquet manifests and shards)")
+    return require_module("pyarrow", purpose="audiogate batch")
 
 
 def output_schema() -> Any:

@@ -1,10 +1,14 @@
-"""A cached clip, and its blob for the persistent tier (numpy ``.npy`` arrays in one blob).
+"""A feature-cache entry (a prepared clip), and its blob for the persistent tier (numpy
+``.npy`` arrays in one blob).
 
-Blob layout: ``MAGIC``, a 4-byte little-endian header length, a UTF-8 JSON header, then
-the ``.npy`` images of the arrays (``allow_pickle=False`` both ways). The header holds
-the key, the accounting, the :class:`~audiogate.records.ClipFeatures` class and its
-fields (scalars inline, arrays by index) and the SHA-256 of the payload. Loading checks
-all of it; anything that does not check out is ``None`` (a miss), never an error.
+Blob layout: ``MAGIC``, the 32-byte SHA-256 of everything after it, a 4-byte
+little-endian header length, a UTF-8 JSON header, then the ``.npy`` images of the arrays
+(``allow_pickle=False`` both ways). The header holds the key, the accounting, the
+:class:`~audiogate.records.ClipFeatures` class and its fields (scalars inline, arrays by
+index). The digest covers the header and the arrays alike, so any damage (a single
+flipped bit anywhere) is refused before anything is parsed; loading then checks the key
+and the consistency of what it holds. Anything that does not check out is ``None`` (a
+miss), never an error.
 """
 
 from __future__ import annotations
@@ -14,28 +18,34 @@ import io
 import json
 import struct
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from typing import Any, Final, cast
 
 import attrs
 import numpy as np
-import numpy.typing as npt
 
 from audiogate.cache.key import FeatureKey
-from audiogate.policy.model import frozen_mapping
+from audiogate.pipeline.prepared import PreparedClip
 from audiogate.records import ClipFeatures, FeatureBatch, readonly
 
-__all__ = ["ENTRY_OVERHEAD_BYTES", "CachedClip", "from_blob", "to_blob"]
+__all__ = ["ENTRY_OVERHEAD_BYTES", "ORIGIN_STORED_FEATURES", "CachedClip", "from_blob", "to_blob"]
 
 #: Charged per entry on top of its arrays: the records, the key, the LRU's node.
 ENTRY_OVERHEAD_BYTES: Final = 1024
 
-MAGIC: Final = b"AGFEAT\x00\x01"
+#: The ``origin`` of a clip loaded from the persistent tier, until a hit places it.
+ORIGIN_STORED_FEATURES: Final = "stored features"
+
+# Version 2: the whole blob is checksummed (version 1 checked its arrays only, so a
+# flipped bit in the header could load other content).
+MAGIC: Final = b"AGFEAT\x00\x02"
+_DIGEST_BYTES: Final = 32
 _LENGTH = struct.Struct("<I")
 #: A header larger than this is not one we wrote.
 _MAX_HEADER: Final = 1 << 20
 
-#: The accounting of a prepared clip that does not depend on the request it came in.
+#: The accounting of a prepared clip that does not depend on the request it came in
+#: (the blob keeps these; ``index``, ``ordinal`` and ``origin`` are the request's).
 _INT_FIELDS: Final = (
     "encoded_bytes",
     "source_rate_hz",
@@ -51,41 +61,31 @@ _INT_FIELDS: Final = (
 )
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen
 class CachedClip:
-    """What processing made of one clip, minus what belongs to its request (index,
-    ordinal, origin): the accounting of :class:`~audiogate.pipeline.PreparedClip`, its
-    read-only waveform and its :class:`~audiogate.records.ClipFeatures` (any subclass a
-    family returns, with its extras).
+    """A feature-cache entry: the :class:`~audiogate.pipeline.PreparedClip` processing
+    made (its read-only waveform and :class:`~audiogate.records.ClipFeatures`, any subclass
+    a family returns); its ``index``, ``ordinal`` and ``origin`` are those of the request
+    that computed it, and a hit takes its own request's (:meth:`placed`).
 
     :param collated: the family's collated inputs of a request of this clip alone, so a
         single-clip hit skips collation (kept in memory only, charged with the entry).
     """
 
-    sha256: str
-    encoded_bytes: int
-    source_rate_hz: int
-    channels: int
-    source_samples: int
-    duration_us: int
-    normalized_samples: int
-    effective_rate_hz: int
-    frames: int
-    tokens: int
-    received_duration_us: int
-    processed_duration_us: int
-    truncated: bool
-    waveform: npt.NDArray[np.float32] = attrs.field(repr=False, eq=False)
-    features: ClipFeatures = attrs.field(repr=False, eq=False)
-    detail: Mapping[str, Any] = attrs.field(factory=frozen_mapping, converter=frozen_mapping)
+    clip: PreparedClip
     collated: FeatureBatch | None = attrs.field(default=None, repr=False, eq=False)
+
+    def placed(self, *, index: int, ordinal: int, origin: str) -> PreparedClip:
+        """The clip as the ``index``-th clip of another request (the same arrays)."""
+        return attrs.evolve(self.clip, index=index, ordinal=ordinal, origin=origin)
 
     def arrays(self) -> Iterator[Any]:
         """Every array the entry holds (the waveform, the features' fields, then the
         collated inputs)."""
-        yield self.waveform
-        for field in attrs.fields(type(self.features)):
-            value = getattr(self.features, field.name)
+        yield self.clip.waveform
+        features = self.clip.features
+        for field in attrs.fields(type(features)):
+            value = getattr(features, field.name)
             if hasattr(value, "nbytes") and hasattr(value, "shape"):
                 yield value
         if self.collated is not None:
@@ -94,7 +94,7 @@ class CachedClip:
     @property
     def cacheable(self) -> bool:
         """Whether every array is a numpy array (mlx results are not cached)."""
-        return attrs.has(type(self.features)) and all(
+        return attrs.has(type(self.clip.features)) and all(
             isinstance(a, np.ndarray) for a in self.arrays()
         )
 
@@ -120,11 +120,12 @@ def _scalar(value: Any) -> bool:
     return value is None or isinstance(value, (bool, int, float, str))
 
 
-def to_blob(key: FeatureKey, clip: CachedClip) -> bytes | None:
-    """The blob of ``clip`` under ``key``; ``None`` when it holds something the blob
+def to_blob(key: FeatureKey, entry: CachedClip) -> bytes | None:
+    """The blob of ``entry`` under ``key``; ``None`` when it holds something the blob
     cannot carry faithfully (a non-numpy array, a non-JSON detail or feature field)."""
-    if not clip.cacheable:
+    if not entry.cacheable:
         return None
+    clip = entry.clip
     detail = dict(clip.detail)
     try:
         if json.loads(json.dumps(detail)) != detail:
@@ -167,10 +168,10 @@ def to_blob(key: FeatureKey, clip: CachedClip) -> bytes | None:
         "class": [cls.__module__, cls.__qualname__],
         "features": feature_fields,
         "lengths": [len(image) for image in images],
-        "payload_sha256": hashlib.sha256(payload).hexdigest(),
     }
     head = json.dumps(header, sort_keys=True, separators=(",", ":")).encode()
-    return b"".join((MAGIC, _LENGTH.pack(len(head)), head, payload))
+    body = b"".join((_LENGTH.pack(len(head)), head, payload))
+    return b"".join((MAGIC, hashlib.sha256(body).digest(), body))
 
 
 def _features_class(module: str, qualname: str) -> type[ClipFeatures] | None:
@@ -196,17 +197,19 @@ def _load(key: FeatureKey, blob: object) -> CachedClip | None:
     if not isinstance(blob, (bytes, bytearray, memoryview)):
         return None
     data = memoryview(blob).cast("B")
-    start = len(MAGIC) + _LENGTH.size
+    body_at = len(MAGIC) + _DIGEST_BYTES
+    start = body_at + _LENGTH.size
     if len(data) < start or bytes(data[: len(MAGIC)]) != MAGIC:
         return None
-    (length,) = _LENGTH.unpack(data[len(MAGIC) : start])
+    # The whole blob's digest first: nothing damaged is parsed.
+    if hashlib.sha256(data[body_at:]).digest() != bytes(data[len(MAGIC) : body_at]):
+        return None
+    (length,) = _LENGTH.unpack(data[body_at:start])
     if length > _MAX_HEADER or start + length > len(data):
         return None
     header = json.loads(bytes(data[start : start + length]))
     payload = data[start + length :]
     if header["sha256"] != key.sha256 or header["fingerprint"] != key.fingerprint:
-        return None
-    if hashlib.sha256(payload).hexdigest() != header["payload_sha256"]:
         return None
     lengths = header["lengths"]
     if not all(type(n) is int and n >= 0 for n in lengths) or sum(lengths) != len(payload):
@@ -234,7 +237,10 @@ def _load(key: FeatureKey, blob: object) -> CachedClip | None:
     ):
         return None
     waveform = arrays[header["waveform"]]
-    clip = CachedClip(
+    clip = PreparedClip(
+        index=0,
+        ordinal=1,
+        origin=ORIGIN_STORED_FEATURES,
         sha256=key.sha256,
         truncated=bool(header["truncated"]),
         detail=header["detail"],
@@ -242,10 +248,10 @@ def _load(key: FeatureKey, blob: object) -> CachedClip | None:
         features=features,
         **accounting,
     )
-    return clip if _consistent(clip) else None
+    return CachedClip(clip) if _consistent(clip) else None
 
 
-def _consistent(clip: CachedClip) -> bool:
+def _consistent(clip: PreparedClip) -> bool:
     """The arrays agree with the accounting (what the host checks of a fresh result)."""
     waveform, features = clip.waveform, clip.features
     mask = features.mask

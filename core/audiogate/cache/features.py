@@ -14,7 +14,7 @@ from __future__ import annotations
 import collections
 import logging
 import threading
-from typing import TYPE_CHECKING, Final, Protocol
+from typing import TYPE_CHECKING, Final, Protocol, cast, runtime_checkable
 
 from audiogate.cache.entry import CachedClip, from_blob, to_blob
 from audiogate.cache.key import FeatureKey
@@ -23,7 +23,7 @@ from audiogate.cancel import NEVER, CancelToken, Checkpoint
 if TYPE_CHECKING:
     from audiogate.metrics import AudioMetrics
 
-__all__ = ["ByteAccount", "Claim", "FeatureCache", "FeatureStore"]
+__all__ = ["ByteAccount", "Claim", "FeatureCache", "FeatureStore", "SelectiveFeatureStore"]
 
 _log = logging.getLogger(__name__)
 
@@ -40,6 +40,17 @@ class FeatureStore(Protocol):
 
     def get_features(self, sha256: str, key: str) -> bytes | None:
         """The blob kept for ``(sha256, key)``, or ``None``."""
+        ...
+
+
+@runtime_checkable
+class SelectiveFeatureStore(FeatureStore, Protocol):
+    """A persistent tier that keeps the entries of some sources only (a ``SourceStore``
+    keeps those of its live sources): the cache asks it before encoding a clip, so a clip
+    it would drop (inline audio that is no stored source) is never encoded nor written."""
+
+    def keeps_features(self, sha256: str) -> bool:
+        """Whether :meth:`put_features` would keep an entry of source ``sha256``."""
         ...
 
 
@@ -94,6 +105,8 @@ class FeatureCache:
             raise ValueError(f"the feature cache budget must be >= 0 bytes, got {max_bytes}")
         self.max_bytes = max_bytes
         self.store = store
+        # Asked once: isinstance against a runtime protocol inspects the object.
+        self._selective = isinstance(store, SelectiveFeatureStore)
         self.metrics = metrics
         self._account: ByteAccount | None = None
         self._lock = threading.Lock()
@@ -230,14 +243,26 @@ class FeatureCache:
                     self.resident_bytes += size
                     kept = True
                 self._publish()
-        if persist and self.store is not None:
+        store = self.store
+        if persist and store is not None and self._persists(store, key.sha256):
             blob = to_blob(key, clip)
             if blob is not None:
                 try:
-                    self.store.put_features(key.sha256, key.fingerprint, blob)
+                    store.put_features(key.sha256, key.fingerprint, blob)
                 except Exception as exc:  # the request succeeded; only the copy failed
                     _log.warning("feature store write failed for %s: %r", key.sha256, exc)
         return kept
+
+    def _persists(self, store: FeatureStore, sha256: str) -> bool:
+        """Whether ``store`` would keep an entry of ``sha256`` (asked before the clip is
+        encoded: inline audio's entries are neither encoded nor written)."""
+        if not self._selective:
+            return True
+        try:
+            return cast(SelectiveFeatureStore, store).keeps_features(sha256)
+        except Exception as exc:  # the persistent tier failing is no copy, never an error
+            _log.warning("feature store check failed for %s: %r", sha256, exc)
+            return False
 
     def _evict_oldest(self) -> None:
         """Drop the least recently used entry (call with the lock held)."""
@@ -249,6 +274,15 @@ class FeatureCache:
             self._account.release_cache(size)
         if self.metrics is not None:
             self.metrics.record_cache_eviction()
+
+    def forget(self, key: FeatureKey) -> None:
+        """Drop ``key``'s entry from memory (a plugin step failed on it); the next
+        :meth:`put` of it replaces the persistent tier's copy too."""
+        with self._lock:
+            if key in self._entries:
+                self._entries.move_to_end(key, last=False)
+                self._evict_oldest()
+                self._publish()
 
     def reclaim(self, nbytes: int) -> int:
         """Evict least recently used entries until ``nbytes`` are freed (or the cache is

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Final
 import attrs
 
 from audiogate._version import __version__
+from audiogate.deprecation import forward_names
 from audiogate.policy import AudioPolicy
 from audiogate.policy.memo import per_policy
 
@@ -27,7 +28,19 @@ if TYPE_CHECKING:
     from audiogate.decode.geometry import SourceFormat
     from audiogate.host import FamilyHost
 
-__all__ = ["KEY_FORMAT", "LIMIT_FIELDS", "RESULT_FIELDS", "FeatureKey", "feature_key"]
+__all__ = [
+    "KEY_FORMAT",
+    "LIMIT_FIELDS",
+    "RESULT_FIELDS",
+    "FeatureKey",
+    "feature_key",
+    "policy_result_fields",
+]
+
+#: ``policy_fingerprint`` was also the batch output's string digest (``audiogate.batch``).
+__getattr__ = forward_names(
+    __name__, {"policy_fingerprint": "audiogate.cache.key:policy_result_fields"}, since="0.2.0"
+)
 
 #: Bumped when the entry or blob layout changes, so old persisted entries miss.
 KEY_FORMAT: Final = 1
@@ -102,8 +115,10 @@ def _canonical(value: Any) -> Any:
     return f"{type(value).__qualname__}:{value!r}"
 
 
-def policy_fingerprint(policy: AudioPolicy) -> dict[str, Any]:
-    """The result-shaping part of ``policy``, JSON-ready (:data:`RESULT_FIELDS`)."""
+def policy_result_fields(policy: AudioPolicy) -> dict[str, Any]:
+    """The result-shaping part of ``policy``, JSON-ready (:data:`RESULT_FIELDS`): a dict,
+    part of a clip's cache key (the batch output's short string digest is
+    :func:`audiogate.batch.policy_fingerprint`)."""
     return {name: _canonical(getattr(policy, name)) for name in RESULT_FIELDS}
 
 
@@ -113,7 +128,7 @@ def _json(value: Any) -> str:
 
 @per_policy
 def _policy_json(policy: AudioPolicy) -> str:
-    return _json(policy_fingerprint(policy))
+    return _json(policy_result_fields(policy))
 
 
 def feature_key(
@@ -151,7 +166,7 @@ def feature_key(
             source_format.rate_hz,
             source_format.channels,
         ]
-    # The JSON of ``{**parts, "policy": policy_fingerprint(policy)}`` ("policy" sorts
+    # The JSON of ``{**parts, "policy": policy_result_fields(policy)}`` ("policy" sorts
     # after every other part), with the policy's part serialized once per policy.
     text = f'{_json(parts)[:-1]},"policy":{_policy_json(policy)}}}'
     return FeatureKey(sha256, hashlib.sha256(text.encode()).hexdigest())

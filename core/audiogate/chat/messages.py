@@ -26,7 +26,7 @@ from typing import Any, Final
 import attrs
 
 from audiogate.chat.sentinels import SENTINEL_PREFIX, SentinelCodec
-from audiogate.errors import PlaceholderError
+from audiogate.errors import ChatRequestError, PlaceholderError, RequestError
 
 __all__ = [
     "AUDIO_PART_TYPES",
@@ -41,10 +41,6 @@ __all__ = [
 AUDIO_PART_TYPES: Final = ("input_audio", "audio_url", "audio_ref")
 _IMAGE_PART_TYPES: Final = ("image_url",)
 _PART_TYPES: Final = ("text", *_IMAGE_PART_TYPES, *AUDIO_PART_TYPES)
-
-
-class ChatRequestError(PlaceholderError):
-    """The messages are not a valid chat request."""
 
 
 @attrs.frozen(kw_only=True)
@@ -79,11 +75,11 @@ def _parts(message: Mapping[str, Any], index: int) -> list[Mapping[str, Any]] | 
     role = message.get("role")
     if not isinstance(role, str) or not role:
         raise ChatRequestError(f"message {index} needs a string 'role'")
-    require_unicode(role, f"message {index} role")
+    require_unicode(role, f"message {index} role", error=ChatRequestError)
     content = message.get("content")
     if content is None or isinstance(content, str):
         if content:
-            require_unicode(content, f"message {index} content")
+            require_unicode(content, f"message {index} content", error=ChatRequestError)
         return None
     if not isinstance(content, list):
         raise ChatRequestError(
@@ -104,17 +100,23 @@ def _parts(message: Mapping[str, Any], index: int) -> list[Mapping[str, Any]] | 
         if kind == "text":
             if not isinstance(part.get("text"), str):
                 raise ChatRequestError(f"message {index} part {position} needs a string 'text'")
-            require_unicode(part["text"], f"message {index} part {position} text")
+            require_unicode(
+                part["text"], f"message {index} part {position} text", error=ChatRequestError
+            )
     return list(content)
 
 
-def require_unicode(text: str, where: str) -> None:
+def require_unicode(text: str, where: str, *, error: type[RequestError] = RequestError) -> None:
     """Refuse text that is not valid Unicode (a lone surrogate, as from undecodable bytes):
-    tokenizers and templates fail on it with untyped errors."""
+    tokenizers and templates fail on it with untyped errors.
+
+    :param error: what to raise: a :class:`~audiogate.errors.RequestError` (a plain
+        prompt), a :class:`~audiogate.errors.ChatRequestError` for chat messages.
+    """
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:
-        raise ChatRequestError(
+        raise error(
             f"{where} is not valid Unicode: a lone surrogate at offset {exc.start}"
         ) from None
 
@@ -150,8 +152,9 @@ def flatten_messages(
 
     :param parts: keep list content as a list, each media part a text part holding its
         sentinel; otherwise each message's content becomes one string.
-    :raises PlaceholderError: malformed messages, an unsupported part type, or (when media
-        are declared) text that contains the reserved sentinel prefix.
+    :raises ChatRequestError: malformed messages or an unsupported part type.
+    :raises PlaceholderError: (when media are declared) text that contains the reserved
+        sentinel prefix.
     """
     if isinstance(messages, str | bytes) or not isinstance(messages, Sequence) or not messages:
         raise ChatRequestError("messages must be a non-empty list of message objects")
@@ -203,8 +206,10 @@ def flatten_messages(
 
 
 def _guard(text: str, index: int) -> None:
+    # Text claiming a media position, like a family's reserved placeholder literal in a
+    # prompt: a placeholder error, not a malformed message.
     if SENTINEL_PREFIX in text:
-        raise ChatRequestError(
+        raise PlaceholderError(
             f"message {index} text contains the reserved media sentinel prefix {SENTINEL_PREFIX!r}"
         )
 

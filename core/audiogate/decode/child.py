@@ -20,18 +20,21 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import struct
 import sys
 from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO, Final
 
-__all__ = ["BLOCK", "DONE", "ERROR", "FRAME", "encode_request", "main"]
+__all__ = ["BLOCK", "DONE", "ERROR", "FRAME", "OVER_PLAN", "clean_detail", "encode_request", "main"]
 
 #: Answer frame header: tag, payload length.
 FRAME: Final = struct.Struct("<cQ")
 BLOCK: Final = b"B"
 DONE: Final = b"D"
 ERROR: Final = b"E"
+#: The error code of a stream longer than its plan (the parent's ``LimitError``).
+OVER_PLAN: Final = "over_plan"
 
 _REQUEST: Final = struct.Struct("<I")
 _DATA: Final = struct.Struct("<Q")
@@ -164,19 +167,45 @@ def _pyav_blocks(data: bytes, header: dict[str, Any]) -> Iterator[Any]:
 
 
 def _remuxed_blocks(data: bytes, header: dict[str, Any]) -> Iterator[Any]:
-    """WebM/Matroska Opus through libsndfile: remuxed to Ogg Opus first (no PyAV)."""
+    """WebM/Matroska Opus through libsndfile: remuxed to Ogg Opus first (no PyAV).
+
+    The remux stops at the plan (plus the padding a capped plan trims): a file longer
+    than that is refused from the walk, before a sample is decoded.
+    """
     from audiogate.decode.remux import remux_webm_opus
     from audiogate.errors import DecodeError
 
+    limit = header.get("max_frames")
+    stop_after = None
+    if limit is not None:
+        stop_after = limit if header.get("prefix") else limit + header.get("padding_frames", 0)
     try:
-        ogg = remux_webm_opus(data)
+        ogg = remux_webm_opus(data, stop_after=stop_after)
     except DecodeError as exc:
         raise _Refused(exc.code, exc.detail) from None
+    if ogg.stopped and not header.get("prefix"):
+        raise _OverPlan(ogg.samples)
     if ogg.packets:
         yield from _soundfile_blocks(ogg.data, header)
 
 
 Backend = Callable[[bytes, dict[str, Any]], Iterator[Any]]
+
+
+def _joined_blocks(data: bytes, header: dict[str, Any]) -> Iterator[Any]:
+    """MP3 files joined end to end and chained Ogg streams, each part through libsndfile
+    in turn (given the whole, it stops after the first part's own length)."""
+    from audiogate.decode.containers import mp3_parts, ogg_links
+
+    try:
+        parts = mp3_parts(data) if header["container"] == "mp3" else ogg_links(data)
+    except Exception as exc:  # the header was read before; a changed file is refused
+        raise _Refused("decoder_error", f"the stream's parts: {exc}") from None
+    if len(parts) == 1:
+        yield from _soundfile_blocks(data, header)
+        return
+    for start, end in parts:
+        yield from _soundfile_blocks(data[start:end], header)
 
 
 def _backend(header: dict[str, Any]) -> Backend:
@@ -186,6 +215,8 @@ def _backend(header: dict[str, Any]) -> Backend:
         return _remuxed_blocks
     if header["container"] in ("webm", "mp4"):
         return _pyav_blocks
+    if header["container"] in ("mp3", "ogg"):
+        return _joined_blocks
     return _soundfile_blocks
 
 
@@ -205,21 +236,62 @@ def _test_hook(name: str) -> None:
         del _hold
 
 
-def _decode(data: bytes, header: dict[str, Any], out: BinaryIO) -> None:
+class _OverPlan(Exception):
+    """The stream holds more than the plan (and its padding): at least ``frames``."""
+
+    def __init__(self, frames: int) -> None:
+        super().__init__(frames)
+        self.frames = frames
+
+
+def _decode(data: bytes, header: dict[str, Any], out: BinaryIO) -> int:
+    """Decode one clip to ``out``; returns the frames the codec produced (read).
+
+    Stops as soon as the plan is settled: a prefix at its last frame; any other stream
+    once it has produced more than the plan and its padding (``_OverPlan``). Frames
+    past the plan are never sent; padding within ``padding_frames`` is dropped.
+    """
     _limit_cpu(header["cpu_seconds"])
     if header.get("hook"):
         _test_hook(header["hook"])
+    if header["container"] == "flac" and not header.get("exact", True):
+        from audiogate.decode.containers import flac_without_total
+
+        # Frames past STREAMINFO's total: the header understated the length.
+        data = flac_without_total(data)
     backend = _backend(header)
     limit = header["max_frames"]
-    sent = 0
-    for block in backend(data, header):
-        # The parent counts and refuses past the plan; stopping one block past it here
-        # only saves work.
-        if sent > limit:
-            break
-        sent += block.shape[0]
-        _send(out, BLOCK, memoryview(block).cast("B"))
+    prefix = bool(header.get("prefix"))
+    allowed = limit + header.get("padding_frames", 0)
+    sent = read = 0
+    blocks = backend(data, header)
+    try:
+        for block in blocks:
+            read += block.shape[0]
+            take = min(block.shape[0], limit - sent)
+            if take > 0:
+                _send(out, BLOCK, memoryview(block[:take]).cast("B"))
+                sent += take
+            if prefix and sent == limit:
+                break
+            if read > allowed:
+                raise _OverPlan(read)
+    finally:
+        close = getattr(blocks, "close", None)
+        if close is not None:
+            close()  # the codec's handles, now, not at the next collection
     _send(out, DONE)
+    return read
+
+
+#: Python object reprs in a codec's message (``<_io.BytesIO object at 0x7f...>``).
+_REPR: Final = re.compile(r"<[^<>]{0,200}? at 0x[0-9a-fA-F]+>")
+
+
+def clean_detail(text: str) -> str:
+    """A codec's message fit for a client: object reprs named as "the stream", at most
+    500 characters."""
+    return _REPR.sub("the stream", text)[:500]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -243,13 +315,19 @@ def main(argv: list[str] | None = None) -> int:
         try:
             _decode(data, header, stdout)
         except _Refused as exc:
-            _send(stdout, ERROR, json.dumps({"code": exc.code, "detail": exc.detail}).encode())
+            _error(stdout, exc.code, exc.detail)
+        except _OverPlan as exc:
+            # Refused here, the process stays for the next clip (no restart).
+            _error(stdout, OVER_PLAN, f"the stream holds at least {exc.frames} frames")
         except MemoryError:
-            _send(stdout, ERROR, b'{"code": "memory_limit", "detail": "out of memory"}')
+            _error(stdout, "decoder_memory_limit", "out of memory")
         except Exception as exc:
-            detail = f"{type(exc).__name__}: {exc}"[:500]
-            _send(stdout, ERROR, json.dumps({"code": "decoder_error", "detail": detail}).encode())
+            _error(stdout, "decoder_error", f"{type(exc).__name__}: {exc}")
         del data
+
+
+def _error(out: BinaryIO, code: str, detail: str) -> None:
+    _send(out, ERROR, json.dumps({"code": code, "detail": clean_detail(detail)}).encode())
 
 
 def encode_request(header: dict[str, Any], data: bytes) -> list[bytes]:

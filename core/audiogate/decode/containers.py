@@ -28,8 +28,10 @@ Every refusal is a :class:`~audiogate.errors.DecodeError` with one of
 from __future__ import annotations
 
 import math
+import re
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import Final
 
 import attrs
@@ -45,10 +47,16 @@ from audiogate.decode.geometry import (
 from audiogate.errors import DecodeError, EmptyAudioError
 
 __all__ = [
+    "CODEC_FRAME_SLACK",
     "CONTAINER_ERROR_CODES",
     "CONTAINER_LABELS",
+    "MAX_MP3_PARTS",
+    "MAX_OGG_LINKS",
     "StreamHeader",
+    "flac_without_total",
     "inspect_container",
+    "mp3_parts",
+    "ogg_links",
     "sniff_container",
 ]
 
@@ -57,8 +65,12 @@ CONTAINER_ERROR_CODES: Final = frozenset(
     {"unknown_container", "malformed_header", "unsupported_codec", "format_mismatch"}
 )
 
-#: Decoded frames one compressed codec frame may add past the header's estimate.
-_SLACK: Final[dict[str, int]] = {"mp3": 1152, "vorbis": 8192, "opus": 5760, "aac": 2048}
+#: Decoded frames one compressed codec frame may add past the header's estimate (and
+#: the most end padding trimmed at a capped plan, ``ClipGeometry.padding_frames``).
+CODEC_FRAME_SLACK: Final[Mapping[str, int]] = MappingProxyType(
+    {"mp3": 1152, "vorbis": 8192, "opus": 5760, "aac": 2048}
+)
+_SLACK: Final = CODEC_FRAME_SLACK
 
 
 @attrs.frozen
@@ -193,13 +205,82 @@ def _inspect_aiff(view: memoryview, clip_index: int) -> StreamHeader:
 # --- FLAC ----------------------------------------------------------------------------
 
 
+_FLAC_SYNC: Final = re.compile(rb"\xff[\xf8\xf9]")
+
+
+def _crc8(data: bytes) -> int:
+    """FLAC's frame header CRC-8 (polynomial 0x07, initial 0)."""
+    crc = 0
+    for byte in data:
+        crc ^= byte
+        for _ in range(8):
+            crc = ((crc << 1) ^ 0x07) & 0xFF if crc & 0x80 else (crc << 1) & 0xFF
+    return crc
+
+
+def _flac_frame_span(view: memoryview, offset: int, channels: int, block: int) -> int:
+    """One past the last sample of the FLAC frame whose header is at ``offset`` (its
+    CRC-8, reserved bits and channel count checked), or -1 where there is none."""
+    head = bytes(view[offset : offset + 16])
+    if len(head) < 6 or head[3] & 1:
+        return -1
+    size_code, rate_code = head[2] >> 4, head[2] & 0xF
+    assignment = head[3] >> 4
+    if size_code == 0 or rate_code == 15 or assignment > 10:
+        return -1
+    if (assignment + 1 if assignment < 8 else 2) != channels:
+        return -1
+    first = head[4]  # the frame or sample number, UTF-8 coded
+    length = 1 if first < 0x80 else 8 - (first ^ 0xFF).bit_length()
+    if not 1 <= length <= 7 or first & 0xC0 == 0x80:
+        return -1
+    number = first & (0x7F >> length if length > 1 else 0x7F)
+    for byte in head[5 : 4 + length]:
+        if byte & 0xC0 != 0x80:
+            return -1
+        number = (number << 6) | (byte & 0x3F)
+    position = 4 + length
+    if size_code == 6:
+        samples, position = head[position] + 1, position + 1
+    elif size_code == 7:
+        samples, position = int.from_bytes(head[position : position + 2], "big") + 1, position + 2
+    elif size_code == 1:
+        samples = 192
+    elif size_code <= 5:
+        samples = 576 << (size_code - 2)
+    else:
+        samples = 256 << (size_code - 8)
+    position += 1 if rate_code == 12 else 2 if rate_code in (13, 14) else 0
+    if position >= len(head) or _crc8(head[:position]) != head[position]:
+        return -1
+    start = number if head[1] & 1 else number * block  # variable: a sample number
+    return start + samples
+
+
+def _flac_last_frame_end(view: memoryview, channels: int, max_block: int, max_frame: int) -> int:
+    """Where the last frame of a FLAC stream ends, in samples, from the last valid frame
+    header in the file's tail (0 if none is found). Reads at most two of the largest
+    frames STREAMINFO declares (64 KiB where it declares none)."""
+    window = 2 * max_frame + 64 if max_frame else 65_536
+    base = max(0, view.nbytes - window)
+    tail = view[base:]
+    block = max_block  # a fixed-size stream's blocks (only its last may be shorter)
+    found = [m.start() for m in _FLAC_SYNC.finditer(tail)]
+    for position in reversed(found):
+        end = _flac_frame_span(view, base + position, channels, block)
+        if end >= 0:
+            return end
+    return 0
+
+
 def _inspect_flac(view: memoryview, clip_index: int) -> StreamHeader:
-    if view.nbytes < 42:
+    base = id3_size(view)  # an ID3v2 tag in front, which the decoders skip
+    if view.nbytes < base + 42:
         raise _malformed("flac", "shorter than fLaC + STREAMINFO", clip_index)
-    block_type, length = view[4] & 0x7F, int.from_bytes(view[5:8], "big")
+    block_type, length = view[base + 4] & 0x7F, int.from_bytes(view[base + 5 : base + 8], "big")
     if block_type != 0 or length != 34:
         raise _malformed("flac", "the first metadata block is not a 34-byte STREAMINFO", clip_index)
-    info = int.from_bytes(view[8:42], "big")  # 272 bits, most significant first
+    info = int.from_bytes(view[base + 8 : base + 42], "big")  # 272 bits, most significant first
     max_block = (info >> 240) & 0xFFFF
     rate = (info >> 172) & 0xFFFFF
     channels = ((info >> 169) & 0x7) + 1
@@ -207,13 +288,30 @@ def _inspect_flac(view: memoryview, clip_index: int) -> StreamHeader:
     if rate == 0:
         raise _malformed("flac", "STREAMINFO sample rate is 0", clip_index)
     if total:
-        return StreamHeader("flac", "flac", rate, channels, total, True)
+        max_frame = (info >> 192) & 0xFFFFFF
+        end = _flac_last_frame_end(view, channels, max_block, max_frame)
+        if end <= total:
+            return StreamHeader("flac", "flac", rate, channels, total, True)
+        # Frames past the total STREAMINFO declares (a header that understates the
+        # length): the decoder is told no total, reads to the end, and the clip is planned
+        # for where its last frame ends.
+        return StreamHeader("flac", "flac", rate, channels, end, False)
     # No total in STREAMINFO (a streamed encode): a constant subframe frame is at least
     # a 6-byte header, 2 bytes per channel and a 2-byte CRC for up to max_block frames.
     frames_per_byte = max(max_block, 16) / (8 + 2 * channels)
     return StreamHeader(
         "flac", "flac", rate, channels, math.ceil(view.nbytes * frames_per_byte), False
     )
+
+
+def flac_without_total(data: bytes) -> bytes:
+    """``data`` with STREAMINFO's total samples cleared (unknown), so a decoder reads
+    every frame instead of stopping at a total that understates the stream."""
+    base = id3_size(memoryview(data))
+    if len(data) < base + 42 or data[base : base + 4] != b"fLaC":
+        return data
+    info = int.from_bytes(data[base + 8 : base + 42], "big") & ~(0xFFFFFFFFF << 128)
+    return data[: base + 8] + info.to_bytes(34, "big") + data[base + 42 :]
 
 
 # --- MP3 -----------------------------------------------------------------------------
@@ -252,8 +350,22 @@ def _mp3_frame(view: memoryview, offset: int) -> _Mp3Frame | None:
     return _Mp3Frame(version, rate, channels, samples, size)
 
 
-def _inspect_mp3(view: memoryview, clip_index: int) -> StreamHeader:
-    start = id3_size(view)
+#: MP3 files joined end to end that one clip may hold.
+MAX_MP3_PARTS: Final = 64
+
+
+@attrs.frozen
+class _Mp3Part:
+    start: int  # the part's first byte (its ID3v2 tag, if any)
+    end: int  # one past its last byte
+    first: _Mp3Frame
+    frames: int  # decoded frames, an upper bound
+
+
+def _mp3_part(view: memoryview, offset: int, clip_index: int) -> _Mp3Part:
+    """One MP3 file at ``offset``: its ID3v2 tag, frames, and where its Xing/Info header
+    says it ends (the end of the buffer without one)."""
+    start = offset + id3_size(view[offset:])
     if start >= view.nbytes:
         raise EmptyAudioError(clip_index=clip_index, detail="an ID3 tag and no MPEG frames")
     first = _mp3_frame(view, start)
@@ -268,15 +380,67 @@ def _inspect_mp3(view: memoryview, clip_index: int) -> StreamHeader:
     else:
         side = 17 if first.channels == 2 else 9
     tag = start + 4 + side
-    if bytes(view[tag : tag + 4]) in (b"Xing", b"Info") and tag + 12 <= view.nbytes:
-        (flags,) = struct.unpack_from(">I", view, tag + 4)
+    if bytes(view[tag : tag + 4]) in (b"Xing", b"Info") and tag + 16 <= view.nbytes:
+        flags, count, size = struct.unpack_from(">III", view, tag + 4)
         if flags & 1:
-            (count,) = struct.unpack_from(">I", view, tag + 8)
             frames = (count + 1) * first.samples + _SLACK["mp3"]
-            return StreamHeader("mp3", "mp3", first.rate_hz, first.channels, frames, False)
+            # The byte count (flag 2) says where this file ends: a file joined after it
+            # is another part, which the decoder would otherwise never reach.
+            end = start + size if flags & 2 and first.bytes <= size else view.nbytes
+            return _Mp3Part(offset, min(end, view.nbytes), first, frames)
     # No frame count: every frame is at least the lowest bitrate's size.
     lowest = (first.samples // 8) * (32 if first.version == 3 else 8) * 1000 // first.rate_hz
     frames = -(-(view.nbytes - start) // lowest) * first.samples
+    return _Mp3Part(offset, view.nbytes, first, frames)
+
+
+def _next_mp3(view: memoryview, offset: int) -> int | None:
+    """Where another MP3 file starts at ``offset`` (past an ID3v1 tag), or ``None``."""
+    if bytes(view[offset : offset + 3]) == b"TAG":
+        offset += 128
+    if offset >= view.nbytes:
+        return None
+    if bytes(view[offset : offset + 3]) == b"ID3" or _mp3_frame(view, offset) is not None:
+        return offset
+    return None
+
+
+def _mp3_parts(view: memoryview, clip_index: int) -> list[_Mp3Part]:
+    parts = [_mp3_part(view, 0, clip_index)]
+    while parts[-1].end < view.nbytes:
+        following = _next_mp3(view, parts[-1].end)
+        if following is None:
+            break  # trailing bytes (a tag), which the decoder skips
+        if len(parts) == MAX_MP3_PARTS:
+            raise _unsupported(
+                "mp3", f"more than {MAX_MP3_PARTS} MP3 files joined end to end", clip_index
+            )
+        parts.append(_mp3_part(view, following, clip_index))
+    return parts
+
+
+def mp3_parts(data: bytes | memoryview) -> list[tuple[int, int]]:
+    """The byte ranges of the MP3 files ``data`` holds, joined end to end (``cat``): each
+    part's Xing/Info header counts only its own frames, so a decoder given the whole
+    stops after the first; each part is decoded on its own, in order (one range for an
+    ordinary file)."""
+    with memoryview(data) as view:
+        return [(part.start, part.end) for part in _mp3_parts(view, 0)]
+
+
+def _inspect_mp3(view: memoryview, clip_index: int) -> StreamHeader:
+    parts = _mp3_parts(view, clip_index)
+    first = parts[0].first
+    for part in parts[1:]:
+        if (part.first.rate_hz, part.first.channels) != (first.rate_hz, first.channels):
+            raise _unsupported(
+                "mp3",
+                f"MP3 files joined end to end at different rates or channel counts "
+                f"({first.rate_hz} Hz × {first.channels}, then {part.first.rate_hz} Hz × "
+                f"{part.first.channels} at byte {part.start})",
+                clip_index,
+            )
+    frames = sum(part.frames for part in parts)
     return StreamHeader("mp3", "mp3", first.rate_hz, first.channels, frames, False)
 
 
@@ -299,6 +463,46 @@ def _ogg_page(view: memoryview, offset: int) -> tuple[int, int, int, int, int] |
     if end > view.nbytes:
         return None
     return kind, granule, serial, body, end
+
+
+#: Logical streams one after another (a chained Ogg) that one clip may hold.
+MAX_OGG_LINKS: Final = 64
+
+
+def ogg_links(data: bytes | memoryview) -> list[tuple[int, int]]:
+    """The byte ranges of a chained Ogg's links (logical streams one after another, each
+    ended by its end-of-stream page), in order; one range for an ordinary file. A decoder
+    given the whole stops after the first link; each is decoded on its own.
+
+    Walks every page header (the decoder process does, not admission). Bytes that are
+    not a page end the walk: they stay in the last range.
+
+    :raises ValueError: more than :data:`MAX_OGG_LINKS` links.
+    """
+    with memoryview(data) as view:
+        links: list[tuple[int, int]] = []
+        start = offset = 0
+        while (page := _ogg_page(view, offset)) is not None:
+            offset = page[4]
+            if page[0] & 0x04 and offset < view.nbytes:
+                links.append((start, offset))
+                start = offset
+                if len(links) >= MAX_OGG_LINKS:
+                    raise ValueError(f"more than {MAX_OGG_LINKS} chained Ogg streams")
+        links.append((start, view.nbytes))
+        return links
+
+
+_BEGINNING: Final = re.compile(rb"OggS\x00[\x02\x06]")
+
+
+def _later_stream(view: memoryview, offset: int) -> bool:
+    """A beginning-of-stream page at or after ``offset`` (a scan at C speed, each match
+    checked as a page): the file is a chain of logical streams."""
+    for match in _BEGINNING.finditer(view, offset):
+        if _ogg_page(view, match.start()) is not None:
+            return True
+    return False
 
 
 def _inspect_ogg(view: memoryview, clip_index: int) -> StreamHeader:
@@ -329,7 +533,11 @@ def _inspect_ogg(view: memoryview, clip_index: int) -> StreamHeader:
         raise _unsupported("ogg", "more than one logical stream (multiplexed Ogg)", clip_index)
     # The last page of the stream: search back from the end (a page is < 65,536 bytes).
     last_granule = -1
-    window = bytes(view[max(0, view.nbytes - 65_536 - _OGG_PAGE.size) :])
+    if _later_stream(view, end):
+        # A chained Ogg: the last granule is the last link's; the links decode in turn.
+        window = b""
+    else:
+        window = bytes(view[max(0, view.nbytes - 65_536 - _OGG_PAGE.size) :])
     position = len(window)
     base = view.nbytes - len(window)
     while (position := window.rfind(b"OggS", 0, position)) >= 0:
@@ -569,6 +777,44 @@ def _audio_specific_config(view: memoryview, start: int, end: int) -> tuple[int,
     return object_type, rate, channels
 
 
+def _mp4_understated(
+    view: memoryview,
+    mdia: tuple[int, int],
+    stbl: tuple[int, int],
+    stsz: tuple[int, int],
+    count: int,
+    core_rate: int,
+) -> str:
+    """What says the sound track holds more than its ``stsz`` sample count ("" if
+    nothing): more sizes listed than counted, a time-to-sample table or a media duration
+    longer than the count (two AAC frames of slack)."""
+    start, end = stsz
+    (fixed,) = struct.unpack_from(">I", view, start + 4)
+    if fixed == 0 and (end - start - 12) // 4 > count:
+        return f"stsz declares {count} samples and lists {(end - start - 12) // 4} sizes"
+    stts = _find(view, *stbl, b"stts")
+    if stts:
+        s, e = stts[0]
+        (entries,) = struct.unpack_from(">I", view, s + 4)
+        if 8 + 8 * entries > e - s:
+            raise ValueError("stts lists more entries than its box holds")
+        timed = sum(c for c, _delta in struct.iter_unpack(">II", view[s + 8 : s + 8 + 8 * entries]))
+        if timed > count:
+            return f"stsz declares {count} samples, stts times {timed}"
+    mdhd = _find(view, *mdia, b"mdhd")
+    if mdhd and core_rate > 0:
+        s, _e = mdhd[0]
+        if view[s] == 1:
+            timescale, duration = struct.unpack_from(">IQ", view, s + 20)
+        else:
+            timescale, duration = struct.unpack_from(">II", view, s + 12)
+        # duration / timescale > (count + 2) AAC frames of 1,024 at the core rate
+        if timescale and duration * core_rate > (count + 2) * 1024 * timescale:
+            seconds = duration / timescale
+            return f"mdhd declares {seconds:.3f} s, stsz {count} AAC frames"
+    return ""
+
+
 def _inspect_mp4(view: memoryview, clip_index: int) -> StreamHeader:
     try:
         moov = _find(view, 0, view.nbytes, b"moov")
@@ -598,6 +844,12 @@ def _inspect_mp4(view: memoryview, clip_index: int) -> StreamHeader:
             raise ValueError("the mp4a entry has no esds box")
         object_type, rate, channels = _audio_specific_config(view, *esds[0])
         (count,) = struct.unpack_from(">I", view, stsz[0][0] + 8)
+        understated = _mp4_understated(view, sound[0], stbl, stsz[0], count, rate)
+        if understated:
+            raise ValueError(
+                f"the header understates the length: {understated} (the decoders stop at "
+                f"the declared count); remux the file (ffmpeg -i IN -c copy OUT.m4a)"
+            )
     except LookupError as exc:
         raise _unsupported("mp4", str(exc), clip_index) from None
     except (ValueError, struct.error, IndexError) as exc:

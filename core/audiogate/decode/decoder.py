@@ -67,7 +67,7 @@ stable ``code``:
 ``decoder_error`` / ``stream_changed`` / ``truncated_stream``
     the codec refused the stream, its rate or channel count changed mid-way, or a
     lossless stream ended before the frames its header declares.
-``decoder_crashed`` / ``decoder_timeout`` / ``memory_limit``
+``decoder_crashed`` / ``decoder_timeout`` / ``decoder_memory_limit``
     the decoder process died, ran past its CPU or wall-clock time, or past its address
     space (:class:`~audiogate.decode.isolation.DecoderFailedError`).
 
@@ -90,13 +90,19 @@ import numpy as np
 import numpy.typing as npt
 
 from audiogate.cancel import NEVER, CancelToken, Checkpoint
-from audiogate.decode.containers import CONTAINER_LABELS, inspect_container, sniff_container
+from audiogate.decode.containers import (
+    CODEC_FRAME_SLACK,
+    CONTAINER_LABELS,
+    inspect_container,
+    sniff_container,
+)
 from audiogate.decode.geometry import (
     BYTES_PER_SAMPLE,
     WAV,
     ClipGeometry,
     DecodeLimits,
     SourceFormat,
+    describe_signature,
 )
 from audiogate.decode.raw import inspect_raw
 from audiogate.decode.samples import downmix_encoded, downmix_f32, downmix_pcm16
@@ -153,7 +159,7 @@ DECODE_ERROR_CODES: Final = frozenset(
         "truncated_stream",
         "decoder_crashed",
         "decoder_timeout",
-        "memory_limit",
+        "decoder_memory_limit",
     }
 )
 
@@ -268,6 +274,8 @@ def inspect(
             geometry = inspect_raw(view.nbytes, source_format, clip_index=clip_index)
         else:
             container = sniff_container(view) if view.nbytes else None
+            if declared == "auto" and container is None and view.nbytes:
+                _refuse_unrecognised(view, clip_index)
             if declared == "wav" or (declared == "auto" and container in (None, "wav")):
                 # The strict RIFF walker: its refusals name what is wrong with a WAV.
                 geometry = inspect_wav(
@@ -281,6 +289,22 @@ def inspect(
                 geometry = _inspect_compressed(view, declared, container, limits, clip_index)
     check_limits(geometry, limits, clip_index=clip_index)
     return geometry
+
+
+def _refuse_unrecognised(view: memoryview, clip_index: int) -> None:
+    """Bytes sent without a declared format that start with no container audiogate decodes:
+    a RIFF file that is not WAVE goes on to the strict walker (which names what it is);
+    anything else is refused here, naming what the bytes look like."""
+    found = describe_signature(view)
+    if found.startswith(("RIFF", "RF64", "BW64")):
+        return
+    raise DecodeError(
+        f"the bytes are not an audio format audiogate decodes (found {found}); accepted: "
+        f"{', '.join(CONTAINER_LABELS.values())}, or headerless samples declared as pcm16 "
+        f"or f32 with their sample_rate and channels",
+        clip_index=clip_index,
+        code="unknown_container",
+    )
 
 
 def _inspect_compressed(
@@ -338,8 +362,13 @@ def _inspect_compressed(
         if limits.max_duration_us is not None:
             cap = min(cap, limits.max_duration_us * geometry.rate_hz // 1_000_000)
         if cap < geometry.frames:
+            # A clip exactly at the cap ends with its codec's padding past it (an encoder
+            # pads the last frame): that much is trimmed at the cap, not refused.
             geometry = attrs.evolve(
-                geometry, frames=cap, duration_us=cap * 1_000_000 // geometry.rate_hz
+                geometry,
+                frames=cap,
+                duration_us=cap * 1_000_000 // geometry.rate_hz,
+                padding_frames=CODEC_FRAME_SLACK.get(header.codec, 0),
             )
     return geometry
 
@@ -364,6 +393,7 @@ def _check_geometry(geometry: ClipGeometry, nbytes: int, clip_index: int) -> Non
         and geometry.channels >= 1
         and geometry.frames >= 1
         and geometry.data_offset >= 0
+        and geometry.padding_frames == 0
         and geometry.data_length == geometry.frames * geometry.frame_bytes
         and geometry.duration_us == geometry.frames * 1_000_000 // geometry.rate_hz
     )
@@ -383,13 +413,20 @@ def _check_geometry(geometry: ClipGeometry, nbytes: int, clip_index: int) -> Non
 
 
 def _check_compressed_geometry(geometry: ClipGeometry, nbytes: int, clip_index: int) -> None:
-    fields = (geometry.rate_hz, geometry.channels, geometry.frames, geometry.duration_us)
+    fields = (
+        geometry.rate_hz,
+        geometry.channels,
+        geometry.frames,
+        geometry.duration_us,
+        geometry.padding_frames,
+    )
     consistent = (
         geometry.container in CONTAINER_LABELS
         and all(isinstance(v, int) and not isinstance(v, bool) for v in fields)
         and geometry.rate_hz >= 1
         and geometry.channels >= 1
         and geometry.frames >= 1
+        and 0 <= geometry.padding_frames <= max(CODEC_FRAME_SLACK.values())
         and geometry.data_offset == 0
         and geometry.data_length == nbytes
         and geometry.duration_us == geometry.frames * 1_000_000 // geometry.rate_hz

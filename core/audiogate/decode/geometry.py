@@ -29,6 +29,7 @@ __all__ = [
     "DecodeLimits",
     "Encoding",
     "SourceFormat",
+    "describe_signature",
     "id3_size",
     "sniff_container",
 ]
@@ -157,9 +158,51 @@ def sniff_container(view: memoryview) -> Container | None:
         return "webm"
     if head[4:8] == b"ftyp":
         return "mp4"
-    if id3_size(view) or _mp3_sync(head):
+    tag = id3_size(view)
+    if tag:
+        # An ID3v2 tag is written in front of FLAC files too (libsndfile and FFmpeg skip
+        # it): what follows the tag decides.
+        return "flac" if bytes(view[tag : tag + 4]) == b"fLaC" else "mp3"
+    if _mp3_sync(head):
         return "mp3"
     return None
+
+
+#: Signatures of formats audiogate does not decode, to name them in a refusal:
+#: ``(offset, magic, label)``; four bytes or more, so raw samples do not match by chance.
+_OTHER_SIGNATURES: Final = (
+    (0, b"RIFX", "RIFX (big-endian RIFF)"),
+    (0, b"FORM", "IFF (not AIFF/AIFC)"),
+    (0, b"caff", "CAF (Core Audio Format)"),
+    (0, b"#!AMR", "AMR"),
+    (0, b".snd", "Sun AU"),
+    (0, b"MThd", "MIDI"),
+    (0, b"%PDF", "PDF"),
+    (0, b"\x89PNG", "PNG image"),
+    (0, b"\xff\xd8\xff", "JPEG image"),
+    (0, b"GIF8", "GIF image"),
+    (0, b"PK\x03\x04", "ZIP archive"),
+    (0, b"\x1f\x8b\x08", "gzip data"),
+    (0, b"<!DOCTYPE", "an HTML document"),
+    (0, b"<html", "an HTML document"),
+    (0, b"{", "JSON text"),
+)
+
+
+def describe_signature(view: memoryview | bytes) -> str:
+    """A short label of what the bytes start with, for messages: a decoded container's
+    label, another format's name, ``"RIFF (not WAVE)"``, or ``"no known signature"``."""
+    view = memoryview(view)
+    head = bytes(view[:16])
+    container = sniff_container(view)
+    if container is not None:
+        return CONTAINER_LABELS[container]
+    if head[:4] in (b"RIFF", b"RF64", b"BW64"):
+        return f"{head[:4].decode()} (not WAVE)"
+    for offset, magic, label in _OTHER_SIGNATURES:
+        if head[offset : offset + len(magic)] == magic:
+            return label
+    return "no known signature"
 
 
 def _mp3_sync(head: bytes) -> bool:
@@ -285,6 +328,10 @@ class ClipGeometry:
         shorter.
     :param prefix: only the first ``frames`` are wanted (truncate mode): the decoder stops
         there instead of refusing a longer stream.
+    :param padding_frames: a compressed bound capped at the policy's length: frames of
+        codec end padding (at most one codec frame) that may follow ``frames``. A stream
+        that ends within them is trimmed to ``frames``, as FFmpeg trims a codec's padding;
+        one that goes on past them is refused.
     """
 
     container: Container
@@ -297,6 +344,7 @@ class ClipGeometry:
     data_length: int
     exact: bool = True
     prefix: bool = False
+    padding_frames: int = 0
 
     @property
     def in_process(self) -> bool:

@@ -8,7 +8,7 @@ arithmetic as WAV (:func:`~audiogate.decode.samples.downmix_f32`), counting fram
 against the plan: a stream longer than planned stops there with a ``LimitError``.
 
 A decoder that dies, hangs or runs out of memory is a :class:`DecoderFailedError` for its
-clip (``decoder_crashed``, ``decoder_timeout``, ``memory_limit``); its process is killed
+clip (``decoder_crashed``, ``decoder_timeout``, ``decoder_memory_limit``); its process is killed
 and reaped, and the next clip starts a fresh one. Cancellation is polled between blocks
 (and while waiting); a cancelled or refused clip's process is killed too, so no process,
 pipe or buffer outlives the call on any path.
@@ -35,10 +35,25 @@ import numpy as np
 import numpy.typing as npt
 
 from audiogate.cancel import NEVER, CancelToken, Checkpoint
-from audiogate.decode.child import BLOCK, DONE, ERROR, FRAME, encode_request
+from audiogate.decode.child import (
+    BLOCK,
+    DONE,
+    ERROR,
+    FRAME,
+    OVER_PLAN,
+    clean_detail,
+    encode_request,
+)
+from audiogate.decode.decoder import DECODE_ERROR_CODES
 from audiogate.decode.geometry import ClipGeometry
 from audiogate.decode.samples import BLOCK_FRAMES, downmix_f32
-from audiogate.errors import DecodeError, LimitError, NonFiniteSampleError
+from audiogate.errors import (
+    CodecsUnavailableError,
+    DecodeError,
+    LimitError,
+    NonFiniteSampleError,
+)
+from audiogate.extras import installed
 
 __all__ = [
     "DEFAULT_ADDRESS_SPACE_BYTES",
@@ -56,6 +71,10 @@ DEFAULT_ADDRESS_SPACE_BYTES: Final = 2 << 30
 DEFAULT_CPU_SECONDS: Final = 30
 
 _POLL_S: Final = 0.05
+#: Codes only the parent gives (a decoder's answer cannot claim them).
+_PARENT_CODES: Final = frozenset(
+    {"decoder_crashed", "decoder_timeout", "geometry_mismatch", "codecs_unavailable"}
+)
 _MAX_ERROR_BYTES: Final = 4096
 
 
@@ -73,34 +92,31 @@ _EXTRAS: Final = {
 _CODEC_EXTRAS: Final = {("webm", "opus"): ("codecs", "soundfile")}
 
 
-def missing_codecs(container: str, *, clip_index: int, codec: str = "") -> DecodeError | None:
+def missing_codecs(
+    container: str, *, clip_index: int, codec: str = ""
+) -> CodecsUnavailableError | None:
     """The refusal for a container (and codec) whose decoder is not installed, else ``None``.
 
     Looks the module up without importing it (the codecs load only in the decoders).
     """
-    import importlib.util
-
     extra, module = _CODEC_EXTRAS.get((container, codec), _EXTRAS[container])
-    if importlib.util.find_spec(module) is not None:
+    if installed(module):
         return None
     note = (
-        " (PyAV's wheels bundle FFmpeg with the GPL x264 and x265 libraries; see docs/formats.md)"
+        "PyAV's wheels bundle FFmpeg with the GPL x264 and x265 libraries; see docs/formats.md"
         if module == "av"
         else ""
     )
     what = f"{container} {codec}" if codec else container
-    return DecodeError(
-        f"decoding {what} needs the optional codecs, which are not installed: "
-        f"pip install 'audiogate[{extra}]'{note}",
-        clip_index=clip_index,
-        code="codecs_unavailable",
+    return CodecsUnavailableError(
+        what, module=module, extra=extra, clip_index=clip_index, hint=note
     )
 
 
 class DecoderFailedError(DecodeError):
     """The decoder process of a clip crashed, ran out of time or ran out of memory.
 
-    ``code`` is ``decoder_crashed``, ``decoder_timeout`` or ``memory_limit``.
+    ``code`` is ``decoder_crashed``, ``decoder_timeout`` or ``decoder_memory_limit``.
     """
 
 
@@ -247,8 +263,6 @@ class DecoderPool:
         try:
             written = self._run(child, bytes(data), geometry, out, clip_index, cancel)
             healthy = True
-        except _StopEarly as stop:
-            written = stop.written
         except _ChildRefused as refused:
             # The process answered with its refusal and waits for the next clip: keep it
             # (restarting it costs 0.1-0.2 s, which a stream of broken files would burn).
@@ -273,6 +287,9 @@ class DecoderPool:
             "rate_hz": geometry.rate_hz,
             "channels": geometry.channels,
             "max_frames": geometry.frames,
+            "exact": geometry.exact,
+            "prefix": geometry.prefix,
+            "padding_frames": geometry.padding_frames,
             "block_frames": BLOCK_FRAMES,
             "cpu_seconds": self.cpu_seconds,
             "hook": self._test_hook or "",
@@ -300,17 +317,15 @@ class DecoderPool:
                     )
                 samples = np.frombuffer(payload, dtype=np.float32)
                 frames = samples.shape[0] // channels
-                room = geometry.frames - written
-                if frames > room:
-                    if not geometry.prefix:
-                        raise LimitError(
-                            "decoded frames per clip (the header understated the length)",
-                            actual=written + frames,
-                            maximum=geometry.frames,
-                            clip_index=clip_index,
-                        )
-                    frames = room
-                    samples = samples[: frames * channels]
+                if frames > geometry.frames - written:
+                    # The decoder stops at the plan itself; one that sends more is not
+                    # trusted with another clip.
+                    raise DecoderFailedError(
+                        f"the decoder sent {written + frames} frames of a clip planned "
+                        f"for {geometry.frames}",
+                        clip_index=clip_index,
+                        code="decoder_crashed",
+                    )
                 bad = downmix_f32(
                     samples,
                     out[written : written + frames],
@@ -321,21 +336,30 @@ class DecoderPool:
                 if bad is not None:
                     raise NonFiniteSampleError(clip_index=clip_index, frame=written + bad)
                 written += frames
-                if geometry.prefix and written == geometry.frames:
-                    # The rest of the stream is not wanted: end this process's clip early.
-                    raise _StopEarly(written)
             elif tag == DONE:
                 return written
             else:
                 error = json.loads(payload)
                 code = str(error.get("code", "decoder_error"))
-                detail = str(error.get("detail", ""))[:500]
-                if code == "memory_limit":
+                detail = clean_detail(str(error.get("detail", "")))
+                if code == OVER_PLAN:
+                    # The decoder stopped there itself and waits for the next clip.
+                    raise _ChildRefused(
+                        LimitError(
+                            "decoded frames per clip (the header understated the length)",
+                            actual=max(_frames_in(detail), geometry.frames + 1),
+                            maximum=geometry.frames,
+                            clip_index=clip_index,
+                        )
+                    )
+                if code not in DECODE_ERROR_CODES or code in _PARENT_CODES:
+                    code = "decoder_error"
+                if code == "decoder_memory_limit":
                     raise DecoderFailedError(
                         f"the decoder ran out of memory (address space cap "
                         f"{self.address_space_bytes} bytes): {detail}",
                         clip_index=clip_index,
-                        code="memory_limit",
+                        code="decoder_memory_limit",
                     )
                 raise _ChildRefused(DecodeError(detail, clip_index=clip_index, code=code))
         raise AssertionError("unreachable")  # pragma: no cover
@@ -408,7 +432,7 @@ class DecoderPool:
             return DecoderFailedError(
                 "the decoder was killed (out of memory?)",
                 clip_index=clip_index,
-                code="memory_limit",
+                code="decoder_memory_limit",
             )
         return DecoderFailedError(
             f"the decoder process exited with status {status}",
@@ -417,12 +441,10 @@ class DecoderPool:
         )
 
 
-class _StopEarly(Exception):
-    """A prefix is complete; the process is replaced instead of read to the end."""
-
-    def __init__(self, written: int) -> None:
-        super().__init__(written)
-        self.written = written
+def _frames_in(detail: str) -> int:
+    """The frame count the decoder's over-plan message names (0 if none)."""
+    digits = "".join(c if c.isdigit() else " " for c in detail).split()
+    return int(digits[0]) if digits else 0
 
 
 _default: DecoderPool | None = None
@@ -432,7 +454,7 @@ _default_lock = threading.Lock()
 class _ChildRefused(Exception):
     """The decoder refused the stream and finished its request cleanly."""
 
-    def __init__(self, error: DecodeError) -> None:
+    def __init__(self, error: DecodeError | LimitError) -> None:
         super().__init__(str(error))
         self.error = error
 

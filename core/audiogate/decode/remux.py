@@ -34,7 +34,7 @@ import attrs
 
 from audiogate.errors import DecodeError
 
-__all__ = ["OggOpus", "ogg_crc", "remux_bound", "remux_webm_opus"]
+__all__ = ["OggOpus", "element_budget", "ogg_crc", "remux_bound", "remux_webm_opus"]
 
 # Matroska element ids (the EBML specification and the Matroska element registry).
 _EBML: Final = 0x1A45DFA3
@@ -78,12 +78,17 @@ class OggOpus:
 
     :param data: the whole Ogg stream (headers and audio pages).
     :param packets: Opus packets in it (0: the track held no frames).
-    :param samples: 48 kHz samples it decodes to (pre-skip and end trimming applied).
+    :param samples: 48 kHz samples it decodes to (pre-skip and end trimming applied;
+        ``stopped``: no end trimming).
+    :param stopped: the walk stopped at ``stop_after`` before the end of the file.
+    :param elements: Matroska elements read (the walk's work, for the tests' bounds).
     """
 
     data: bytes
     packets: int
     samples: int
+    stopped: bool = False
+    elements: int = 0
 
 
 def ogg_crc(data: bytes | bytearray | memoryview) -> int:
@@ -357,11 +362,18 @@ class _OggWriter:
         self.continued = False
 
 
-def remux_webm_opus(data: bytes | memoryview, *, clip_index: int = 0) -> OggOpus:
+def remux_webm_opus(
+    data: bytes | memoryview, *, clip_index: int = 0, stop_after: int | None = None
+) -> OggOpus:
     """The Ogg Opus stream of a WebM/Matroska file's one Opus track.
 
     :param data: the whole WebM/Matroska file.
     :param clip_index: named in every error.
+    :param stop_after: the most 48 kHz samples (after pre-skip) the caller will keep:
+        the walk stops once the packets read decode to more than that plus one packet
+        (``OggOpus.stopped``), so a file far past a clip's cap costs the walk up to the
+        cap, not the file. It then also refuses a file that spends more than
+        :func:`element_budget` elements before reaching it.
     :returns: the Ogg stream, at most :func:`remux_bound` ``(len(data))`` bytes.
     :raises DecodeError: ``malformed_header`` (no EBML header, Segment or OpusHead),
         ``unsupported_codec`` (not exactly one audio track, not Opus, encoded blocks) or
@@ -370,10 +382,17 @@ def remux_webm_opus(data: bytes | memoryview, *, clip_index: int = 0) -> OggOpus
     """
     with memoryview(data) as outer:
         view = outer.cast("B") if outer.format != "B" or outer.ndim != 1 else outer
-        return _remux(view, clip_index)
+        return _remux(view, clip_index, stop_after)
 
 
-def _remux(view: memoryview, clip_index: int) -> OggOpus:
+def element_budget(stop_after: int) -> int:
+    """The Matroska elements a walk may read before its packets pass ``stop_after``
+    samples: four per packet of the shortest Opus frame (2.5 ms, 120 samples) needed to
+    get there, as many again for a video track's blocks, and the headers' elements."""
+    return 8 * (stop_after // 120 + 2) + 4 * _MAX_CHILDREN
+
+
+def _remux(view: memoryview, clip_index: int, stop_after: int | None) -> OggOpus:
     walk = _Walk(view, clip_index)
     end = view.nbytes
     element_id, payload, size = walk.header(0, end) if end else (0, 0, 0)
@@ -400,7 +419,18 @@ def _remux(view: memoryview, clip_index: int) -> OggOpus:
     held: tuple[int, int] | None = None
     trim_end = 0  # samples the held packet's block discards at its end
     offset, cluster_end = payload, segment_end
-    while offset < segment_end:
+    # Past this many 48 kHz samples the caller has what it needs (or a proof of overrun).
+    enough = None if stop_after is None else stop_after + _MAX_PACKET_SAMPLES
+    budget = None if stop_after is None else element_budget(stop_after)
+    elements = 0
+    stopped = False
+    while offset < segment_end and not stopped:
+        elements += 1
+        if budget is not None and elements > budget:
+            raise walk.malformed(
+                f"{elements} elements read by byte {offset} with {samples} samples of audio "
+                f"(at most {budget} before {stop_after} samples)"
+            )
         if offset >= cluster_end:
             cluster_end = segment_end
         element_id, payload, size = walk.header(offset, cluster_end)
@@ -469,14 +499,21 @@ def _remux(view: memoryview, clip_index: int) -> OggOpus:
             packets += 1
             held = (start, start + frame_size)
             start += frame_size
+            if enough is not None and samples - track.pre_skip > enough:
+                stopped = True
+                break
+        if stopped:
+            break
         if discard_ns > 0:
             # FFmpeg rounds DiscardPadding to the nearest sample (av_rescale_q).
             trim_end = (discard_ns * _OPUS_RATE_HZ + 500_000_000) // 1_000_000_000
     if track is None:
         raise _refuse("malformed_header", "no Tracks element", clip_index)
     if held is None:
-        return OggOpus(data=writer.out.getvalue(), packets=0, samples=0)
+        return OggOpus(data=writer.out.getvalue(), packets=0, samples=0, elements=elements)
     last_samples = _packet_samples(view, held[0], held[1], walk)
+    if stopped:
+        trim_end = 0  # not the stream's end: nothing to trim
     if trim_end > last_samples:
         raise walk.malformed(
             f"DiscardPadding of {trim_end} samples on a last packet of {last_samples}"
@@ -485,4 +522,10 @@ def _remux(view: memoryview, clip_index: int) -> OggOpus:
     writer.packet(view[held[0] : held[1]], granule)
     writer.page(_LAST)
     decoded = max(granule - track.pre_skip, 0)
-    return OggOpus(data=writer.out.getvalue(), packets=packets, samples=decoded)
+    return OggOpus(
+        data=writer.out.getvalue(),
+        packets=packets,
+        samples=decoded,
+        stopped=stopped,
+        elements=elements,
+    )

@@ -13,11 +13,14 @@ docs/provenance.md), on purpose:
   not checked, since writers disagree about it;
 * duplicate ``fmt `` or ``data`` chunks are refused instead of "last/first wins";
 * ``block_align`` and ``byte_rate`` are cross-checked;
-* the encodings are PCM at 8 (unsigned), 16, 24 and 32 bits, IEEE float at 32 and 64
-  bits, and 8-bit A-law and µ-law (mlxcel takes PCM16 and float32 only);
+* the encodings are PCM at 8 (unsigned), 16, 24 and 32 bits (12 and 20-bit PCM in 16
+  and 24-bit containers, left-justified, read as their container), IEEE float at 32 and
+  64 bits, and 8-bit A-law and µ-law (mlxcel takes PCM16 and float32 only); a plain
+  ``fmt `` is 16 bytes or 18 + ``cbSize`` (18, and 20 for A-law and µ-law);
 * ``WAVE_FORMAT_EXTENSIBLE`` is unwrapped (mlxcel refuses it) when it is exactly the
   40-byte form with ``cbSize`` 22, ``wValidBitsPerSample`` equal to the container bits
-  and one of those encodings' sub-format GUIDs. The channel mask is not checked: it only
+  (or, for integer samples, fewer: 24 valid in 32, left-justified) and one of those
+  encodings' sub-format GUIDs. The channel mask is not checked: it only
   names speaker positions, and every channel is averaged anyway;
 * RF64 (and BW64, its ITU twin) is a RIFF/WAVE whose 32-bit sizes are ``0xFFFFFFFF``:
   its first chunk must be ``ds64``, whose 64-bit RIFF size must match the buffer exactly
@@ -363,14 +366,22 @@ def _parse_fmt(
                 clip_index=clip_index,
                 code="unsupported_format",
             )
-        if valid_bits != bits:
+        # Integer samples may use fewer bits than their container (24 valid in 32):
+        # they are left-justified, so the container's value is the sample (libsndfile
+        # and FFmpeg read them so); float samples use every bit.
+        integer = sub_format != _FORMAT_IEEE_FLOAT
+        if not (valid_bits == bits or (integer and bits > 8 and 1 <= valid_bits < bits)):
             raise DecodeError(
                 f"WAVE_FORMAT_EXTENSIBLE wValidBitsPerSample is {valid_bits}, expected "
-                f"{bits} (the container bits per sample)",
+                f"{'1 to ' if integer and bits > 8 else ''}{bits} (the container bits per "
+                f"sample)",
                 clip_index=clip_index,
                 code="extensible_valid_bits",
             )
     else:
+        if tag == _FORMAT_PCM and 8 < bits < 32 and bits % 8:
+            # 12 or 20-bit PCM in 16 or 24-bit containers, left-justified (as above).
+            bits = (bits + 7) // 8 * 8
         encoding = _ENCODINGS.get((tag, bits))
         if encoding is None:
             raise DecodeError(
@@ -379,18 +390,22 @@ def _parse_fmt(
                 clip_index=clip_index,
                 code="unsupported_format",
             )
-        if fmt_size not in _FMT_PLAIN_SIZES:
+        # 16 bytes, or 18 + cbSize: A-law and µ-law writers (sox, Windows) add a
+        # 2-byte extension (a 20-byte chunk with cbSize 2), which carries nothing used.
+        plain_sizes = (16, 18, 20) if tag in (_FORMAT_ALAW, _FORMAT_MULAW) else _FMT_PLAIN_SIZES
+        if fmt_size not in plain_sizes:
             raise DecodeError(
                 f"'fmt ' chunk of format {_format_name(tag)} is {fmt_size} bytes, "
-                f"expected one of {_FMT_PLAIN_SIZES}",
+                f"expected one of {plain_sizes}",
                 clip_index=clip_index,
                 code="fmt_size_mismatch",
             )
-        if fmt_size == 18:
+        if fmt_size > 16:
             (cb_size,) = struct.unpack_from("<H", view, start + _FMT_BASE.size)
-            if cb_size != 0:
+            if cb_size != fmt_size - 18:
                 raise DecodeError(
-                    f"'fmt ' chunk of 18 bytes has cbSize {cb_size}, expected 0",
+                    f"'fmt ' chunk of {fmt_size} bytes has cbSize {cb_size}, "
+                    f"expected {fmt_size - 18}",
                     clip_index=clip_index,
                     code="bad_cb_size",
                 )

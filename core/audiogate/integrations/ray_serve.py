@@ -27,7 +27,8 @@ import time
 from collections.abc import Mapping
 from typing import Any, Final
 
-from audiogate.errors import AudioGateError
+from audiogate.errors import MissingExtraError
+from audiogate.extras import require_module
 from audiogate.server.options import ServeOptions
 
 __all__ = [
@@ -42,19 +43,16 @@ __all__ = [
 DEFAULT_NAME: Final = "audiogate"
 
 
-class RayServeUnavailableError(AudioGateError):
-    """Ray Serve is not installed (the message names the extra)."""
+#: Ray Serve's name for :class:`~audiogate.errors.MissingExtraError` (the same class).
+RayServeUnavailableError = MissingExtraError
 
 
 def require_serve() -> Any:
-    """The ``ray.serve`` module, or :class:`RayServeUnavailableError` naming the extra."""
-    try:
-        from ray import serve
-    except ImportError as exc:
-        raise RayServeUnavailableError(
-            f"--engine ray needs Ray Serve ({exc}): pip install 'audiogate[ray]'"
-        ) from None
-    return serve
+    """The ``ray.serve`` module.
+
+    :raises MissingExtraError: Ray Serve is not installed (names the ``ray`` extra).
+    """
+    return require_module("ray.serve", purpose="audiogate serve --engine ray (Ray Serve)")
 
 
 class _AudioGateReplica:
@@ -152,7 +150,7 @@ def serve_on_ray(
     :returns: 0 after Ctrl-C or SIGTERM.
     """
     serve = require_serve()
-    import ray
+    ray = require_module("ray", purpose="audiogate serve --engine ray")
 
     if not ray.is_initialized():
         ray.init(address=address, include_dashboard=False, logging_level=logging.WARNING)

@@ -8,21 +8,24 @@ or under one rejection reason.
 
 from __future__ import annotations
 
-from audiogate.metrics.outcome import (
-    Completed,
-    OutcomeRecord,
-    outcome_scope,
-    record_outcome,
-    rejection_reason,
-)
+from audiogate.deprecation import forward_names
+from audiogate.metrics.outcome import Completed, record_outcome, rejection_reason
 from audiogate.metrics.series import REJECTION_REASONS, AudioMetrics
 
 __all__ = [
     "REJECTION_REASONS",
     "AudioMetrics",
     "Completed",
-    "OutcomeRecord",
-    "outcome_scope",
     "record_outcome",
     "rejection_reason",
 ]
+
+# 0.1.0's request outcome record: inert since 0.2.0 (Request.close records the outcome).
+__getattr__ = forward_names(
+    __name__,
+    {
+        "OutcomeRecord": "audiogate.metrics.legacy:OutcomeRecord",
+        "outcome_scope": "audiogate.metrics.legacy:outcome_scope",
+    },
+    since="0.2.0",
+)

@@ -45,6 +45,7 @@ __all__ = [
     "decode_limits",
     "decode_working_bytes",
     "per_clip_sample_cap",
+    "plan_clip",
     "preflight",
 ]
 
@@ -130,6 +131,70 @@ def _charge_source(
     return samples, duration_us
 
 
+def plan_clip(
+    host: FamilyHost, policy: AudioPolicy, geometry: ClipGeometry, *, index: int
+) -> ClipPlan:
+    """One clip's plan from its geometry (a header's, a recorded header's, or a feature
+    cache hit's exact one) and every per-clip limit the plan is held to: the duration
+    cap in normalized samples (or the truncated prefix to decode), the family's minimum
+    length, the feature frames per clip. The source limits are the caller's
+    (:func:`~audiogate.decode.check_limits`, which :func:`~audiogate.decode.inspect`
+    applies).
+
+    :raises LimitError: over the duration cap (not truncating) or the frames per clip.
+    :raises FeatureError: shorter than the family's minimum.
+    """
+    resample = host.plan_resample(
+        policy,
+        source_rate_hz=geometry.rate_hz,
+        source_samples=geometry.frames,
+        clip_index=index,
+    )
+    received = resample.output_samples
+    cap = per_clip_sample_cap(policy, resample.output_rate_hz)
+    decoded = geometry
+    kept = received
+    if received > cap:
+        if policy.overflow != "truncate":
+            raise LimitError("duration samples", actual=received, maximum=cap, clip_index=index)
+        # Decode only the source prefix that produces the kept samples (exact for the
+        # identity and linear resamplers, the only ones that offer truncation: the
+        # linear one reads one source frame past the last kept position).
+        if resample.algorithm == "identity":
+            needed = cap
+        else:
+            needed = ((cap - 1) * geometry.rate_hz) // resample.output_rate_hz + 2
+        decoded = _prefix(geometry, needed)
+        resample = host.plan_resample(
+            policy,
+            source_rate_hz=decoded.rate_hz,
+            source_samples=decoded.frames,
+            clip_index=index,
+        )
+        kept = cap
+        if resample.output_samples < kept:
+            raise SizeOverflowError(f"the truncated length of clip {index + 1}")
+    if kept < policy.min_samples_per_clip:
+        raise FeatureError(
+            f"{kept} normalized samples at {resample.output_rate_hz} Hz is too short; the "
+            f"family needs at least {policy.min_samples_per_clip}",
+            clip_index=index,
+        )
+    features = host.plan_features(
+        policy, rate_hz=resample.output_rate_hz, samples=kept, clip_index=index
+    )
+    _check(features.frames, policy.max_frames_per_clip, "feature frames per clip", index)
+    return ClipPlan(
+        index=index,
+        geometry=geometry,
+        decode_geometry=decoded,
+        resample=resample,
+        normalized_samples=kept,
+        received_samples=received,
+        features=features,
+    )
+
+
 def preflight(
     host: FamilyHost,
     policy: AudioPolicy,
@@ -194,48 +259,13 @@ def preflight(
             source_samples, duration_us = _charge_source(
                 policy, geometry, source_samples, duration_us, index
             )
-        resample = host.plan_resample(
-            policy,
-            source_rate_hz=geometry.rate_hz,
-            source_samples=geometry.frames,
-            clip_index=index,
-        )
-        received = resample.output_samples
-        cap = per_clip_sample_cap(policy, resample.output_rate_hz)
-        decoded = geometry
-        kept = received
-        if received > cap:
-            if not truncating:
-                raise LimitError("duration samples", actual=received, maximum=cap, clip_index=index)
-            # Decode only the source prefix that produces the kept samples (exact for the
-            # identity and linear resamplers, the only ones that offer truncation: the
-            # linear one reads one source frame past the last kept position).
-            if resample.algorithm == "identity":
-                needed = cap
-            else:
-                needed = ((cap - 1) * geometry.rate_hz) // resample.output_rate_hz + 2
-            decoded = _prefix(geometry, needed)
-            resample = host.plan_resample(
-                policy,
-                source_rate_hz=decoded.rate_hz,
-                source_samples=decoded.frames,
-                clip_index=index,
-            )
-            kept = cap
-            if resample.output_samples < kept:
-                raise SizeOverflowError(f"the truncated length of clip {index + 1}")
-
+        clip_plan = plan_clip(host, policy, geometry, index=index)
+        resample, kept = clip_plan.resample, clip_plan.normalized_samples
         if truncating:
             # The source frames the kept samples span: ceil(kept · in / out), at most all.
             spanned = -(-kept * geometry.rate_hz // resample.output_rate_hz)
             source_samples, duration_us = _charge_source(
                 policy, _prefix(geometry, spanned), source_samples, duration_us, index
-            )
-        if kept < policy.min_samples_per_clip:
-            raise FeatureError(
-                f"{kept} normalized samples at {resample.output_rate_hz} Hz is too short; the "
-                f"family needs at least {policy.min_samples_per_clip}",
-                clip_index=index,
             )
         normalized += kept
         _check(
@@ -244,28 +274,15 @@ def preflight(
             "normalized samples per request",
             index,
         )
-        features = host.plan_features(
-            policy, rate_hz=resample.output_rate_hz, samples=kept, clip_index=index
-        )
-        _check(features.frames, policy.max_frames_per_clip, "feature frames per clip", index)
-        frames += features.frames
+        frames += clip_plan.features.frames
         _check(frames, policy.max_frames_per_request, "feature frames per request", index)
+        decoded = clip_plan.decode_geometry
 
         largest_decode = max(
             largest_decode, decoded.frames * FLOAT32_BYTES + decode_working_bytes(decoded)
         )
         largest_resample_work = max(largest_resample_work, resample.working_bytes)
-        plans.append(
-            ClipPlan(
-                index=index,
-                geometry=geometry,
-                decode_geometry=decoded,
-                resample=resample,
-                normalized_samples=kept,
-                received_samples=received,
-                features=features,
-            )
-        )
+        plans.append(clip_plan)
         cancel.check(Checkpoint.ACQUISITION, index)
 
     result_bytes = normalized * FLOAT32_BYTES

@@ -9,28 +9,26 @@ import attrs
 import numpy as np
 
 from audiogate.acquire.clip import EncodedClip
-from audiogate.cache import CachedClip, Claim, FeatureCache, FeatureKey, feature_key
 from audiogate.cancel import NEVER, CancelToken, Checkpoint
 from audiogate.decode import DecodeLimits, decode, inspect
-from audiogate.decode.decoder import check_rate
 from audiogate.errors import (
     FeatureError,
-    LimitError,
     MemoryLimitError,
     PluginError,
     SourceLostError,
 )
 from audiogate.host import FamilyHost
-from audiogate.pipeline.batch import PreparedBatch, PreparedClip, RequestTotals
 from audiogate.pipeline.plans import ClipPlan, RequestPlan
 from audiogate.pipeline.preflight import decode_limits, preflight
+from audiogate.pipeline.prepared import PreparedBatch, PreparedClip, RequestTotals
 from audiogate.policy import MICROS_PER_SECOND, AudioPolicy
 from audiogate.records import FeatureBatch, readonly
 
 if TYPE_CHECKING:
+    from audiogate.cache import FeatureCache
     from audiogate.decode.isolation import DecoderPool
 
-__all__ = ["Progress", "prepare_clips", "process_request"]
+__all__ = ["Progress", "collate_clips", "prepare_clips", "process_clip", "process_request"]
 
 #: ``progress(stage, clip_index, clip_count)``; stage is ``"decode"``, ``"resample"``,
 #: ``"features"`` or ``"done"``.
@@ -98,91 +96,91 @@ def process_request(
 
     :param decoders: the process pool of compressed clips (default: the process-wide
         one, :func:`audiogate.decode.isolation.default_pool`).
-    :param cache: the feature cache: a clip it holds skips decode, resample and
-        features (its exact geometry is checked against the policy's limits first);
-        a clip it lacks is stored once processed.
+    :param cache: the feature cache (:func:`audiogate.cache.lookup.process_cached`): a
+        clip it holds skips decode, resample and features, admitted by the preflight's
+        own planning of its exact geometry; a clip it lacks is stored once processed.
 
     :raises PreprocessCancelled: at the Decode, Resample or Feature checkpoint.
     :raises PluginError: a family produced something other than it planned.
     :raises MemoryLimitError: the collated inputs hold more than
         ``max_prepared_result_bytes_per_request`` (the preflight checked the plan's).
     """
+    if cache is not None and cache.enabled:
+        from audiogate.cache.lookup import process_cached
+
+        return process_cached(
+            cache, host, plan, clips, cancel=cancel, progress=progress, decoders=decoders
+        )
+    limits = decode_limits(plan.policy)
+    prepared = [
+        process_clip(
+            host,
+            plan,
+            clip_plan,
+            clip,
+            cancel=cancel,
+            progress=progress,
+            decoders=decoders,
+            limits=limits,
+        )
+        for clip_plan, clip in zip(plan.clips, clips, strict=True)
+    ]
+    return collate_clips(host, plan, prepared, cancel=cancel, progress=progress)
+
+
+def process_clip(
+    host: FamilyHost,
+    plan: RequestPlan,
+    clip_plan: ClipPlan,
+    clip: EncodedClip,
+    *,
+    cancel: CancelToken = NEVER,
+    progress: Progress | None = None,
+    decoders: DecoderPool | None = None,
+    limits: DecodeLimits | None = None,
+) -> PreparedClip:
+    """Decode, resample and featurise one planned clip of ``plan`` (``limits``: the
+    policy's :func:`~audiogate.pipeline.preflight.decode_limits`, if at hand).
+
+    A stored digest is proven before any sample is decoded: features are only ever
+    computed from the bytes the digest names (and a recorded header from the header they
+    hold).
+    """
+    index = clip_plan.index
+    if limits is None:
+        limits = decode_limits(plan.policy)
+    if clip.stored_sha256 is not None:  # a stored clip (inline audio has nothing to prove)
+        clip.check_digest(clip_index=index)
+        _check_header(clip, clip_plan, limits, index)
+    return _process_clip(
+        host, plan.policy, clip_plan, clip, limits, cancel, progress, len(plan.clips), decoders
+    )
+
+
+def collate_clips(
+    host: FamilyHost,
+    plan: RequestPlan,
+    prepared: Sequence[PreparedClip],
+    *,
+    cancel: CancelToken = NEVER,
+    progress: Progress | None = None,
+    collated: FeatureBatch | None = None,
+) -> PreparedBatch:
+    """The batch of a request's prepared clips: the family's collated inputs (or
+    ``collated``, a single-clip request's inputs kept from before), checked against the
+    clips' tokens and the prepared-bytes budget, and the totals."""
     policy = plan.policy
-    limits = decode_limits(policy)
-    count = len(plan.clips)
-    prepared: list[PreparedClip] = []
-    # Computed clips are stored once the request is collated (a single clip's entry keeps
-    # its collated inputs); their claims are released in the ``finally`` either way.
-    claims: list[Claim] = []
-    fills: list[tuple[FeatureKey, Claim | None, PreparedClip]] = []
-    # A clip sent twice in one request is computed once: its second lookup would wait on
-    # this request's own claim, which is filled only after collation (a deadlock).
-    computed: dict[FeatureKey, PreparedClip] = {}
-    collated: FeatureBatch | None = None
-    try:
-        for clip_plan, clip in zip(plan.clips, clips, strict=True):
-            index = clip_plan.index
-            found: CachedClip | Claim | None = None
-            key: FeatureKey | None = None
-            if cache is not None and cache.enabled:
-                cancel.check(Checkpoint.DECODE, index)
-                key = feature_key(
-                    host,
-                    policy,
-                    clip.sha256,
-                    decode_frames=clip_plan.decode_geometry.frames,
-                    normalized_samples=clip_plan.normalized_samples,
-                    source_format=clip.source_format,
-                )
-                if key in computed:
-                    prepared.append(_from_cache(_to_cache(computed[key]), index=index, clip=clip))
-                    continue
-                found = cache.lookup(key, family=policy.family, cancel=cancel, clip_index=index)
-            if isinstance(found, CachedClip) and not _fits_header(found, clip):
-                # Computed from another reading of these bytes (a raw source stored under
-                # another declared geometry): this clip is computed from its own, and a
-                # recorded header that is not its bytes' is refused there.
-                found = None
-            if isinstance(found, CachedClip):
-                _check_hit(policy, found, index)
-                prepared.append(_from_cache(found, index=index, clip=clip))
-                if count == 1:
-                    collated = found.collated
-                continue
-            claim = found if isinstance(found, Claim) else None
-            if claim is not None:
-                claims.append(claim)
-            # A stored digest is proven before any sample is decoded: features are only
-            # ever computed from the bytes the digest names (and a recorded header from
-            # the header they hold).
-            clip.check_digest(clip_index=index)
-            _check_header(clip, clip_plan, limits, index)
-            done = _process_clip(
-                host, policy, clip_plan, clip, limits, cancel, progress, count, decoders
-            )
-            if key is not None:
-                fills.append((key, claim, done))  # no claim: another thread's gave up
-                computed[key] = done
-            prepared.append(done)
-        cancel.check(Checkpoint.FEATURE)
-        if collated is None:
-            inputs = host.collate_features(policy, [clip.features for clip in prepared])
-        else:
-            inputs = collated
-        if inputs.tokens != tuple(clip.tokens for clip in prepared):
-            raise PluginError(
-                f"family {policy.family!r} collated tokens {inputs.tokens}, but the clips have "
-                f"{tuple(clip.tokens for clip in prepared)}"
-            )
-        for key, claim, done in fills:
-            entry = _to_cache(done, collated=inputs if count == 1 else None)
-            if claim is not None:
-                claim.fill(entry)
-            elif cache is not None:
-                cache.put(key, entry)
-    finally:
-        for claim in claims:
-            claim.release()
+    count = len(prepared)
+    cancel.check(Checkpoint.FEATURE)
+    if collated is None:
+        inputs = host.collate_features(policy, [clip.features for clip in prepared])
+    else:
+        inputs = collated
+    if inputs.tokens != tuple(clip.tokens for clip in prepared):
+        raise PluginError(
+            f"family {policy.family!r} collated tokens {inputs.tokens}, but the clips have "
+            f"{tuple(clip.tokens for clip in prepared)}"
+        )
     _check_prepared_bytes(policy, inputs.inputs.values())
     if progress:
         progress("done", count, count)
@@ -250,7 +248,7 @@ def _process_clip(
         clip_index=index,
         cancel=cancel,
     )
-    geometry = clip_plan.geometry
+    geometry, truncated = clip_plan.geometry, clip_plan.truncated
     return PreparedClip(
         index=index,
         ordinal=clip.ordinal,
@@ -267,75 +265,12 @@ def _process_clip(
         tokens=features.tokens,
         received_duration_us=geometry.duration_us,
         processed_duration_us=(
-            _duration_us(clip_plan.normalized_samples, rate)
-            if clip_plan.truncated
-            else geometry.duration_us
+            _duration_us(clip_plan.normalized_samples, rate) if truncated else geometry.duration_us
         ),
-        truncated=clip_plan.truncated,
+        truncated=truncated,
         waveform=normalized,
         features=features,
         detail=clip_plan.features.detail,
-    )
-
-
-def _to_cache(clip: PreparedClip, *, collated: FeatureBatch | None = None) -> CachedClip:
-    """The request-independent part of a prepared clip (``collated``: the inputs of a
-    request of this clip alone)."""
-    return CachedClip(
-        sha256=clip.sha256,
-        encoded_bytes=clip.encoded_bytes,
-        source_rate_hz=clip.source_rate_hz,
-        channels=clip.channels,
-        source_samples=clip.source_samples,
-        duration_us=clip.duration_us,
-        normalized_samples=clip.normalized_samples,
-        effective_rate_hz=clip.effective_rate_hz,
-        frames=clip.frames,
-        tokens=clip.tokens,
-        received_duration_us=clip.received_duration_us,
-        processed_duration_us=clip.processed_duration_us,
-        truncated=clip.truncated,
-        waveform=clip.waveform,
-        features=clip.features,
-        detail=clip.detail,
-        collated=collated,
-    )
-
-
-def _from_cache(cached: CachedClip, *, index: int, clip: EncodedClip) -> PreparedClip:
-    """A hit as this request's clip: the same (read-only) arrays, this request's place."""
-    return PreparedClip(
-        index=index,
-        ordinal=clip.ordinal,
-        origin=clip.origin,
-        sha256=cached.sha256,
-        encoded_bytes=cached.encoded_bytes,
-        source_rate_hz=cached.source_rate_hz,
-        channels=cached.channels,
-        source_samples=cached.source_samples,
-        duration_us=cached.duration_us,
-        normalized_samples=cached.normalized_samples,
-        effective_rate_hz=cached.effective_rate_hz,
-        frames=cached.frames,
-        tokens=cached.tokens,
-        received_duration_us=cached.received_duration_us,
-        processed_duration_us=cached.processed_duration_us,
-        truncated=cached.truncated,
-        waveform=cached.waveform,
-        features=cached.features,
-        detail=cached.detail,
-    )
-
-
-def _fits_header(cached: CachedClip, clip: EncodedClip) -> bool:
-    """Whether a hit was computed from a clip of the geometry a stored clip was admitted
-    by (its recorded header); a clip without one is admitted by its own header."""
-    header = clip.header
-    return header is None or (
-        cached.source_rate_hz == header.rate_hz
-        and cached.channels == header.channels
-        and cached.source_samples == header.frames
-        and cached.encoded_bytes == clip.nbytes
     )
 
 
@@ -348,37 +283,6 @@ def _check_header(clip: EncodedClip, clip_plan: ClipPlan, limits: DecodeLimits, 
     if found != clip_plan.geometry:
         raise SourceLostError(
             clip.sha256, clip_index=index, detail="its recorded header is not its bytes'"
-        )
-
-
-def _check_hit(policy: AudioPolicy, cached: CachedClip, index: int) -> None:
-    """What decoding would have refused, checked on the hit's exact geometry: the
-    preflight saw only a compressed clip's upper bound, and limits are not in the key."""
-    limits = decode_limits(policy)
-    check_rate(cached.source_rate_hz, limits, clip_index=index)
-    if cached.channels > limits.max_channels:
-        raise LimitError(
-            "source channels", actual=cached.channels, maximum=limits.max_channels, clip_index=index
-        )
-    if limits.max_duration_us is not None and cached.duration_us > limits.max_duration_us:
-        raise LimitError(
-            "source duration per clip",
-            actual=cached.duration_us,
-            maximum=limits.max_duration_us,
-            clip_index=index,
-        )
-    if cached.normalized_samples < policy.min_samples_per_clip:
-        raise FeatureError(
-            f"{cached.normalized_samples} normalized samples at {cached.effective_rate_hz} Hz is "
-            f"too short; the family needs at least {policy.min_samples_per_clip}",
-            clip_index=index,
-        )
-    if cached.frames > policy.max_frames_per_clip:
-        raise LimitError(
-            "feature frames per clip",
-            actual=cached.frames,
-            maximum=policy.max_frames_per_clip,
-            clip_index=index,
         )
 
 

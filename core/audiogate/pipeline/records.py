@@ -3,7 +3,7 @@
 :class:`~audiogate.acquire.EncodedClip` is acquisition's (``audiogate.acquire.clip``);
 :class:`ClipPlan` and :class:`RequestPlan` are admission's (``audiogate.pipeline.plans``);
 :class:`PreparedClip`, :class:`RequestTotals` and :class:`PreparedBatch` are processing's
-(``audiogate.pipeline.batch``). All of them are importable from :mod:`audiogate.pipeline`.
+(``audiogate.pipeline.prepared``). All of them are importable from :mod:`audiogate.pipeline`.
 """
 
 from __future__ import annotations

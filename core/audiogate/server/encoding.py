@@ -18,6 +18,8 @@ from typing import Any, Final, Literal
 import numpy as np
 import numpy.typing as npt
 
+from audiogate.extras import installed, require_module
+
 __all__ = [
     "FEATURE_FORMATS",
     "FeatureFormat",
@@ -36,11 +38,7 @@ FEATURE_FORMATS: Final[tuple[FeatureFormat, ...]] = ("npy", "safetensors")
 
 def safetensors_available() -> bool:
     """Whether the optional ``safetensors`` package can be imported."""
-    try:
-        import safetensors.numpy  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    return installed("safetensors")
 
 
 def _contiguous(array: Any) -> npt.NDArray[Any]:
@@ -74,8 +72,7 @@ def npy_base64(array: Any) -> list[bytes]:
 
 
 def _safetensors_base64(inputs: Mapping[str, Any]) -> list[bytes]:
-    from safetensors.numpy import save
-
+    save = require_module("safetensors.numpy", purpose="feature_format 'safetensors'").save
     blob = save({name: _contiguous(array) for name, array in inputs.items()})
     return [base64.b64encode(blob)]
 
@@ -133,6 +130,7 @@ def decode_features(features: Mapping[str, Any]) -> dict[str, npt.NDArray[Any]]:
     """The arrays of a response's ``features`` object (either format).
 
     :raises ValueError: the object is not a ``features`` object this module writes.
+    :raises MissingExtraError: safetensors features where safetensors is not installed.
     """
     kind = features.get("format")
     try:
@@ -142,8 +140,7 @@ def decode_features(features: Mapping[str, Any]) -> dict[str, npt.NDArray[Any]]:
                 for name, text in features["inputs"].items()
             }
         if kind == "safetensors":
-            from safetensors.numpy import load
-
+            load = require_module("safetensors.numpy", purpose="safetensors features").load
             return dict(load(base64.b64decode(features["data"], validate=True)))
     except (KeyError, TypeError, binascii.Error) as exc:
         raise ValueError(f"malformed {kind} features object: {exc}") from exc

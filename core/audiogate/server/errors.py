@@ -1,9 +1,11 @@
 """audiogate errors as HTTP answers: a status code and one JSON error shape.
 
-``{"error": {"type": <class name>, "reason": <metrics reason>, "message": ...,
-"clip_index": <int or null>, ...}}`` with ``limit`` / ``actual`` / ``maximum`` for a
-limit, ``code`` for a decode error, ``origin`` for an acquisition error and
-``checkpoint`` for a cancellation, where present.
+``{"error": {"type": <class name>, "code": <error code>, "reason": <metrics reason>,
+"message": ..., "clip_index": <int or null>, ...}}`` with ``limit`` / ``actual`` /
+``maximum`` for a limit, ``origin`` for an acquisition error and ``checkpoint`` for a
+cancellation, where present. ``code`` is the library's one vocabulary
+(:func:`audiogate.errors.error_code`: the batch output's ``error_code`` too), ``reason``
+the metrics label it is counted under.
 
 Bad input is never a 500: only a :class:`~audiogate.errors.PluginError` (a family plugin
 broke its contract: a server bug) and exceptions audiogate did not raise on purpose are,
@@ -21,16 +23,20 @@ from starlette.responses import Response
 
 from audiogate.errors import (
     AudioGateError,
+    AudioInputError,
     LimitError,
+    MissingExtraError,
     PluginError,
     PreprocessCancelled,
     QueueFullError,
+    RequestError,
     SizeOverflowError,
     SourceBusyError,
     SourceLostError,
     SourceNotFoundError,
     SourceRetiredError,
     WorkerUnavailableError,
+    error_code,
 )
 from audiogate.metrics import rejection_reason
 from audiogate.server.responses import json_response
@@ -56,24 +62,27 @@ STATUS_CLIENT_CLOSED: Final = 499
 #: ``Retry-After`` of a 429 (the queue drains in well under a second per job).
 RETRY_AFTER_SECONDS: Final = 1
 
-_EXTRA_FIELDS: Final = ("limit", "actual", "maximum", "code", "origin", "checkpoint")
+_EXTRA_FIELDS: Final = ("limit", "actual", "maximum", "origin", "checkpoint")
 
 
-class BadRequestError(AudioGateError):
+class BadRequestError(RequestError):
     """The HTTP request is not a prepare request: body, JSON or shape.
 
     :param field: the JSON path concerned (``"messages"``, ``"audiogate.feature_format"``).
     """
 
-    reason = "waveform"
+    code = "bad_request"
 
     def __init__(self, message: str, *, field: str | None = None) -> None:
         self.field = field
-        super().__init__(message)
+        self.detail = message
+        AudioGateError.__init__(self, message)
 
 
 class RequestTimeoutError(BadRequestError):
     """The request body stalled: no bytes arrived within the server's idle timeout."""
+
+    code = "request_timeout"
 
     def __init__(self, message: str) -> None:
         super().__init__(message, field=None)
@@ -82,6 +91,8 @@ class RequestTimeoutError(BadRequestError):
 class UnauthorizedError(BadRequestError):
     """The request has no bearer token the server knows (``--auth-tokens``): 401."""
 
+    code = "unauthorized"
+
     def __init__(self, message: str) -> None:
         super().__init__(message, field="authorization")
 
@@ -89,6 +100,8 @@ class UnauthorizedError(BadRequestError):
 class ServerConfigError(AudioGateError):
     """The server's own configuration is unusable (e.g. ``--media-path`` is not a
     directory): the server refuses to start. Never a request's answer."""
+
+    code = "server_config"
 
 
 def reason_for(error: BaseException) -> str:
@@ -118,6 +131,8 @@ def status_for(error: BaseException) -> int:
         return 413
     if isinstance(error, PluginError):
         return 500
+    if isinstance(error, MissingExtraError) and not isinstance(error, AudioInputError):
+        return 500  # the installation lacks it, not the input (a clip's codecs: 400)
     if isinstance(error, AudioGateError):
         return 400
     return 500
@@ -129,6 +144,7 @@ def error_payload(error: BaseException) -> dict[str, Any]:
         return {
             "error": {
                 "type": "InternalServerError",
+                "code": error_code(error),
                 "reason": reason_for(error),
                 "message": "internal server error (logged on the server)",
                 "clip_index": None,
@@ -136,6 +152,7 @@ def error_payload(error: BaseException) -> dict[str, Any]:
         }
     body: dict[str, Any] = {
         "type": type(error).__name__,
+        "code": error_code(error),
         "reason": reason_for(error),
         "message": str(error),
         "clip_index": getattr(error, "clip_index", None),
@@ -173,6 +190,7 @@ async def http_error(request: Request, exc: Exception) -> Response:
     payload = {
         "error": {
             "type": "HTTPException",
+            "code": None,
             "reason": None,
             "message": exc.detail,
             "clip_index": None,

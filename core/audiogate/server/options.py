@@ -18,7 +18,7 @@ import attrs
 from audiogate.argtypes import positive_int
 from audiogate.chat.prompt_text import MAX_PROMPT_TEXT_BYTES
 from audiogate.server.budgets import ServerLimits
-from audiogate.store.records import StoreQuotas
+from audiogate.store.source_record import StoreQuotas
 from audiogate.store.store import DEFAULT_SOURCE_WAIT_S
 from audiogate.worker import WorkerLimits
 from audiogate.worker.reservations import MIB

@@ -1,12 +1,12 @@
 """The routes: ``POST /v1/audio/prepare`` (read the body under its budgets, prepare,
 answer), ``GET /metrics`` and ``GET /healthz``.
 
-Every prepare request is counted once in the audio metrics (see
-:mod:`audiogate.metrics.outcome`): this handler owns the request's outcome record and
-counts what fails or is cancelled before the worker's admission (body, JSON,
-acquisition, template), and a request the worker prepared once its answer is admitted
-into the body budget (completed), or as the answer was refused or abandoned there
-(``memory_limit``, cancelled).
+Every prepare request is counted once in the audio metrics: this handler owns it. What
+fails before the call is parsed (the queue at the door, the body, JSON) is counted here;
+from then on the handler drives a :class:`~audiogate.request.Request` and closes it
+once: as completed when its answer is admitted into the body budget, or as the answer
+was refused or abandoned there (``memory_limit``, cancelled), or with the error the
+client was answered with.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import functools
 import math
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
@@ -30,7 +29,7 @@ from starlette.responses import Response
 from starlette.types import Receive
 
 from audiogate.acquire import AcquiredBytes
-from audiogate.api import AudioGate, PreparedRequest
+from audiogate.api import AudioGate
 from audiogate.budget import BudgetHold, ByteBudget
 from audiogate.cancel import CancelToken
 from audiogate.errors import (
@@ -41,7 +40,9 @@ from audiogate.errors import (
     WorkerUnavailableError,
     clear_frames,
 )
-from audiogate.metrics import OutcomeRecord, outcome_scope, record_outcome
+from audiogate.metrics import record_outcome
+from audiogate.request import Request as GateRequest
+from audiogate.server.auth import OwnerTokens, owner_of
 from audiogate.server.budgets import (
     BODY_BYTES_LIMIT,
     ServerLimits,
@@ -57,7 +58,7 @@ from audiogate.server.errors import (
 )
 from audiogate.server.requests import parse_body, parse_call
 from audiogate.server.responses import FragmentsResponse, json_response, render_answer, render_head
-from audiogate.server.sources import SourceRoutes, owner_of
+from audiogate.server.sources import SourceRoutes
 from audiogate.worker import AudioWorker
 
 __all__ = ["AudioServer"]
@@ -77,11 +78,10 @@ _T = TypeVar("_T")
 
 @attrs.define
 class _Ticket:
-    """One request's progress: its metrics outcome (recorded once: by the worker for what
-    fails from its admission on, by the gate or the server before; a prepared request by
-    the server, as its answer was admitted or not) and whether its body was read."""
+    """One request's progress: the gate's request once the call is parsed (it records
+    the outcome when closed; before, this handler does) and whether the body was read."""
 
-    outcome: OutcomeRecord
+    request: GateRequest | None = None
     body_read: bool = False
 
 
@@ -131,8 +131,9 @@ class AudioServer:
         owners: Mapping[str, str] | None = None,
     ) -> None:
         self.gate = gate
-        #: Bearer tokens → owners (``--auth-tokens``); ``None``: one anonymous owner.
-        self.owners = owners
+        #: Bearer tokens → owners (``--auth-tokens``), indexed once for constant-time
+        #: look-ups; ``None``: one anonymous owner.
+        self.owners = None if owners is None else OwnerTokens.of(owners)
         self.worker = worker
         self.metrics = worker.metrics
         self.family = gate.policy.family
@@ -167,27 +168,21 @@ class AudioServer:
     # --- POST /v1/audio/prepare --------------------------------------------------------
 
     async def prepare(self, request: Request) -> Response:
-        # The outcome record is seen by the gate and the worker in this request's tasks
-        # (they copy the context): whoever ends the request counts it, once.
-        with outcome_scope(fresh=True) as outcome:
-            # A prepared request still needs room for its answer in the body budget, which
-            # may refuse it (413) or see the client leave while it waits (499): the worker
-            # leaves the completion to this handler, which counts what it answered.
-            outcome.defer_completion = True
-            return await self._prepare_counted(request, _Ticket(outcome=outcome))
-
-    async def _prepare_counted(self, request: Request, ticket: _Ticket) -> Response:
+        # A prepared request still needs room for its answer in the body budget, which
+        # may refuse it (413) or see the client leave while it waits (499): it is closed
+        # (and counted) once its answer is admitted, or as it was answered.
+        ticket = _Ticket()
         hold = self.bodies.hold()
         response: Response
         try:
             response = await self._prepare(request, hold, ticket)
-            ticket.outcome.settle(None)  # its answer is admitted: completed (if audio)
+            self._count(ticket, None)  # its answer is admitted: completed (if audio)
         except (_ClientGone, ClientDisconnect, PreprocessCancelled) as gone:
-            self._count_failure(ticket, None)
+            self._count(ticket, gone, cancelled=True)
             response = Response(status_code=STATUS_CLIENT_CLOSED)
             clear_frames(gone)
         except Exception as error:
-            self._count_failure(ticket, error)
+            self._count(ticket, error)
             response = error_response(error, close=not ticket.body_read)
             clear_frames(error)
         except asyncio.CancelledError:
@@ -196,16 +191,16 @@ class AudioServer:
             # metric counts. It gets a counted 503 instead, and the connection closes.
             task = asyncio.current_task()
             if task is None or task.uncancel() > 0:  # cancelled again: stop now
-                self._count_failure(ticket, None)
+                self._count(ticket, None, cancelled=True)
                 hold.release()
                 raise
             stopped = WorkerUnavailableError(
                 "the server is shutting down and stopped this request; retry it"
             )
-            self._count_failure(ticket, stopped)
+            self._count(ticket, stopped)
             response = error_response(stopped, close=True)
         except BaseException:
-            self._count_failure(ticket, None)
+            self._count(ticket, None, cancelled=True)
             hold.release()
             raise
         if not isinstance(response, FragmentsResponse):
@@ -226,7 +221,9 @@ class AudioServer:
         del body
         call = parse_call(document)
         del document
-        result = await self._run_until_disconnect(request, call.messages, owner)
+        token = CancelToken()
+        prepared = ticket.request = self.gate.request(call.messages, cancel=token, owner=owner)
+        result = await self._until_disconnect(request, prepared.run_async(), token)
         head = render_head(result, call, self.served_model)
         inputs = result.model_inputs if call.return_features else {}
         # The answer is held until it is sent: its bound is taken from the body budget
@@ -312,14 +309,6 @@ class AudioServer:
             while await self._next_chunk(chunks) is not None:
                 pass
 
-    async def _run_until_disconnect(
-        self, request: Request, messages: list[Any], owner: str
-    ) -> PreparedRequest:
-        token = CancelToken()
-        return await self._until_disconnect(
-            request, self.gate.prepare_async(messages, cancel=token, owner=owner), token
-        )
-
     async def _until_disconnect(
         self, request: Request, work: Coroutine[Any, Any, _T], token: CancelToken | None = None
     ) -> _T:
@@ -367,10 +356,15 @@ class AudioServer:
         ticket.body_read = True
         raise refusal
 
-    def _count_failure(self, ticket: _Ticket, error: BaseException | None) -> None:
-        # Counted here unless the gate or the worker counts it (a success the worker
-        # left for this handler is replaced by this failure).
-        ticket.outcome.settle(functools.partial(record_outcome, self.metrics, self.family, error))
+    def _count(
+        self, ticket: _Ticket, error: BaseException | None, *, cancelled: bool = False
+    ) -> None:
+        """End the request as it was answered: its gate request closes (and counts) it;
+        one refused before the call was parsed is counted here."""
+        if ticket.request is not None:
+            ticket.request.close(error, cancelled=cancelled)
+        elif error is not None or cancelled:
+            record_outcome(self.metrics, self.family, None if cancelled else error)
 
     # --- GET /metrics, GET /healthz -----------------------------------------------------
 
@@ -413,5 +407,6 @@ class AudioServer:
         if self.close_worker:
             await anyio.to_thread.run_sync(self.worker.close)
             if self.gate.store is not None:
-                self.gate.store.close()
+                # Off the loop: closing finishes the store's pending writes.
+                await anyio.to_thread.run_sync(self.gate.store.close)
         self._helper.shutdown(wait=False)

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import logging
 import os
 from collections.abc import Mapping
@@ -35,6 +34,7 @@ from starlette.responses import Response
 from audiogate.acquire import acquire_parts
 from audiogate.decode.geometry import AUTO, WAV, SourceFormat
 from audiogate.errors import AudioGateError, QueueFullError
+from audiogate.server.auth import OwnerTokens, owner_of
 from audiogate.server.errors import (
     BadRequestError,
     ServerConfigError,
@@ -43,7 +43,7 @@ from audiogate.server.errors import (
 )
 from audiogate.server.requests import parse_body
 from audiogate.server.responses import json_response
-from audiogate.store import ANONYMOUS_OWNER, SourceStore, check_digest
+from audiogate.store import SourceStore, check_digest
 
 if TYPE_CHECKING:
     from audiogate.server.routes import AudioServer
@@ -83,7 +83,7 @@ CONTENT_TYPES: Final[Mapping[str, SourceFormat]] = {
 log = logging.getLogger("audiogate.server")
 
 
-def load_auth_tokens(path: str | os.PathLike[str]) -> dict[str, str]:
+def load_auth_tokens(path: str | os.PathLike[str]) -> OwnerTokens:
     """``--auth-tokens FILE``: one ``TOKEN OWNER`` per line; blank lines and ``#`` comments
     are skipped.
 
@@ -118,24 +118,7 @@ def load_auth_tokens(path: str | os.PathLike[str]) -> dict[str, str]:
         raise ServerConfigError(
             f"the auth tokens file (--auth-tokens) {str(path)!r} holds no 'TOKEN OWNER' line"
         )
-    return tokens
-
-
-def owner_of(request: Request, owners: Mapping[str, str] | None) -> str:
-    """Who sends ``request``: the owner of its bearer token, or the anonymous owner.
-
-    :raises UnauthorizedError: owners are configured and the token is missing or unknown.
-    """
-    if owners is None:
-        return ANONYMOUS_OWNER
-    scheme, _, token = request.headers.get("authorization", "").partition(" ")
-    token = token.strip()
-    if scheme.lower() == "bearer" and token:
-        for known, owner in owners.items():
-            # Compared in constant time, every token, so timing tells nothing.
-            if hmac.compare_digest(known.encode(), token.encode()):
-                return owner
-    raise UnauthorizedError("this server needs 'Authorization: Bearer TOKEN' with a known token")
+    return OwnerTokens(tokens)
 
 
 def _digest(request: Request) -> str:
@@ -237,7 +220,7 @@ class SourceRoutes:
             except Exception as exc:  # admitted, so unexpected: the source stays usable
                 log.warning("warming source %s failed: %s", sha256, exc)
             finally:
-                await asyncio.to_thread(self.store.mark_ready, sha256, owner=owner)
+                await self.store.mark_ready_async(sha256, owner=owner)
 
         task = asyncio.get_running_loop().create_task(warm())
         self._warming.add(task)
@@ -247,7 +230,7 @@ class SourceRoutes:
         """``GET /v1/audio/sources/{sha256}``."""
         try:
             owner = owner_of(request, self.server.owners)
-            record = await asyncio.to_thread(self.store.get, _digest(request), owner=owner)
+            record = await self.store.get_async(_digest(request), owner=owner)
         except AudioGateError as error:
             return error_response(error, close=False)
         return json_response(200, record.as_dict())
@@ -259,7 +242,7 @@ class SourceRoutes:
         except AudioGateError as error:
             return error_response(error, close=False)
         history = request.query_params.get("include_retired", "false").lower() == "true"
-        records = await asyncio.to_thread(self.store.list, owner, include_retired=history)
+        records = await self.store.list_async(owner, include_retired=history)
         return json_response(200, {"object": "list", "data": [r.as_dict() for r in records]})
 
     async def retire(self, request: Request) -> Response:
@@ -267,11 +250,8 @@ class SourceRoutes:
         try:
             owner = owner_of(request, self.server.owners)
             sha256 = _digest(request)
-            record = await asyncio.to_thread(
-                self.store.retire,
-                sha256,
-                owner=owner,
-                timeout_s=self.server.limits.retire_timeout_s,
+            record = await self.store.retire_async(
+                sha256, owner=owner, timeout_s=self.server.limits.retire_timeout_s
             )
         except AudioGateError as error:
             return error_response(error, close=False)

@@ -2,10 +2,12 @@
 
 :class:`SourceStore` keeps sources named by the SHA-256 of their bytes, with an owner, a
 scope (``private`` or ``shared``) and a lifecycle (``processing`` → ``ready`` →
-``retired``; ``lost`` when recovery finds the bytes gone), over a small
-:class:`~audiogate.store.backend.SourceBackend`. The embedded backend
-(:class:`~audiogate.store.directory.DirectoryBackend`) is a directory of content-addressed
-blobs with an SQLite index and journal, crash-safe and recovered on open.
+``retired``; ``lost`` when recovery finds the bytes gone), over three backends
+(:mod:`audiogate.store.backend`): records, blobs and leases, each replaceable alone. The
+embedded ones (:meth:`SourceStore.open`) are a directory of content-addressed blobs
+(:mod:`audiogate.store.directory`) with SQLite records, journal and leases
+(:mod:`audiogate.store.sqlite`), crash-safe and recovered on open;
+:mod:`audiogate.store.memory` keeps all three in memory.
 :func:`~audiogate.store.admission.admit_source` admits an upload as inline audio is
 admitted (imported on first use: it drives the pipeline's stages).
 """
@@ -14,8 +16,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from audiogate.store.backend import SourceBackend
-from audiogate.store.records import (
+from audiogate.store.backend import BlobBackend, LeaseBackend, RecordBackend
+from audiogate.store.source_record import (
     DIGEST_RE,
     SCOPES,
     STATUSES,
@@ -28,7 +30,9 @@ from audiogate.store.records import (
 )
 from audiogate.store.store import (
     ANONYMOUS_OWNER,
+    DEFAULT_LEASE_TTL_S,
     DEFAULT_SOURCE_WAIT_S,
+    DEFAULT_STORE_THREADS,
     AddedSource,
     SourceStore,
     StoredLease,
@@ -39,15 +43,19 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ANONYMOUS_OWNER",
+    "DEFAULT_LEASE_TTL_S",
     "DEFAULT_SOURCE_WAIT_S",
+    "DEFAULT_STORE_THREADS",
     "DIGEST_RE",
     "SCOPES",
     "STATUSES",
     "AddedSource",
     "AdmittedSource",
+    "BlobBackend",
+    "LeaseBackend",
+    "RecordBackend",
     "RecoveryReport",
     "Scope",
-    "SourceBackend",
     "SourceRecord",
     "SourceStatus",
     "SourceStore",

@@ -1,21 +1,31 @@
 """``SourceStore``: uploaded sources named by digest, with owners, scopes, a lifecycle
 and leases (docs/sources.md).
 
-The store is the backend's durable state plus what lives in this process: the leases
-in-flight requests hold and the retirements waiting for them. Ownership is checked
-here: a reference to another owner's private source is refused exactly like one to a
-source that does not exist (:class:`~audiogate.errors.SourceNotFoundError`, same code,
-same message), so a digest never tells a caller whether someone else holds it.
+The store composes three backends (:mod:`audiogate.store.backend`): records, blobs and
+leases; it holds no state of its own that another process sharing them would miss.
+Ownership is checked here: a reference to another owner's private source is refused
+exactly like one to a source that does not exist
+(:class:`~audiogate.errors.SourceNotFoundError`, same code, same message), so a digest
+never tells a caller whether someone else holds it.
+
+Every backend call can block (a disk, a database, a network): an event loop calls the
+``*_async`` methods, which run them in the store's own bounded executor, and waits
+(a source still processing, a retirement waiting for its leases) poll there without
+holding a thread. :meth:`StoredLease.release` and :meth:`SourceStore.mark_lost` called on
+an event loop hand their write to the executor and return at once.
 """
 
 from __future__ import annotations
 
-import collections
+import asyncio
+import builtins
+import concurrent.futures
 import hashlib
 import os
 import threading
 import time
-from typing import Final
+from collections.abc import Callable
+from typing import Final, TypeVar
 
 import attrs
 
@@ -27,8 +37,9 @@ from audiogate.errors import (
     SourceNotFoundError,
     SourceRetiredError,
 )
-from audiogate.store.backend import SourceBackend
-from audiogate.store.records import (
+from audiogate.store.backend import BlobBackend, LeaseBackend, RecordBackend
+from audiogate.store.holders import new_holder
+from audiogate.store.source_record import (
     SCOPES,
     RecoveryReport,
     Scope,
@@ -42,16 +53,45 @@ from audiogate.store.records import (
     header_text,
 )
 
-__all__ = ["ANONYMOUS_OWNER", "DEFAULT_SOURCE_WAIT_S", "AddedSource", "SourceStore", "StoredLease"]
+__all__ = [
+    "ANONYMOUS_OWNER",
+    "DEFAULT_LEASE_TTL_S",
+    "DEFAULT_SOURCE_WAIT_S",
+    "DEFAULT_STORE_THREADS",
+    "AddedSource",
+    "SourceStore",
+    "StoredLease",
+]
 
 #: The owner of every request where no owners are configured (no ``--auth-tokens``).
 ANONYMOUS_OWNER: Final = "anonymous"
 #: How long a prompt waits for a source that is still processing.
 DEFAULT_SOURCE_WAIT_S: Final = 30.0
-# How often a wait re-reads the index (another process may have moved the source on).
+#: How long a lease (or a retirement's mark) lasts unless released: the leases of a
+#: process that died without releasing them end by themselves after this.
+DEFAULT_LEASE_TTL_S: Final = 3600.0
+#: The store executor's threads: how many backend calls an event loop has under way.
+DEFAULT_STORE_THREADS: Final = 8
+# How often a wait re-reads the backends (another process may have moved the source on).
 _POLL_S: Final = 0.05
 
-_Key = tuple[str, str]  # (sha256, the record's owner)
+_T = TypeVar("_T")
+
+
+# Set in the store executor's threads: they never wait for the executor's own queue.
+_executor_thread = threading.local()
+
+
+def _mark_executor_thread() -> None:
+    _executor_thread.store = True
+
+
+def _on_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 @attrs.frozen(kw_only=True)
@@ -67,12 +107,14 @@ class StoredLease:
     """A leased source: its format, the header recorded at upload and its bytes (read when
     first asked for, unless the lease read them), held until :meth:`release` (idempotent)."""
 
-    __slots__ = ("_data", "_released", "_store", "_verify", "key", "record")
+    __slots__ = ("_data", "_released", "_store", "_verify", "lease_id", "record")
 
-    def __init__(self, store: SourceStore, record: SourceRecord, *, verify: bool) -> None:
+    def __init__(
+        self, store: SourceStore, record: SourceRecord, lease_id: str, *, verify: bool
+    ) -> None:
         self._store = store
         self.record = record
-        self.key: _Key = (record.sha256, record.owner)
+        self.lease_id = lease_id
         self._data: bytes | None = None
         self._verify = verify
         self._released = False
@@ -100,47 +142,66 @@ class StoredLease:
     @property
     def data(self) -> bytes:
         """The source's bytes, read once (their size checked, and their digest if leased
-        with ``verify``).
+        with ``verify``); a backend read: call it off any event loop.
 
         :raises SourceLostError: they are gone or damaged (the source is marked lost).
         """
         if self._data is None:
-            sha256 = self.record.sha256
-            data = self._store.backend.read(sha256, self.record.nbytes, verify=self._verify)
-            if data is None:
-                self._store.backend.mark_lost(sha256)
-                raise SourceLostError(sha256)
-            self._data = data
+            self._data = self._store._read_blob(self.record, verify=self._verify)
         return self._data
 
     def release(self) -> None:
-        """Let go of the source; a retirement waiting for it may complete."""
+        """Let go of the source; a retirement waiting for it may complete. On an event
+        loop the release is handed to the store's executor (the loop never waits)."""
         if not self._released:
             self._released = True
-            self._store._release(self.key)
+            self._store._release(self.lease_id)
 
 
 class SourceStore:
-    """Sources by digest, over a :class:`~audiogate.store.backend.SourceBackend`.
+    """Sources by digest, over a :class:`~audiogate.store.backend.RecordBackend`, a
+    :class:`~audiogate.store.backend.BlobBackend` and a
+    :class:`~audiogate.store.backend.LeaseBackend`; constructing it recovers them
+    (:attr:`recovery` says what was repaired).
 
-    :param backend: where blobs and records live (:meth:`open` makes the embedded one).
     :param quotas: what each owner, and the store, may hold.
     :param wait_s: how long a reference to a processing source waits by default.
+    :param verify: recompute every live blob's digest while recovering (else sizes only;
+        every read checks the digest anyway).
+    :param lease_ttl_s: how long a lease lasts unless released.
+    :param threads: the executor's threads for the ``*_async`` methods.
     """
 
     def __init__(
         self,
-        backend: SourceBackend,
+        records: RecordBackend,
+        blobs: BlobBackend,
+        leases: LeaseBackend,
         *,
         quotas: StoreQuotas | None = None,
         wait_s: float = DEFAULT_SOURCE_WAIT_S,
+        verify: bool = False,
+        lease_ttl_s: float = DEFAULT_LEASE_TTL_S,
+        threads: int = DEFAULT_STORE_THREADS,
     ) -> None:
-        self.backend = backend
+        self.records = records
+        self.blobs = blobs
+        self.leases_backend = leases
         self.quotas = quotas or StoreQuotas()
         self.wait_s = wait_s
+        self.lease_ttl_s = lease_ttl_s
+        #: This store's name in the lease backend (host, process, instance).
+        self.holder = new_holder()
+        # Wakes this process's waiters at once; other processes' changes are polled.
         self._cond = threading.Condition()
-        self._leases: collections.Counter[_Key] = collections.Counter()
-        self._retiring: set[_Key] = set()
+        self._executor = concurrent.futures.ThreadPoolExecutor(
+            max_workers=threads,
+            thread_name_prefix="audiogate-store",
+            initializer=_mark_executor_thread,
+        )
+        self._pending: set[concurrent.futures.Future[None]] = set()
+        self._pending_lock = threading.Lock()
+        self.recovery: RecoveryReport = self._recover(verify=verify)
 
     @classmethod
     def open(
@@ -150,20 +211,33 @@ class SourceStore:
         verify: bool = False,
         quotas: StoreQuotas | None = None,
         wait_s: float = DEFAULT_SOURCE_WAIT_S,
+        lease_ttl_s: float = DEFAULT_LEASE_TTL_S,
+        threads: int = DEFAULT_STORE_THREADS,
     ) -> SourceStore:
-        """The embedded store in directory ``path`` (created if absent), recovered
-        (:attr:`recovery` says what was repaired).
+        """The embedded store in directory ``path`` (created if absent): blobs in it
+        (:class:`~audiogate.store.directory.DirectoryBlobs`), records in its
+        ``index.sqlite3`` and leases in its ``leases.sqlite3``
+        (:mod:`audiogate.store.sqlite`); recovered. The other parameters are the
+        constructor's.
 
         :param verify: recompute every blob's digest while recovering.
         """
-        from audiogate.store.directory import DirectoryBackend
+        from audiogate.store.directory import DirectoryBlobs
+        from audiogate.store.sqlite import SqliteLeases, SqliteRecords
 
-        return cls(DirectoryBackend(path, verify=verify), quotas=quotas, wait_s=wait_s)
-
-    @property
-    def recovery(self) -> RecoveryReport:
-        """What opening the backend found and repaired."""
-        return self.backend.report
+        blobs = DirectoryBlobs(path)
+        records = SqliteRecords(blobs.root / "index.sqlite3")
+        leases = SqliteLeases(blobs.root / "leases.sqlite3")
+        return cls(
+            records,
+            blobs,
+            leases,
+            quotas=quotas,
+            wait_s=wait_s,
+            verify=verify,
+            lease_ttl_s=lease_ttl_s,
+            threads=threads,
+        )
 
     # --- writing ---------------------------------------------------------------------
 
@@ -194,8 +268,12 @@ class SourceStore:
             raise ValueError(f"scope must be one of {list(SCOPES)}, not {scope!r}")
         if status not in ("processing", "ready"):
             raise ValueError(f"a new source is 'processing' or 'ready', not {status!r}")
+        sha256 = hashlib.sha256(data).hexdigest()
+        existing = self._own(sha256, owner)
+        if existing is not None and existing.live:  # the bytes are not written again
+            return AddedSource(record=existing, created=False)
         record = SourceRecord(
-            sha256=hashlib.sha256(data).hexdigest(),
+            sha256=sha256,
             owner=owner,
             scope=scope,
             status=status,
@@ -205,15 +283,27 @@ class SourceStore:
             created_at=time.time(),
             header=header_from_text(header_text(header)),
         )
-        stored, created = self.backend.insert(bytes(data), record, self.quotas)
+        handle = self.blobs.stage(sha256, bytes(data))
+        try:
+            stored, created = self.records.insert(
+                record, self.quotas, lambda: self.blobs.publish(handle, sha256)
+            )
+        finally:
+            self.blobs.discard(handle)
         return AddedSource(record=stored, created=created)
 
     def mark_ready(self, sha256: str, *, owner: str) -> SourceRecord | None:
         """End ``owner``'s source's processing: references waiting for it go on."""
-        record = self.backend.set_status(check_digest(sha256), owner, "ready")
+        record = self.records.set_status(check_digest(sha256), owner, "ready")
         with self._cond:
             self._cond.notify_all()
         return record
+
+    def mark_lost(self, sha256: str) -> None:
+        """Mark every live record of ``sha256`` lost (its bytes were found damaged, as the
+        pipeline's digest proof finds them). On an event loop the write is handed to the
+        store's executor."""
+        self._write_soon(self.records.mark_lost, check_digest(sha256))
 
     def retire(
         self,
@@ -224,9 +314,9 @@ class SourceStore:
         cancel: CancelToken = NEVER,
     ) -> SourceRecord:
         """Retire ``owner``'s source: new references are refused at once; the call
-        completes when the requests holding a lease on it have released it, then its
-        record becomes history and its blob is removed unless another owner's record
-        names the same bytes.
+        completes when the requests holding a lease on it (in any process) have released
+        it, then its record becomes history and its blob is removed unless another
+        owner's record names the same bytes.
 
         :param timeout_s: the longest wait for the leases (``None``: no limit).
         :raises SourceNotFoundError: ``owner`` has no such source (another owner's source,
@@ -234,57 +324,104 @@ class SourceStore:
         :raises SourceBusyError: the leases were still held after ``timeout_s``.
         :raises PreprocessCancelled: ``cancel`` was cancelled while waiting.
         """
+        done = self._begin_retire(sha256, owner)
+        if done is not None:
+            return done
+        try:
+            deadline = None if timeout_s is None else time.monotonic() + timeout_s
+            while held := self.leases_backend.held(sha256, owner):
+                left = self._retire_left(sha256, held, timeout_s, deadline, cancel)
+                with self._cond:
+                    self._cond.wait(left)
+            return self._finish_retire(sha256, owner)
+        finally:
+            self._end_retire(sha256, owner)
+
+    def _begin_retire(self, sha256: str, owner: str) -> SourceRecord | None:
+        """Mark the retirement (``None``), or the record that needs none (retired)."""
         check_digest(sha256)
         own = self._own(sha256, owner)
         if own is None:
             raise SourceNotFoundError(sha256)
         if own.status == "retired":
             return own
-        key: _Key = (sha256, owner)
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        with self._cond:
-            self._retiring.add(key)
-            try:
-                while self._leases[key]:
-                    cancel.check(Checkpoint.ACQUISITION)
-                    left = _POLL_S if deadline is None else deadline - time.monotonic()
-                    if left <= 0:
-                        raise SourceBusyError(
-                            sha256,
-                            detail=f"{self._leases[key]} request(s) still hold it after "
-                            f"{timeout_s:g} s; it is not retired",
-                        )
-                    self._cond.wait(min(left, _POLL_S))
-            except BaseException:
-                self._retiring.discard(key)
-                raise
-        try:
-            record = self.backend.retire(sha256, owner)
-        finally:
-            with self._cond:
-                self._retiring.discard(key)
-                self._cond.notify_all()
+        self.leases_backend.begin_retire(sha256, owner, self.holder, self.lease_ttl_s)
+        return None
+
+    def _retire_left(
+        self,
+        sha256: str,
+        held: int,
+        timeout_s: float | None,
+        deadline: float | None,
+        cancel: CancelToken,
+    ) -> float:
+        """The next poll's wait while ``held`` leases remain.
+
+        :raises SourceBusyError: past the deadline.
+        """
+        cancel.check(Checkpoint.ACQUISITION)
+        left = _POLL_S if deadline is None else deadline - time.monotonic()
+        if left <= 0:
+            raise SourceBusyError(
+                sha256,
+                detail=f"{held} request(s) still hold it after {timeout_s:g} s; it is not retired",
+            )
+        return min(left, _POLL_S)
+
+    def _finish_retire(self, sha256: str, owner: str) -> SourceRecord:
+        record = self.records.retire(sha256, owner)
         if record is None:  # retired by another process meanwhile
             record = self._own(sha256, owner)
             assert record is not None
+        else:
+            self._drop_if_unused(sha256)
         return record
+
+    def _end_retire(self, sha256: str, owner: str) -> None:
+        self.leases_backend.end_retire(sha256, owner, self.holder)
+        with self._cond:
+            self._cond.notify_all()
+
+    def _drop_if_unused(self, sha256: str) -> bool:
+        """Remove the blob (and its features) if no live record names it, under the
+        records' write lock (a concurrent upload of the same bytes publishes under it)."""
+
+        def drop(live: bool) -> bool:
+            if live:
+                return False
+            self.blobs.remove(sha256)
+            return True
+
+        return self.records.locked(sha256, drop)
 
     # --- reading ---------------------------------------------------------------------
 
     def _own(self, sha256: str, owner: str) -> SourceRecord | None:
-        return next((r for r in self.backend.current(sha256) if r.owner == owner), None)
+        return next((r for r in self.records.current(sha256) if r.owner == owner), None)
 
-    def _visible(self, sha256: str, owner: str) -> SourceRecord | None:
+    def _visible(
+        self, sha256: str, owner: str, *, marks: bool = True
+    ) -> tuple[SourceRecord | None, bool]:
         """The record ``owner`` sees: its own live one, another's shared live one, its own
-        lost or retired one, another's shared lost or retired one, or none."""
-        records = self.backend.current(sha256)
+        lost or retired one, another's shared lost or retired one, or none; and whether
+        it is being retired.
+
+        :param marks: read the retirement marks even where one live record is seen (a
+            lease need not: :meth:`LeaseBackend.take` refuses a marked one itself).
+        """
+        records = self.records.current(sha256)
         own = [r for r in records if r.owner == owner]
         shared = [r for r in records if r.owner != owner and r.scope == "shared"]
-        for group in (own, shared):
-            for record in group:
-                if record.live and (sha256, record.owner) not in self._retiring:
-                    return record
-        return next(iter(own + shared), None)
+        candidates = [r for r in own + shared if r.live]
+        if not marks and len(candidates) == 1:
+            return candidates[0], False
+        for record in candidates:
+            if not self.leases_backend.retiring(sha256, record.owner):
+                return record, False
+        first = next(iter(own + shared), None)
+        # Live yet passed over above: being retired.
+        return first, first is not None and first.live
 
     def get(self, sha256: str, *, owner: str) -> SourceRecord:
         """The record of ``sha256`` that ``owner`` sees (their own, in any status, or a
@@ -292,16 +429,16 @@ class SourceStore:
 
         :raises SourceNotFoundError: none (missing, or another owner's private source).
         """
-        record = self._visible(check_digest(sha256), owner)
+        self._flush()
+        record, retiring = self._visible(check_digest(sha256), owner)
         if record is None:
             raise SourceNotFoundError(sha256)
-        if (record.sha256, record.owner) in self._retiring:
-            record = attrs.evolve(record, status="retired")
-        return record
+        return attrs.evolve(record, status="retired") if retiring else record
 
     def list(self, owner: str, *, include_retired: bool = False) -> list[SourceRecord]:
         """``owner``'s sources, oldest first (retired history only when asked)."""
-        return self.backend.records(owner, include_retired=include_retired)
+        self._flush()
+        return self.records.records(owner, include_retired=include_retired)
 
     def lease(
         self,
@@ -330,28 +467,51 @@ class SourceStore:
         :raises SourceBusyError: still processing after ``wait_s``.
         :raises PreprocessCancelled: ``cancel`` was cancelled while waiting.
         """
-        wait = self.wait_s if wait_s is None else wait_s
-        deadline = time.monotonic() + wait
+        deadline = time.monotonic() + (self.wait_s if wait_s is None else wait_s)
         while True:
+            lease = self._attempt(sha256, owner, clip_index, verify=verify, read=read)
+            if lease is not None:
+                return lease
+            left = self._lease_left(sha256, deadline, wait_s, cancel, clip_index)
             with self._cond:
-                record = self._take(sha256, owner, clip_index)
-                if record is not None:
-                    break
-                cancel.check(Checkpoint.ACQUISITION, clip_index)
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise SourceBusyError(
-                        sha256,
-                        clip_index=clip_index,
-                        detail=f"waited {wait:g} s for its processing to finish",
-                    )
-                self._cond.wait(min(left, _POLL_S))
-        lease = StoredLease(self, record, verify=verify)
+                self._cond.wait(left)
+
+    def _lease_left(
+        self,
+        sha256: str,
+        deadline: float,
+        wait_s: float | None,
+        cancel: CancelToken,
+        clip_index: int | None,
+    ) -> float:
+        """The next poll's wait for a processing source.
+
+        :raises SourceBusyError: past the deadline.
+        """
+        cancel.check(Checkpoint.ACQUISITION, clip_index)
+        left = deadline - time.monotonic()
+        if left <= 0:
+            wait = self.wait_s if wait_s is None else wait_s
+            raise SourceBusyError(
+                sha256,
+                clip_index=clip_index,
+                detail=f"waited {wait:g} s for its processing to finish",
+            )
+        return min(left, _POLL_S)
+
+    def _attempt(
+        self, sha256: str, owner: str, clip_index: int | None, *, verify: bool, read: bool
+    ) -> StoredLease | None:
+        """One try at :meth:`lease`: ``None`` while the source is processing."""
+        taken = self._take(sha256, owner, clip_index)
+        if taken is None:
+            return None
+        lease = StoredLease(self, *taken, verify=verify)
         try:
             if read:
                 lease.data  # noqa: B018 (read now: a lost blob is refused here)
-            elif not self.backend.exists(sha256, record.nbytes):
-                self.backend.mark_lost(sha256)
+            elif not self.blobs.exists(sha256, lease.nbytes):
+                self.records.mark_lost(sha256)
                 raise SourceLostError(sha256)
         except SourceLostError:
             lease.release()
@@ -361,48 +521,50 @@ class SourceStore:
             raise
         return lease
 
-    def try_lease(
-        self, sha256: str, *, owner: str, clip_index: int | None = None
-    ) -> StoredLease | None:
-        """:meth:`lease` with ``verify=False, read=False`` where it neither waits nor
-        writes, so an event loop may call it: ``None`` where :meth:`lease` would wait
-        for a processing source or mark a lost one (call it then, off the loop). The
-        look-up never waits for a writer; the blob's size is checked by ``stat``.
-
-        :raises SourceNotFoundError: missing, or another owner's private source.
-        :raises SourceRetiredError: retired, or being retired.
-        :raises SourceLostError: already marked lost.
-        """
-        with self._cond:
-            record = self._take(sha256, owner, clip_index)
-        if record is None:
-            return None
-        lease = StoredLease(self, record, verify=False)
-        if not self.backend.exists(sha256, record.nbytes):
-            lease.release()
-            return None
-        return lease
-
-    def _take(self, sha256: str, owner: str, clip_index: int | None) -> SourceRecord | None:
-        """Count a lease on the record ``owner`` sees if it is ready (``None``: still
-        processing); call with ``_cond`` held.
+    def _take(
+        self, sha256: str, owner: str, clip_index: int | None
+    ) -> tuple[SourceRecord, str] | None:
+        """Lease the record ``owner`` sees if it is ready (``None``: still processing).
 
         :raises SourceError: missing or not accessible, retired, or lost.
         """
         if not isinstance(sha256, str) or not sha256:
             raise SourceNotFoundError(repr(sha256), clip_index=clip_index)
-        record = self._visible(sha256, owner)
+        record, retiring = self._visible(sha256, owner, marks=False)
         if record is None:
             raise SourceNotFoundError(sha256, clip_index=clip_index)
-        key: _Key = (sha256, record.owner)
-        if record.status == "retired" or key in self._retiring:
+        if record.status == "retired" or retiring:
             raise SourceRetiredError(sha256, clip_index=clip_index)
         if record.status == "lost":
             raise SourceLostError(sha256, clip_index=clip_index)
         if record.status != "ready":
             return None
-        self._leases[key] += 1
-        return record
+        lease_id = self.leases_backend.take(sha256, record.owner, self.holder, self.lease_ttl_s)
+        if lease_id is None:  # a retirement began since the look-up
+            raise SourceRetiredError(sha256, clip_index=clip_index)
+        # A retirement may also have begun and ended since the look-up: the lease holds
+        # only a record still ready.
+        now = self._own(sha256, record.owner)
+        if now is None or now.status != "ready":
+            self._release(lease_id)
+            lost = now is not None and now.status == "lost"
+            error = SourceLostError if lost else SourceRetiredError
+            raise error(sha256, clip_index=clip_index)
+        return now, lease_id
+
+    def _read_blob(self, record: SourceRecord, *, verify: bool) -> bytes:
+        """The bytes of ``record``, their size checked (and digest with ``verify``).
+
+        :raises SourceLostError: gone or damaged (the source is marked lost).
+        """
+        sha256 = record.sha256
+        data = self.blobs.read(sha256, record.nbytes)
+        if data is not None and verify and hashlib.sha256(data).hexdigest() != sha256:
+            data = None
+        if data is None:
+            self.records.mark_lost(sha256)
+            raise SourceLostError(sha256)
+        return data
 
     def read(self, sha256: str, *, owner: str) -> bytes:
         """The bytes of a source ``owner`` may reference (a lease taken and released)."""
@@ -411,29 +573,192 @@ class SourceStore:
         return lease.data
 
     def leases(self, sha256: str, *, owner: str) -> int:
-        """How many leases requests hold on ``owner``'s record of ``sha256``."""
-        with self._cond:
-            return self._leases[(sha256, owner)]
+        """How many unexpired leases (of every process) ``owner``'s record of ``sha256``
+        has; releases handed to the executor are waited for first."""
+        self._flush()
+        return self.leases_backend.held(sha256, owner)
 
-    def _release(self, key: _Key) -> None:
+    def _flush(self) -> None:
+        """Wait for the writes this process handed to the executor (a release, a lost
+        mark), so a caller reads them; not in the executor's threads."""
+        if getattr(_executor_thread, "store", False):
+            return
+        with self._pending_lock:
+            pending = list(self._pending)
+        if pending:
+            concurrent.futures.wait(pending)
+
+    def _release(self, lease_id: str) -> None:
+        self._write_soon(self.leases_backend.release, lease_id)
+
+    def _write_soon(self, write: Callable[[str], object], key: str) -> None:
+        """``write(key)`` now, or in the executor where called on an event loop."""
+        if not _on_loop():
+            write(key)
+            self._wake()
+            return
+
+        def later() -> None:
+            write(key)
+            self._wake()
+
+        try:
+            job = self._executor.submit(later)
+        except RuntimeError:  # the store is closed, its backends with it: nothing to end
+            return
+        with self._pending_lock:
+            self._pending.add(job)
+        job.add_done_callback(self._settled)
+
+    def _settled(self, job: concurrent.futures.Future[None]) -> None:
+        with self._pending_lock:
+            self._pending.discard(job)
+
+    def _wake(self) -> None:
         with self._cond:
-            self._leases[key] -= 1
-            if self._leases[key] <= 0:
-                del self._leases[key]
             self._cond.notify_all()
+
+    # --- from an event loop ----------------------------------------------------------
+
+    async def _call(self, work: Callable[[], _T], orphan: Callable[[_T], None] | None = None) -> _T:
+        """``work()`` in the store's executor. A task cancelled meanwhile leaves it to
+        finish; ``orphan`` then gets what it returns (a lease to release)."""
+        job = self._executor.submit(work)
+        try:
+            return await asyncio.wrap_future(job)
+        except asyncio.CancelledError:
+            if orphan is not None:
+                job.add_done_callback(
+                    lambda done: (
+                        None
+                        if done.cancelled() or done.exception() is not None
+                        else orphan(done.result())
+                    )
+                )
+            raise
+
+    async def lease_async(
+        self,
+        sha256: str,
+        *,
+        owner: str,
+        cancel: CancelToken = NEVER,
+        wait_s: float | None = None,
+        clip_index: int | None = None,
+        verify: bool = True,
+        read: bool = True,
+    ) -> StoredLease:
+        """:meth:`lease` from an event loop: each try runs in the store's executor, the
+        wait for a processing source sleeps on the loop (holding no thread)."""
+        deadline = time.monotonic() + (self.wait_s if wait_s is None else wait_s)
+        while True:
+            lease = await self._call(
+                lambda: self._attempt(sha256, owner, clip_index, verify=verify, read=read),
+                lambda taken: taken.release() if taken is not None else None,
+            )
+            if lease is not None:
+                return lease
+            await asyncio.sleep(self._lease_left(sha256, deadline, wait_s, cancel, clip_index))
+
+    async def retire_async(
+        self,
+        sha256: str,
+        *,
+        owner: str,
+        timeout_s: float | None = None,
+        cancel: CancelToken = NEVER,
+    ) -> SourceRecord:
+        """:meth:`retire` from an event loop: the backend calls run in the store's
+        executor, the wait for the leases sleeps on the loop."""
+        done = await self._call(lambda: self._begin_retire(sha256, owner))
+        if done is not None:
+            return done
+        try:
+            deadline = None if timeout_s is None else time.monotonic() + timeout_s
+            while held := await self._call(lambda: self.leases_backend.held(sha256, owner)):
+                await asyncio.sleep(self._retire_left(sha256, held, timeout_s, deadline, cancel))
+            return await self._call(lambda: self._finish_retire(sha256, owner))
+        finally:
+            # Shielded: a cancelled retirement still removes its mark.
+            await asyncio.shield(self._call(lambda: self._end_retire(sha256, owner)))
+
+    async def get_async(self, sha256: str, *, owner: str) -> SourceRecord:
+        """:meth:`get` in the store's executor."""
+        return await self._call(lambda: self.get(sha256, owner=owner))
+
+    async def list_async(
+        self, owner: str, *, include_retired: bool = False
+    ) -> builtins.list[SourceRecord]:
+        """:meth:`list` in the store's executor."""
+        return await self._call(lambda: self.list(owner, include_retired=include_retired))
+
+    async def mark_ready_async(self, sha256: str, *, owner: str) -> SourceRecord | None:
+        """:meth:`mark_ready` in the store's executor."""
+        return await self._call(lambda: self.mark_ready(sha256, owner=owner))
 
     # --- the feature cache's persistence ---------------------------------------------
 
+    def keeps_features(self, sha256: str) -> bool:
+        """Whether :meth:`put_features` would keep an entry of ``sha256``: a live source
+        (any owner's) is stored under it. The feature cache asks before encoding a clip,
+        so inline audio's features are never written (a look-up that never waits for a
+        writer)."""
+        return self.records.live(check_digest(sha256))
+
     def put_features(self, sha256: str, key: str, blob: bytes) -> None:
         """Persist a feature-cache entry of source ``sha256`` (kept while the source is
-        live; removed with its blob). ``key`` is the cache's own key text (policy
-        fingerprint and family version)."""
-        self.backend.put_features(check_digest(sha256), key, blob)
+        live; removed with its blob; nothing written for a digest no live source has).
+        ``key`` is the cache's own key text (policy fingerprint and family version)."""
+        if not self.keeps_features(sha256):
+            return
+        handle = self.blobs.stage(sha256, blob)
+        try:
+            # Published under the records' lock: a retirement removes the blob's features
+            # under it, so none is left behind a retired source.
+            self.records.locked(
+                sha256, lambda live: self.blobs.publish(handle, sha256, key) if live else None
+            )
+        finally:
+            self.blobs.discard(handle)
 
     def get_features(self, sha256: str, key: str) -> bytes | None:
         """A persisted feature-cache entry, or ``None``."""
-        return self.backend.get_features(check_digest(sha256), key)
+        return self.blobs.read_features(check_digest(sha256), key)
+
+    # --- opening and closing ---------------------------------------------------------
+
+    def _recover(self, *, verify: bool) -> RecoveryReport:
+        """Repair what a crash (of any process sharing the backends) left: staged writes,
+        records left processing, live records whose blob is gone or damaged (lost), and
+        blobs no live record names (orphans)."""
+        unfinished = self.blobs.recover()
+        resumed = self.records.resume()
+        live = self.records.live_blobs()
+        lost = 0
+        for sha256, nbytes in live:
+            good = self.blobs.exists(sha256, nbytes)
+            if good and verify:
+                data = self.blobs.read(sha256, nbytes)
+                good = data is not None and hashlib.sha256(data).hexdigest() == sha256
+            if not good:
+                lost += self.records.mark_lost(sha256)
+                self._drop_if_unused(sha256)
+        orphans = sum(self._drop_if_unused(sha256) for sha256 in set(self.blobs.digests()))
+        if unfinished or orphans or lost or resumed:
+            self.records.note("recover", f"unfinished={unfinished} orphans={orphans} lost={lost}")
+        return RecoveryReport(
+            unfinished_removed=unfinished,
+            orphans_removed=orphans,
+            lost=lost,
+            resumed=resumed,
+            checked=len(live),
+            verified=verify,
+            retired_kept=self.records.retired_count(),
+        )
 
     def close(self) -> None:
-        """Close the backend."""
-        self.backend.close()
+        """Finish the writes handed to the executor, then close the backends."""
+        self._executor.shutdown(wait=True)
+        self.leases_backend.close()
+        self.blobs.close()
+        self.records.close()

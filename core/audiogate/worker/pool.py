@@ -8,7 +8,6 @@ import concurrent.futures
 import contextlib
 import functools
 import threading
-import time
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, Final
@@ -27,11 +26,10 @@ from audiogate.errors import (
     clear_frames,
 )
 from audiogate.host import FamilyHost
-from audiogate.metrics import AudioMetrics, Completed, record_outcome
-from audiogate.metrics.outcome import worker_admits
-from audiogate.pipeline import RequestPlan, preflight, process_request
+from audiogate.metrics import AudioMetrics, record_outcome
+from audiogate.pipeline import preflight
 from audiogate.policy import AudioPolicy
-from audiogate.worker.job import AudioJob, Finish, Finished, Holdings, Slot
+from audiogate.worker.job import AudioJob, CallTask, ClipsTask, Finish, WorkerTask
 from audiogate.worker.reservations import Ledger, WorkerLimits
 
 __all__ = ["AudioWorker"]
@@ -123,6 +121,40 @@ class AudioWorker:
 
     # --- submission ------------------------------------------------------------------
 
+    def check_open(self, cancel: CancelToken) -> None:
+        """The admission's first checks, before a request is planned.
+
+        :raises PreprocessCancelled: the token was already cancelled.
+        :raises WorkerUnavailableError: the worker is shut down.
+        """
+        cancel.check(Checkpoint.QUEUE)
+        if self._closed.is_set():
+            raise WorkerUnavailableError("the audio worker is shut down")
+
+    def submit_request(self, task: WorkerTask) -> AudioJob[Any]:
+        """Admit a planned request's CPU step (a :class:`~audiogate.request.Request`, or
+        any :class:`~audiogate.worker.job.WorkerTask`): reserve its bytes and queue it, or
+        refuse. A thread runs ``task.compute(worker)``; the task's owner counts it (the
+        request's ``close``), unless it is one of the worker's own tasks.
+
+        :raises PreprocessCancelled: the token was already cancelled.
+        :raises WorkerUnavailableError: the worker is shut down.
+        :raises MemoryLimitError: the worker's queued-bytes or host-bytes cap is full.
+        :raises QueueFullError: the job queue is full.
+        """
+        token = task.cancel
+        self.check_open(token)
+        encoded, host_bytes = task.reserved_bytes()
+        if encoded < 0 or host_bytes < 0:
+            raise SizeOverflowError("the request reservation")
+        job: AudioJob[Any] = AudioJob(
+            task=task, reservation=self._ledger.reserve(encoded, host_bytes)
+        )
+        refusal = self._queue_watched(job, token)
+        if refusal is None:
+            return job
+        raise refusal
+
     def submit(
         self,
         policy: AudioPolicy,
@@ -132,10 +164,9 @@ class AudioWorker:
         cancel: CancelToken | None = None,
         extra_host_bytes: int = 0,
     ) -> AudioJob[Any]:
-        """Admit a request: preflight it, reserve its bytes and queue it, or refuse.
-
-        ``extra_host_bytes`` are reserved with the plan's host bytes (what ``finish``
-        needs: the caller's estimate for tokenizing the prompt).
+        """Admit clips alone: preflight them, reserve their bytes and queue them, or
+        refuse. The worker counts the outcome. ``finish(batch)`` runs on the worker
+        after the features; ``extra_host_bytes`` are reserved for it.
 
         :raises PreprocessCancelled: the token was already cancelled.
         :raises WorkerUnavailableError: the worker is shut down.
@@ -144,35 +175,14 @@ class AudioWorker:
         :raises QueueFullError: the job queue is full.
         """
         token = cancellable(cancel)  # the worker cancels it on timeouts and task cancels
-        family = policy.family
-        deferred = worker_admits()  # from here on, this worker counts the request
         try:
-            token.check(Checkpoint.QUEUE)
-            if self._closed.is_set():
-                raise WorkerUnavailableError("the audio worker is shut down")
+            self.check_open(token)
             plan = preflight(self.host, policy, clips, cancel=token)
-            encoded = plan.encoded_bytes
-            host_bytes = plan.host_bytes + extra_host_bytes
-            if encoded < 0 or host_bytes < 0:
-                raise SizeOverflowError("the request reservation")
-            reservation = self._ledger.reserve(encoded, host_bytes)
+            task = ClipsTask(policy, plan, tuple(clips), token, finish, extra_host_bytes)
+            return self.submit_request(task)
         except BaseException as error:
-            self.record_failure(family, error)
+            self.record_failure(policy.family, error)
             raise
-        job: AudioJob[Any] = AudioJob(
-            policy=policy,
-            plan=plan,
-            clips=clips,
-            finish=finish,
-            cancel=token,
-            holdings=Holdings(reservation),
-        )
-        job._outcome = deferred
-        refusal = self._queue_watched(job, token)
-        if refusal is None:
-            return job
-        self.record_failure(family, refusal)
-        raise refusal
 
     def prepare(
         self,
@@ -205,8 +215,7 @@ class AudioWorker:
         extra_host_bytes: int = 0,
     ) -> Any:
         """Submit and await (asyncio API). Cancelling the awaiting task cancels the job."""
-        # No local holds the job: a raised error's traceback keeps this frame.
-        return await self._await_job(
+        return await self.wait_async(
             self.submit(
                 policy, clips, finish=finish, cancel=cancel, extra_host_bytes=extra_host_bytes
             )
@@ -220,45 +229,18 @@ class AudioWorker:
         host_bytes: int,
         cancel: CancelToken | None = None,
     ) -> AudioJob[Any]:
-        """Admit CPU work that is not audio (rendering and tokenizing a prompt): reserve
-        ``host_bytes`` and queue it with the audio jobs, under the same queue depth and
-        byte caps, or refuse. The worker does not count it in the metrics: its owner
-        does (it is one step of a request, or a request without audio).
+        """Admit CPU work that is not audio: reserve ``host_bytes`` and queue it with the
+        audio jobs, under the same queue depth and byte caps, or refuse. The worker does
+        not count it in the metrics: its owner does.
 
         :raises PreprocessCancelled: the token was already cancelled.
         :raises WorkerUnavailableError: the worker is shut down.
         :raises MemoryLimitError: the host-bytes cap is full.
         :raises QueueFullError: the job queue is full.
         """
-        token = cancellable(cancel)
-        token.check(Checkpoint.QUEUE)
-        if self._closed.is_set():
-            raise WorkerUnavailableError("the audio worker is shut down")
         if host_bytes < 0:
             raise SizeOverflowError("the call reservation")
-        reservation = self._ledger.reserve(0, host_bytes)
-        plan = RequestPlan(
-            policy=policy,
-            clips=(),
-            encoded_bytes=0,
-            waveform_result_bytes=0,
-            waveform_working_bytes=0,
-            feature_working_bytes=0,
-            prepared_result_bytes=host_bytes,
-        )
-        job: AudioJob[Any] = AudioJob(
-            policy=policy,
-            plan=plan,
-            clips=(),
-            finish=None,
-            cancel=token,
-            holdings=Holdings(reservation),
-        )
-        job._work = work
-        refusal = self._queue_watched(job, token)
-        if refusal is None:
-            return job
-        raise refusal
+        return self.submit_request(CallTask(policy, work, cancellable(cancel), host_bytes))
 
     async def call_async(
         self,
@@ -270,18 +252,21 @@ class AudioWorker:
     ) -> Any:
         """:meth:`submit_call` and await ``work()``'s value (asyncio API). Cancelling the
         awaiting task withdraws a queued call; a running one finishes first."""
-        return await self._await_job(
+        return await self.wait_async(
             self.submit_call(policy, work, host_bytes=host_bytes, cancel=cancel)
         )
 
-    async def _await_job(self, job: AudioJob[Any]) -> Any:
+    async def wait_async(self, job: AudioJob[Any]) -> Any:
+        """Await ``job``'s value and take it. Cancelling the awaiting task cancels the job
+        (withdrawn if queued; a running one stops at its next checkpoint) and releases
+        what it holds once it has ended."""
         waiter = asyncio.wrap_future(job.future)
         try:
             await asyncio.shield(waiter)
         except asyncio.CancelledError:
             # If the job has ended (or once it does), release it now: this frame stays
             # in the CancelledError's traceback for as long as the task is referenced.
-            job.future.add_done_callback(functools.partial(_release, job._finalizer))
+            job.release_when_done()
             job.cancel()
             # A queued job is withdrawn at once; a running one ends at its next checkpoint.
             # Take its outcome, or asyncio logs "Future exception was never retrieved"
@@ -372,10 +357,10 @@ class AudioWorker:
         """Release a job that left the queue without running and give it ``error``."""
         job._hand_off()
         if job.future.set_running_or_notify_cancel():
-            if job._work is None:  # a call's owner counts it
+            if job.counted_by_worker:  # else its owner counts it
                 self.record_failure(job.policy.family, error)
             job.future.set_exception(error)
-        elif job._work is None:
+        elif job.counted_by_worker:
             record_outcome(self.metrics, job.policy.family, None)
 
     # --- processing ------------------------------------------------------------------
@@ -390,13 +375,11 @@ class AudioWorker:
                 return
             job = self._dequeue()
             if job is None:
-                slot.free()
+                slot.release()
                 return
             if job._unwatch is not None:
                 job._unwatch()  # running now: a cancel stops it at its next checkpoint
-            job._holdings.slot = slot
-            if not job._finalizer.alive:
-                slot.free()  # handed off already (its future was cancelled and taken)
+            job._hold_slot(slot)
             try:
                 self._process(job)
             except BaseException as error:
@@ -408,73 +391,37 @@ class AudioWorker:
                         f"the audio worker failed while finishing a {job.policy.family!r} "
                         f"job: {type(error).__name__}: {error}"
                     )
-                    with contextlib.suppress(Exception):  # counted once, if at all
-                        self.record_failure(job.policy.family, failure)
+                    if job.counted_by_worker:
+                        with contextlib.suppress(Exception):  # counted once, if at all
+                            self.record_failure(job.policy.family, failure)
                     with contextlib.suppress(concurrent.futures.InvalidStateError):
                         job.future.set_exception(failure)
             finally:
                 del job
 
-    def _acquire_slot(self) -> Slot | None:
+    def _acquire_slot(self) -> threading.Semaphore | None:
         while not self._results.acquire(timeout=_POLL_SECONDS):
             if self._closed.is_set():
                 return None
-        return Slot(self._results)
+        return self._results
 
     def _process(self, job: AudioJob[Any]) -> None:
-        if job._work is not None:
-            self._call(job, job._work)
-            return
+        """Run a job's task; a job the worker counts is counted here, once."""
         family = job.policy.family
+        counted = job.counted_by_worker
         if not job.future.set_running_or_notify_cancel():
             job._hand_off()
-            record_outcome(self.metrics, family, None)
+            if counted:
+                record_outcome(self.metrics, family, None)
             return
-        started = time.perf_counter()
+        task = job.task
         try:
             job.cancel_token.check(Checkpoint.QUEUE)
-            try:
-                batch = process_request(
-                    self.host,
-                    job.plan,
-                    job.clips,
-                    cancel=job.cancel_token,
-                    decoders=self.decoders,
-                    cache=self.feature_cache,
-                )
-            except AudioGateError:
-                raise
-            except Exception as exc:
-                raise PluginError(
-                    f"family {family!r} raised {type(exc).__name__} while preparing audio: {exc}"
-                ) from exc
-            self.metrics.record_waveforms(
-                family,
-                source_duration_us=batch.totals.duration_us,
-                source_samples=batch.totals.source_samples,
-                normalized_samples=batch.totals.normalized_samples,
-                frames=batch.totals.frames,
-                tokens=batch.totals.tokens,
-            )
-            job.cancel_token.check(Checkpoint.FEATURE)
-            value: Any = batch
-            prefill: int | None = None
-            if job.finish is not None:
-                try:
-                    value = job.finish(batch)
-                except AudioGateError:
-                    raise
-                except Exception as exc:
-                    raise PluginError(
-                        f"finishing the {family!r} request raised {type(exc).__name__}: {exc}"
-                    ) from exc
-                if isinstance(value, Finished):
-                    value, prefill = value.value, value.prefill_tokens
-                # A client gone while its prompt was expanded is cancelled, not completed.
-                job.cancel_token.check(Checkpoint.FEATURE)
+            value = task.compute(self)
         except BaseException as error:
             job._hand_off()
-            self.record_failure(family, error)
+            if counted:
+                self.record_failure(family, error)
             # The traceback's frames hold this job and its clips; nobody needs them once
             # the error is stored, and keeping them would leave the request's memory to
             # the cycle collector (a cancelled client never reads its error).
@@ -482,35 +429,12 @@ class AudioWorker:
             # This frame is in that traceback too (still running, so not cleared): without
             # ``job`` it does not hold the job through the future that keeps the error.
             future = job.future
-            del job
+            del job, task
             future.set_exception(error)
             return
-        outcome = Completed(
-            latency_seconds=time.perf_counter() - started,
-            prefill_tokens=batch.totals.tokens if prefill is None else prefill,
-        )
-        completed = functools.partial(record_outcome, self.metrics, family, outcome)
-        if job._outcome is not None:
-            job._outcome.offer_completion(completed)  # before the owner can see the result
-        else:
-            completed()
-        job.future.set_result(value)
-
-    def _call(self, job: AudioJob[Any], work: Callable[[], Any]) -> None:
-        """Run a call job (:meth:`submit_call`); its owner counts it."""
-        if not job.future.set_running_or_notify_cancel():
-            job._hand_off()
-            return
-        try:
-            job.cancel_token.check(Checkpoint.QUEUE)
-            value = work()
-        except BaseException as error:
-            job._hand_off()
-            clear_frames(error)
-            future = job.future
-            del job, work
-            future.set_exception(error)
-            return
+        if counted:
+            completed = getattr(task, "completed", None)
+            record_outcome(self.metrics, family, completed)
         job.future.set_result(value)
 
     # --- shutdown --------------------------------------------------------------------
@@ -551,10 +475,6 @@ class AudioWorker:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _release(finalizer: weakref.finalize, _future: object) -> None:  # type: ignore[type-arg]
-    finalizer()
 
 
 def _retrieve(future: asyncio.Future[Any]) -> None:

@@ -63,7 +63,7 @@ def collate_features(policy: AudioPolicy, clips: Sequence[ClipFeatures]) -> Feat
         ``[shape=(n,)]``, ``audio_attention_mask`` bool ``[shape=(n, T_max)]``, named for
         ``policy.variant`` (:func:`name_inputs`); ``tokens`` per clip. All ``mx.array``
         when ``policy.feature_backend == "mlx"``.
-    :raises PluginError: the mlx backend is selected and MLX is not importable.
+    :raises MissingExtraError: the mlx backend is selected and MLX is not importable.
     """
     if policy.feature_backend == "mlx":
         mlx_logmel = load_mlx_module(MLX_MODULE, family="phi4mm")

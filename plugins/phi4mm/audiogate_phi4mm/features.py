@@ -81,7 +81,7 @@ def extract_features(
     :returns: read-only float32 ``[shape=(plan.frames, 80)]`` (an ``mx.array`` when
         ``policy.feature_backend == "mlx"``), no mask (one clip has no padding;
         :func:`~audiogate_phi4mm.collate.collate_features` builds the batch mask).
-    :raises PluginError: the mlx backend is selected and MLX is not importable.
+    :raises MissingExtraError: the mlx backend is selected and MLX is not importable.
     """
     replanned = plan_features(
         policy, rate_hz=rate_hz, samples=int(waveform.shape[0]), clip_index=clip_index

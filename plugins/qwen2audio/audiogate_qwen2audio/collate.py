@@ -31,7 +31,7 @@ def collate_features(policy: AudioPolicy, clips: Sequence[ClipFeatures]) -> Feat
         ``feature_attention_mask`` int32 ``[shape=(n, 3000)]`` (1 for the valid frames);
         ``mx.array`` when ``policy.feature_backend == "mlx"``.
     :raises ValueError: a clip is not a Qwen2-Audio clip (shape, mask) or there is none.
-    :raises PluginError: the mlx backend is selected and MLX is not importable.
+    :raises MissingExtraError: the mlx backend is selected and MLX is not importable.
     """
     if policy.feature_backend == "mlx":
         mlx_logmel = load_mlx_module(MLX_MODULE, family="qwen2audio")

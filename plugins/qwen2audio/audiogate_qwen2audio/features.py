@@ -107,7 +107,7 @@ def extract_features(
     """Features ``[shape=(128, 3000)]`` and the frame mask of one clip, as planned
     (``mx.array`` when ``policy.feature_backend == "mlx"``).
 
-    :raises PluginError: the mlx backend is selected and MLX is not importable.
+    :raises MissingExtraError: the mlx backend is selected and MLX is not importable.
     """
     geometry = _checked_geometry(
         policy, rate_hz=rate_hz, samples=int(waveform.shape[0]), clip_index=clip_index

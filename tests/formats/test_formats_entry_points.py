@@ -1,0 +1,99 @@
+"""Every way audio enters recognises the container from the bytes unless one is declared
+(issue #32): chat parts without ``format`` or with ``"auto"``, ``audio_url`` parts (the
+shape vLLM and OpenAI clients send), data URIs, and the library's own clips. A declared
+format the bytes contradict is refused naming both."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+from formatkit import REPO, accounting, entries, prepare, read, skip_without_decoder
+
+from audiogate.errors import AcquisitionError, AudioGateError, DecodeError
+from audiogate.pipeline import EncodedClip
+
+pytest.importorskip("transformers")
+
+#: One file of each container of the corpus (its smallest), WAV included.
+ONE_PER_CONTAINER = {e["container"]: e for e in sorted(entries(), key=lambda e: -e["bytes"])}
+
+
+@pytest.fixture(scope="module")
+def chat_gate():
+    from audiogate.api import AudioGate
+
+    return AudioGate.from_model_dir(REPO / "examples" / "models" / "gemma-3n-e4b-it")
+
+
+def _messages(part: dict) -> list[dict]:
+    return [{"role": "user", "content": [part, {"type": "text", "text": "Transcribe."}]}]
+
+
+def _input_audio(data: bytes, **declared: str) -> dict:
+    return {
+        "type": "input_audio",
+        "input_audio": {"data": base64.b64encode(data).decode(), **declared},
+    }
+
+
+#: The media type a client would put in a data URI for each container.
+MEDIA_TYPES = {"wav": "wav", "rf64": "wav", "aiff": "aiff", "aifc": "aiff", "flac": "flac"}
+MEDIA_TYPES |= {"mp3": "mpeg", "ogg": "ogg", "webm": "webm", "matroska": "x-matroska"}
+MEDIA_TYPES |= {"mp4": "mp4"}
+
+
+def _audio_url(data: bytes, media: str = "wav", **declared: str) -> dict:
+    uri = f"data:audio/{media};base64," + base64.b64encode(data).decode()
+    return {"type": "audio_url", "audio_url": {"url": uri, **declared}}
+
+
+PARTS = {
+    "input_audio without format": lambda data, _: _input_audio(data),
+    "input_audio format auto": lambda data, _: _input_audio(data, format="auto"),
+    "input_audio format AUTO": lambda data, _: _input_audio(data, format="AUTO"),
+    "audio_url without format": lambda data, media: _audio_url(data, media),
+    "audio_url format auto": lambda data, media: _audio_url(data, media, format="auto"),
+}
+
+
+@pytest.mark.parametrize("container", sorted(ONE_PER_CONTAINER))
+@pytest.mark.parametrize("shape", sorted(PARTS))
+def test_a_part_without_a_declared_format_is_recognised_from_its_bytes(
+    chat_gate, container: str, shape: str
+) -> None:
+    entry = ONE_PER_CONTAINER[container]
+    skip_without_decoder(container)
+    data = read(entry)
+    part = PARTS[shape](data, MEDIA_TYPES[container])
+    got = accounting(chat_gate.prepare(_messages(part)))
+    want = accounting(prepare("gemma3n", data))
+    for key in ("source_rate", "channels", "source_samples", "tokens", "sha256"):
+        assert got[key] == want[key], key
+
+
+@pytest.mark.parametrize("container", sorted(ONE_PER_CONTAINER))
+def test_a_library_clip_is_recognised_from_its_bytes_by_default(container: str) -> None:
+    entry = ONE_PER_CONTAINER[container]
+    skip_without_decoder(container)
+    clip = EncodedClip(data=read(entry), ordinal=1)  # no source_format: the bytes say
+    assert clip.source_format.container == "auto"
+    assert accounting(prepare("gemma3n", clip.data))["source_rate"] == entry["rate"]
+
+
+def test_an_audio_url_mp3_declared_as_wav_is_refused_naming_both(chat_gate) -> None:
+    (entry,) = [e for e in entries() if e["file"] == "mp3-cbr24-mono-8000.mp3"]
+    with pytest.raises(AcquisitionError) as caught:
+        chat_gate.prepare(_messages(_audio_url(read(entry), format="wav")))
+    message = str(caught.value)
+    assert "declared format wav does not match the bytes" in message
+    assert "sniffed MP3" in message
+
+
+def test_bytes_that_are_no_audio_format_are_refused_naming_what_they_are(chat_gate) -> None:
+    with pytest.raises(DecodeError) as caught:
+        chat_gate.prepare(_messages(_input_audio(b"%PDF-1.7\n" + b"\0" * 4096)))
+    assert caught.value.code == "unknown_container"
+    assert "found PDF" in str(caught.value)
+    with pytest.raises(AudioGateError, match="no known signature"):
+        chat_gate.prepare(_messages(_audio_url(b"\x01\x02\x03\x04" * 1024)))
