@@ -9,10 +9,12 @@ policy and prompt modules can count frames and tokens without importing the kern
 
 from __future__ import annotations
 
+import functools
 from typing import Final, Literal
 
 import attrs
 
+from audiogate.dsp import blocks
 from audiogate.dsp.blocks import block_threads
 
 __all__ = [
@@ -152,6 +154,23 @@ def whisper_plan(
     :raises ValueError: any of the above out of range, or a clip longer than its one
         ``"max_length"`` window (the reference would truncate it silently).
     """
+    # A clip is planned at admission and again at extraction: the plan is kept, keyed by
+    # the thread count it sized its scratch for as well.
+    return _plan(
+        samples, n_mels, padding, padded_samples, chunk_samples, normalize, blocks.BLOCK_THREADS
+    )
+
+
+@functools.lru_cache(maxsize=512)
+def _plan(
+    samples: int,
+    n_mels: int,
+    padding: Padding,
+    padded_samples: int | None,
+    chunk_samples: int,
+    normalize: bool,
+    _threads: int,
+) -> WhisperPlan:
     if n_mels not in MEL_BINS:
         raise ValueError(f"n_mels must be one of {MEL_BINS}, not {n_mels}")
     if padding not in _PADDINGS:
@@ -233,13 +252,13 @@ def whisper_plan(
     # Items run one after another: the largest padded buffer, a normalised copy of the
     # clip, one block set per thread, and each block's peak.
     buffer = max(buffer_samples(item.computed) * 4 if item.computed else 0 for item in items)
-    blocks = max(len(block_ranges(item.computed, window_frames)) for item in items)
-    threads = block_threads(blocks)
+    block_count = max(len(block_ranges(item.computed, window_frames)) for item in items)
+    threads = block_threads(block_count)
     working = (
         buffer
         + (max(item.samples for item in items) * 4 if normalize else 0)
         + threads * (SCRATCH_BYTES + LIBRARY_BYTES)
-        + blocks * 4
+        + block_count * 4
     )
     return WhisperPlan(
         samples=samples,
