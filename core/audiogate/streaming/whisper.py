@@ -1,0 +1,260 @@
+"""The Whisper log-mel frontend, computed while 16 kHz samples arrive.
+
+:class:`WhisperLogMelStream` gives exactly :func:`audiogate.dsp.whisper.whisper_log_mel`
+of the concatenated samples, under the plan :func:`~audiogate.dsp.whisper.whisper_plan`
+makes for their final length, whatever the chunking.
+
+What is computed as samples arrive: every *interior* frame (its 400-sample window lies
+inside one item's samples: frames ``t >= 2`` with ``160t + 200 <= n`` for the ``n`` item
+samples received so far), in blocks of :data:`~audiogate.dsp.whisper.BLOCK_FRAMES`, into
+the scaled log domain ``log10(mel) / 4 + 1``, with the item's running maximum. These
+frames do not depend on the clip's final length or padding. An item is the whole clip,
+except in ``"windows"`` mode, where each 30 s window is its own item.
+
+What remains for :meth:`WhisperLogMelStream.finish`: the two head frames (they read the
+reflection of samples 1..200), the last frames whose window reaches past the clip's end
+(zero padding, or the end reflection in ``"longest"`` mode), the interior frames of the
+last incomplete block, the constant frames of the padding, and the global step: the clamp
+to the item's maximum minus 8 (in the scaled domain) and the mask. Every frame's value is
+computed by the same kernel (:func:`audiogate.dsp.whisper._log_mel_block`) on the same
+samples as the whole-clip path, and the kernel treats frames independently, so the
+result is bit-identical (``tests/streaming/test_whisper_stream.py``).
+
+``normalize=True`` (``do_normalize``: the item's mean and variance) is not incremental;
+no shipped family uses it, and :class:`WhisperLogMelStream` refuses it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import numpy as np
+import numpy.typing as npt
+
+from audiogate.cancel import NEVER, CancelToken, Checkpoint
+from audiogate.dsp.whisper import (
+    BLOCK_FRAMES,
+    CHUNK_SAMPLES,
+    HOP,
+    LOG_FLOOR,
+    N_FFT,
+    Padding,
+    WhisperPlan,
+    _framed,
+    _log_mel_block,
+    _padded_segment,
+    whisper_plan,
+)
+from audiogate.dsp.whisper_geometry import interior_frames
+from audiogate.records import readonly
+from audiogate.streaming.buffer import GrowingArray
+
+__all__ = ["FIRST_INTERIOR_FRAME", "WhisperLogMelStream"]
+
+_PAD: Final = N_FFT // 2
+#: Frame ``t`` starts at padded sample ``160t - 200``: frames 0 and 1 read the reflection.
+FIRST_INTERIOR_FRAME: Final = -(-_PAD // HOP)
+
+
+class _ItemFrames:
+    """The streamed interior frames of one item: ``[FIRST_INTERIOR_FRAME, next)``."""
+
+    def __init__(self, n_mels: int) -> None:
+        self.next = FIRST_INTERIOR_FRAME
+        self.blocks: list[npt.NDArray[np.float32]] = []
+        self.peak = np.float32(-np.inf)
+        self.n_mels = n_mels
+
+    @property
+    def nbytes(self) -> int:
+        return sum(block.nbytes for block in self.blocks)
+
+
+class WhisperLogMelStream:
+    """One clip's Whisper log-mel, fed 16 kHz mono float32 samples in chunks of any size.
+
+    :param n_mels: 80 or 128.
+    :param padding: the mode of :func:`~audiogate.dsp.whisper.whisper_plan`
+        (``"max_length"``, ``"longest"``, ``"multiple"`` or ``"windows"``).
+    :param chunk_samples: the extractor's ``n_samples``.
+    :param clip_index: zero-based clip index (cancellation and errors).
+    :param cancel: polled before every computed block.
+    :raises ValueError: ``normalize`` is asked for (it needs the whole item).
+    """
+
+    def __init__(
+        self,
+        *,
+        n_mels: int,
+        padding: Padding,
+        chunk_samples: int = CHUNK_SAMPLES,
+        normalize: bool = False,
+        clip_index: int = 0,
+        cancel: CancelToken = NEVER,
+    ) -> None:
+        if normalize:
+            raise ValueError("normalize=True needs the whole item; use the accumulating frontend")
+        # Validates the mode, bank and window (a length every mode admits).
+        whisper_plan(_PAD + 1, n_mels=n_mels, padding=padding, chunk_samples=chunk_samples)
+        self._n_mels = n_mels
+        self._padding: Padding = padding
+        self._chunk = chunk_samples
+        self._clip_index = clip_index
+        self._cancel = cancel
+        self._samples = GrowingArray(np.float32)
+        self._items: list[_ItemFrames] = []
+        self._finished = False
+
+    @property
+    def samples(self) -> int:
+        """Samples received so far."""
+        return len(self._samples)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held: the waveform buffer's capacity and the streamed frames."""
+        return self._samples.nbytes + sum(item.nbytes for item in self._items)
+
+    @property
+    def streamed_frames(self) -> int:
+        """Frames computed so far (before :meth:`finish`)."""
+        return sum(item.next - FIRST_INTERIOR_FRAME for item in self._items)
+
+    def _item_bounds(self, index: int) -> tuple[int, int]:
+        """``(start, known samples)`` of item ``index`` so far."""
+        received = len(self._samples)
+        if self._padding != "windows":
+            return 0, received
+        start = index * self._chunk
+        return start, max(0, min(self._chunk, received - start))
+
+    def push(self, samples: npt.ArrayLike) -> None:
+        """Append mono 16 kHz samples ``[shape=(k,)]`` and compute every interior frame
+        of complete blocks now available.
+
+        :raises RuntimeError: after :meth:`finish`.
+        """
+        if self._finished:
+            raise RuntimeError("WhisperLogMelStream.push() after finish()")
+        self._samples.extend(samples)
+        self._advance(whole_blocks=True)
+
+    def _advance(self, *, whole_blocks: bool) -> None:
+        received = len(self._samples)
+        items = 1 if self._padding != "windows" else max(1, -(-received // self._chunk))
+        while len(self._items) < items:
+            self._items.append(_ItemFrames(self._n_mels))
+        waveform = self._samples.view()
+        for index, item in enumerate(self._items):
+            start, known = self._item_bounds(index)
+            # Interior while 160t + 200 <= known samples of the item.
+            ready = (known - _PAD) // HOP + 1 if known >= _PAD else 0
+            while ready - item.next >= (BLOCK_FRAMES if whole_blocks else 1):
+                count = min(BLOCK_FRAMES, ready - item.next)
+                self._cancel.check(Checkpoint.FEATURE, self._clip_index)
+                frames = _framed(waveform, start + HOP * item.next - _PAD, count)
+                out = np.empty((self._n_mels, count), dtype=np.float32)
+                item.peak = max(item.peak, _log_mel_block([frames], out))
+                item.blocks.append(out)
+                item.next += count
+
+    def finish(
+        self, *, extra_zeros: int = 0, padded_samples: int | None = None
+    ) -> tuple[WhisperPlan, npt.NDArray[np.float32], npt.NDArray[np.bool_]]:
+        """Complete the clip: the remaining frames, the clamp and the mask.
+
+        :param extra_zeros: zero samples to append first (a resampler's length fix).
+        :param padded_samples: ``"longest"`` only, as in :func:`whisper_plan`.
+        :returns: the plan of the clip's final length, and read-only features float32
+            ``[shape=plan.feature_shape]`` and mask bool ``[shape=(windows, window_frames)]``,
+            equal to :func:`~audiogate.dsp.whisper.whisper_log_mel` of the whole clip.
+        :raises ValueError: the length is out of the mode's range (as :func:`whisper_plan`).
+        :raises RuntimeError: called twice.
+        """
+        if self._finished:
+            raise RuntimeError("WhisperLogMelStream.finish() called twice")
+        self._finished = True
+        if extra_zeros:
+            self._samples.extend(np.zeros(extra_zeros, dtype=np.float32))
+        plan = whisper_plan(
+            len(self._samples),
+            n_mels=self._n_mels,
+            padding=self._padding,
+            padded_samples=padded_samples,
+            chunk_samples=self._chunk,
+        )
+        self._advance(whole_blocks=False)
+        waveform = self._samples.view()
+        features = np.empty(plan.feature_shape, dtype=np.float32)
+        mask = np.zeros((plan.windows, plan.window_frames), dtype=np.bool_)
+        for index, item in enumerate(plan.items):
+            streamed = self._items[index] if index < len(self._items) else _ItemFrames(self._n_mels)
+            clip = waveform[item.start : item.start + item.samples]
+            rows = features[item.window : item.window + item.windows]
+            self._finish_item(clip, item.padded, item.computed, streamed, rows, plan.window_frames)
+            ones = min(item.padded // HOP, -(-item.samples // HOP))
+            mask[item.window : item.window + item.windows].reshape(-1)[:ones] = True
+        self._items.clear()
+        return plan, readonly(features), readonly(mask)
+
+    def _finish_item(
+        self,
+        clip: npt.NDArray[np.float32],
+        padded: int,
+        computed: int,
+        streamed: _ItemFrames,
+        rows: npt.NDArray[np.float32],
+        window_frames: int,
+    ) -> None:
+        lo, hi = interior_frames(clip.shape[0], computed)
+        peak = streamed.peak
+        first = FIRST_INTERIOR_FRAME
+        for block in streamed.blocks:
+            _place(rows, window_frames, first, block)
+            first += block.shape[1]
+        # What finish computes: the head copy, the tail copy (the clip's end is known
+        # now) and nothing else: every interior frame up to hi was streamed.
+        sources: list[tuple[int, int, Any]] = []
+        if lo:
+            head = _padded_segment(clip, padded, -_PAD, HOP * (lo - 1) + _PAD)
+            sources.append((0, lo, _framed(head, 0, lo)))
+        if (hi > lo and streamed.next != hi) or (hi == lo and streamed.next > FIRST_INTERIOR_FRAME):
+            raise RuntimeError(
+                f"streamed frames up to {streamed.next}, the plan's interior is {lo}..{hi}"
+            )
+        if computed > hi:
+            tail = _padded_segment(clip, padded, HOP * hi - _PAD, HOP * (computed - 1) + _PAD)
+            sources.append((hi, computed, _framed(tail, 0, computed - hi)))
+        for first, stop, frames in sources:
+            for start in range(first, stop, BLOCK_FRAMES):
+                count = min(BLOCK_FRAMES, stop - start)
+                self._cancel.check(Checkpoint.FEATURE, self._clip_index)
+                out = np.empty((self._n_mels, count), dtype=np.float32)
+                part = frames[start - first : start - first + count]
+                peak = max(peak, _log_mel_block([part], out))
+                _place(rows, window_frames, start, out)
+        frames_total = rows.shape[0] * window_frames
+        if computed < frames_total:
+            peak = max(peak, LOG_FLOOR)
+        # The global step, as the whole-clip kernel applies it (scaled domain).
+        floor = (np.float32(peak - np.float32(8.0)) + np.float32(4.0)) * np.float32(0.25)
+        constant = max((LOG_FLOOR + np.float32(4.0)) * np.float32(0.25), floor)
+        for row in range(rows.shape[0]):
+            head_frames = min(window_frames, max(0, computed - row * window_frames))
+            part_rows = rows[row, :, :head_frames]
+            np.maximum(part_rows, np.full(head_frames, floor), out=part_rows)
+            rows[row, :, head_frames:] = constant
+
+
+def _place(
+    rows: npt.NDArray[np.float32], window_frames: int, first: int, block: npt.NDArray[np.float32]
+) -> None:
+    """Write frames ``[first, first + count)`` of an item (``block`` ``[shape=(n_mels,
+    count)]``) into its windows ``rows`` ``[shape=(windows, n_mels, window_frames)]``."""
+    done = 0
+    count = block.shape[1]
+    while done < count:
+        row, column = divmod(first + done, window_frames)
+        take = min(count - done, window_frames - column)
+        rows[row, :, column : column + take] = block[:, done : done + take]
+        done += take
