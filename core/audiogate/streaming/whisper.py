@@ -111,6 +111,12 @@ class WhisperLogMelStream:
         return len(self._samples)
 
     @property
+    def waveform(self) -> npt.NDArray[np.float32]:
+        """The samples received (and appended by :meth:`finish`), a read-only view."""
+        view: npt.NDArray[np.float32] = self._samples.view()
+        return view
+
+    @property
     def nbytes(self) -> int:
         """Bytes held: the waveform buffer's capacity and the streamed frames."""
         return self._samples.nbytes + sum(item.nbytes for item in self._items)

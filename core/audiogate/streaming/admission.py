@@ -1,0 +1,129 @@
+"""Admission of a clip as it arrives: the whole-clip checks on the running length.
+
+A stream's clip is admitted by the same code as a whole clip: :func:`~audiogate.pipeline.
+preflight.preflight` over a clip whose header is the stream's (its declared or parsed
+format) at the number of frames received so far, read from that recorded header alone
+(no sample is read). Every limit the preflight checks (source duration and frames, the
+duration cap in normalized samples, feature frames, the request's samples, frames and
+bytes, the waveform working and result bytes, the prepared result bytes) grows with the
+length, so a stream's admissible lengths are a prefix: :class:`StreamAdmission` finds its
+last frame once (a binary search over the preflight) and then compares one integer per
+chunk. The chunk that crosses it is refused by running the preflight at the new length,
+so the error is the whole clip's, typed and worded the same.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import attrs
+
+from audiogate.acquire.clip import EncodedClip, StoredHeader
+from audiogate.decode.decoder import check_limits
+from audiogate.decode.geometry import ClipGeometry
+from audiogate.errors import LimitError
+from audiogate.host import FamilyHost
+from audiogate.pipeline.plans import RequestPlan
+from audiogate.pipeline.preflight import decode_limits, preflight
+from audiogate.policy import MICROS_PER_SECOND, AudioPolicy
+
+__all__ = ["StreamAdmission"]
+
+#: Lengths searched for the first refused one (2**40 frames: 254 days at 48 kHz); a
+#: policy admitting more (a truncating one) leaves the stream unbounded by admission,
+#: and the stream keeps only what the clip's plan decodes.
+_SEARCH_LIMIT: Final = 1 << 40
+_NO_DIGEST: Final = "0" * 64
+
+
+def _unreadable() -> bytes:
+    raise AssertionError("admission reads no samples")
+
+
+class StreamAdmission:
+    """The whole-clip admission of one streamed clip, on its running length.
+
+    :param host: the plugin host.
+    :param policy: the loaded model's policy.
+    :param header: the clip's header geometry (any ``frames``; ``data_offset`` is the
+        header's bytes, ``frame_bytes`` the bytes per frame).
+    :param clip_index: zero-based clip index, named in every error.
+    :raises DecodeError: the declared rate is not admitted (as a whole clip's header).
+    :raises LimitError: the rate or channels are over their caps.
+    """
+
+    def __init__(
+        self, host: FamilyHost, policy: AudioPolicy, header: ClipGeometry, *, clip_index: int = 0
+    ) -> None:
+        self._host = host
+        self._policy = policy
+        self._header = header
+        self._clip_index = clip_index
+        check_limits(self.geometry(0), decode_limits(policy), clip_index=clip_index)
+        self.max_frames: int | None = self._last_admitted()
+
+    def geometry(self, frames: int) -> ClipGeometry:
+        """The header at ``frames`` frames."""
+        return attrs.evolve(
+            self._header,
+            frames=frames,
+            duration_us=frames * MICROS_PER_SECOND // self._header.rate_hz,
+            data_length=frames * self._header.frame_bytes,
+            exact=True,
+        )
+
+    def _clip(self, frames: int) -> EncodedClip:
+        geometry = self.geometry(frames)
+        stored = StoredHeader(
+            nbytes=geometry.data_offset + geometry.data_length,
+            geometry=geometry,
+            read=_unreadable,
+        )
+        return EncodedClip(
+            stored_header=stored, stored_sha256=_NO_DIGEST, ordinal=self._clip_index + 1
+        )
+
+    def plan(self, frames: int) -> RequestPlan:
+        """The whole clip's admission at ``frames`` frames (its plan, or its error).
+
+        :raises LimitError: a limit is crossed.
+        :raises FeatureError: too short for the family.
+        :raises EmptyAudioError: no bytes at all.
+        """
+        return preflight(self._host, self._policy, [self._clip(frames)])
+
+    def _refused(self, frames: int) -> bool:
+        try:
+            self.plan(frames)
+        except LimitError:
+            return True
+        except Exception:  # too short, empty: not a limit a longer stream lifts
+            return False
+        return False
+
+    def _last_admitted(self) -> int | None:
+        high = 1
+        while not self._refused(high):
+            if high >= _SEARCH_LIMIT:
+                return None
+            high *= 2
+        low = high // 2  # admitted (or 0)
+        while high - low > 1:
+            middle = (low + high) // 2
+            if self._refused(middle):
+                high = middle
+            else:
+                low = middle
+        return low
+
+    def admit(self, frames: int) -> None:
+        """Check a stream that has received ``frames`` frames.
+
+        :raises LimitError: ``frames`` is past the last admitted length: the whole clip's
+            error at this length.
+        """
+        if self.max_frames is not None and frames > self.max_frames:
+            self.plan(frames)
+            # Not refused after all (no limit is monotonic in a way the search missed):
+            # move the bound rather than refuse what a whole clip would admit.
+            self.max_frames = frames

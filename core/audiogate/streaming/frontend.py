@@ -1,0 +1,414 @@
+"""A clip's frontend fed as its samples arrive: :func:`open_clip_stream`.
+
+``push(samples)`` takes mono float32 PCM at the source rate (after the core's downmix),
+in chunks of any size; ``finish()`` returns a :class:`StreamedClip` whose plan, waveform
+and features are the whole-clip path's for the concatenated samples. Two frontends:
+
+* :class:`WhisperClipStream` (the families of :data:`~audiogate.streaming.families.
+  WHISPER_FAMILIES`): soxr HQ resampling as one stream (:class:`~audiogate.resample.
+  soxr_hq.SoxrStream`: chunks never restart the filter) feeding the incremental Whisper
+  log-mel (:class:`~audiogate.streaming.whisper.WhisperLogMelStream`); ``finish()``
+  flushes the filter, pads to the plan's length and runs the frames that need the clip's
+  end and the global clamp.
+* :class:`AccumulatingClipStream` (every family, and the fallback of the above for the
+  MLX backend and truncating policies): keeps the bounded source waveform and runs the
+  family's whole-clip stages at ``finish()``: exact by construction.
+
+Both admit as they go (:class:`~audiogate.streaming.admission.StreamAdmission`: the
+chunk that crosses a limit is refused with the whole clip's error) and hold their
+buffers' bytes in an optional :class:`~audiogate.budget.ByteBudget`, grown chunk by chunk
+and released exactly once: at ``finish()``, at a refusal, or at ``close()``
+(cancellation, a client gone). A refused or closed stream takes nothing more.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import attrs
+import numpy as np
+import numpy.typing as npt
+
+from audiogate.budget import BudgetHold, ByteBudget
+from audiogate.cancel import NEVER, CancelToken, Checkpoint
+from audiogate.decode.geometry import ClipGeometry
+from audiogate.errors import DecodeError, PluginError
+from audiogate.host import FamilyHost
+from audiogate.pipeline.plans import ClipPlan, RequestPlan
+from audiogate.policy import AudioPolicy
+from audiogate.records import ClipFeatures, readonly
+from audiogate.resample.soxr_hq import SoxrStream
+from audiogate.streaming.admission import StreamAdmission
+from audiogate.streaming.buffer import GrowingArray
+from audiogate.streaming.families import INCREMENTAL_RESAMPLERS, WHISPER_FAMILIES, WhisperFamily
+from audiogate.streaming.whisper import WhisperLogMelStream
+
+__all__ = [
+    "AccumulatingClipStream",
+    "ClipStream",
+    "StreamedClip",
+    "WhisperClipStream",
+    "open_clip_stream",
+]
+
+
+@attrs.frozen(kw_only=True)
+class StreamedClip:
+    """What a finished stream made: the whole clip's admission and its stages' results.
+
+    :param plan: the request plan of this one clip (as :func:`~audiogate.pipeline.
+        preflight.preflight` makes it for the whole clip).
+    :param waveform: the normalized waveform, read-only float32 ``[shape=(normalized,)]``.
+    :param features: the family's features, as its ``extract_features`` returns them.
+    :param incremental: computed as samples arrived (``False``: at ``finish()``).
+    """
+
+    plan: RequestPlan
+    waveform: npt.NDArray[np.float32] = attrs.field(repr=False, eq=False)
+    features: ClipFeatures = attrs.field(repr=False, eq=False)
+    incremental: bool
+
+    @property
+    def clip_plan(self) -> ClipPlan:
+        """The clip's plan."""
+        return self.plan.clips[0]
+
+
+class ClipStream(Protocol):
+    """One clip's streaming frontend."""
+
+    @property
+    def frames(self) -> int:
+        """Source frames received so far."""
+
+    @property
+    def held_bytes(self) -> int:
+        """Bytes held in the budget now."""
+
+    def push(self, samples: npt.ArrayLike) -> None:
+        """Add mono float32 samples at the source rate ``[shape=(k,)]``."""
+
+    def finish(self) -> StreamedClip:
+        """The clip's result; releases the stream's bytes."""
+
+    def close(self) -> None:
+        """Abandon the stream (idempotent); releases its bytes."""
+
+
+class _BaseStream:
+    """Admission, the reservation and the life cycle the two frontends share."""
+
+    def __init__(
+        self,
+        host: FamilyHost,
+        policy: AudioPolicy,
+        admission: StreamAdmission,
+        *,
+        budget: ByteBudget | None,
+        cancel: CancelToken,
+        clip_index: int,
+    ) -> None:
+        self._host = host
+        self._policy = policy
+        self._admission = admission
+        self._hold: BudgetHold | None = budget.hold() if budget is not None else None
+        self._cancel = cancel
+        self._clip_index = clip_index
+        self._frames = 0
+        self._nonzero = False
+        self._done = False
+
+    @property
+    def frames(self) -> int:
+        return self._frames
+
+    @property
+    def held_bytes(self) -> int:
+        return 0 if self._hold is None else self._hold.nbytes
+
+    def _nbytes(self) -> int:
+        raise NotImplementedError
+
+    def _drop(self) -> None:
+        raise NotImplementedError
+
+    def _take(self, nbytes: int) -> None:
+        """Grow the reservation to ``nbytes`` (what the buffers hold, or will)."""
+        if self._hold is not None and nbytes > self._hold.nbytes:
+            self._hold.take(nbytes - self._hold.nbytes)
+
+    def close(self) -> None:
+        if self._done:
+            return
+        self._done = True
+        self._drop()
+        if self._hold is not None:
+            self._hold.release()
+
+    def _accept(self, samples: npt.ArrayLike) -> npt.NDArray[np.float32]:
+        """Check and count one chunk: open, not cancelled, admitted, reservable."""
+        if self._done:
+            raise RuntimeError("push() on a finished or closed stream")
+        block = np.asarray(samples, dtype=np.float32)
+        if block.ndim != 1:
+            raise ValueError(f"push() takes mono samples [shape=(k,)], not shape {block.shape}")
+        try:
+            self._cancel.check(Checkpoint.DECODE, self._clip_index)
+            self._admission.admit(self._frames + block.shape[0])
+            self._take(self._planned_nbytes(block.shape[0]))
+        except BaseException:
+            self.close()
+            raise
+        self._frames += block.shape[0]
+        self._nonzero = self._nonzero or bool(block.any())
+        return block
+
+    def _planned_nbytes(self, more: int) -> int:
+        raise NotImplementedError
+
+    def _admitted(self) -> RequestPlan:
+        """The whole clip's admission at its final length, and the all-zero refusal."""
+        plan = self._admission.plan(self._frames)
+        if self._policy.refuse_all_zero and not self._nonzero:
+            raise DecodeError(
+                f"every one of its {self._frames} decoded samples is exactly 0.0",
+                clip_index=self._clip_index,
+                code="all_zero",
+            )
+        return plan
+
+    def finish(self) -> StreamedClip:
+        if self._done:
+            raise RuntimeError("finish() on a finished or closed stream")
+        try:
+            self._cancel.check(Checkpoint.FEATURE, self._clip_index)
+            return self._finish()
+        finally:
+            self.close()
+
+    def _finish(self) -> StreamedClip:
+        raise NotImplementedError
+
+
+class AccumulatingClipStream(_BaseStream):
+    """The generic frontend: the source waveform is kept (within admission's bound) and
+    the family's whole-clip stages run at :meth:`finish`."""
+
+    def __init__(
+        self,
+        host: FamilyHost,
+        policy: AudioPolicy,
+        admission: StreamAdmission,
+        *,
+        budget: ByteBudget | None = None,
+        cancel: CancelToken = NEVER,
+        clip_index: int = 0,
+    ) -> None:
+        super().__init__(
+            host, policy, admission, budget=budget, cancel=cancel, clip_index=clip_index
+        )
+        self._source = GrowingArray(np.float32)
+        # A truncating policy decodes only a prefix of a long clip: keep just that.
+        self._keep: int | None = None
+        if admission.max_frames is None:
+            self._keep = admission.plan(1 << 40).clips[0].decode_geometry.frames
+
+    def _kept(self, frames: int) -> int:
+        return frames if self._keep is None else min(frames, self._keep)
+
+    def _planned_nbytes(self, more: int) -> int:
+        kept = self._kept(self._frames + more)
+        return self._source.capacity_for(kept) * 4
+
+    def _drop(self) -> None:
+        self._source = GrowingArray(np.float32)
+
+    def push(self, samples: npt.ArrayLike) -> None:
+        """Add mono float32 samples at the source rate ``[shape=(k,)]``.
+
+        :raises LimitError: the stream crossed a limit (the stream is closed).
+        :raises MemoryLimitError: its bytes do not fit the budget (closed).
+        :raises PreprocessCancelled: the token was cancelled (closed).
+        """
+        block = self._accept(samples)
+        room = self._kept(self._frames) - len(self._source)
+        if room > 0:
+            self._source.extend(block[:room] if room < block.shape[0] else block)
+
+    def _finish(self) -> StreamedClip:
+        plan = self._admitted()
+        clip_plan = plan.clips[0]
+        index = self._clip_index
+        source = self._source.view()[: clip_plan.decode_geometry.frames]
+        normalized = self._host.resample(
+            self._policy, clip_plan.resample, source, clip_index=index, cancel=self._cancel
+        )
+        if normalized.shape[0] != clip_plan.normalized_samples:
+            normalized = readonly(np.array(normalized[: clip_plan.normalized_samples]))
+        self._cancel.check(Checkpoint.FEATURE, index)
+        features = self._host.extract_features(
+            self._policy,
+            clip_plan.features,
+            normalized,
+            rate_hz=clip_plan.resample.output_rate_hz,
+            clip_index=index,
+            cancel=self._cancel,
+        )
+        return StreamedClip(plan=plan, waveform=normalized, features=features, incremental=False)
+
+
+class WhisperClipStream(_BaseStream):
+    """The incremental Whisper frontend: resampled and framed as samples arrive."""
+
+    def __init__(
+        self,
+        host: FamilyHost,
+        policy: AudioPolicy,
+        admission: StreamAdmission,
+        family: WhisperFamily,
+        *,
+        source_rate_hz: int,
+        target_rate_hz: int,
+        algorithm: str,
+        budget: ByteBudget | None = None,
+        cancel: CancelToken = NEVER,
+        clip_index: int = 0,
+    ) -> None:
+        super().__init__(
+            host, policy, admission, budget=budget, cancel=cancel, clip_index=clip_index
+        )
+        self._family = family
+        self._algorithm = algorithm
+        self._rates = (source_rate_hz, target_rate_hz)
+        self._resampler = (
+            None
+            if algorithm == "identity"
+            else SoxrStream(in_rate_hz=source_rate_hz, out_rate_hz=target_rate_hz)
+        )
+        self._mel = WhisperLogMelStream(
+            n_mels=family.n_mels,
+            padding=family.padding,
+            chunk_samples=family.chunk_samples,
+            clip_index=clip_index,
+            cancel=cancel,
+        )
+
+    def _planned_nbytes(self, more: int) -> int:
+        source, target = self._rates
+        # The 16 kHz waveform (capacity), the streamed frames (one float32 column of
+        # n_mels per 160 samples) and one block of filter delay.
+        out = -(-(self._frames + more) * target // source) + 1
+        columns = out // 160 + 1
+        return self._mel.nbytes + (out - self._mel.samples) * 4 + columns * self._family.n_mels * 4
+
+    def _drop(self) -> None:
+        self._resampler = None
+        self._mel = WhisperLogMelStream(
+            n_mels=self._family.n_mels,
+            padding=self._family.padding,
+            chunk_samples=self._family.chunk_samples,
+        )
+
+    def push(self, samples: npt.ArrayLike) -> None:
+        """Add mono float32 samples at the source rate ``[shape=(k,)]``.
+
+        :raises LimitError: the stream crossed a limit (the stream is closed).
+        :raises MemoryLimitError: its bytes do not fit the budget (closed).
+        :raises PreprocessCancelled: the token was cancelled (closed).
+        """
+        block = self._accept(samples)
+        try:
+            out = block if self._resampler is None else self._resampler.feed(block)
+            self._mel.push(out)
+        except BaseException:
+            self.close()
+            raise
+
+    def _finish(self) -> StreamedClip:
+        plan = self._admitted()
+        clip_plan = plan.clips[0]
+        resample = clip_plan.resample
+        if (
+            resample.algorithm != self._algorithm
+            or (resample.source_rate_hz, resample.output_rate_hz) != self._rates
+            or clip_plan.normalized_samples != resample.output_samples
+        ):
+            raise PluginError(
+                f"family {self._policy.family!r} planned {resample.algorithm} "
+                f"{resample.source_rate_hz} -> {resample.output_rate_hz} Hz for the whole clip, "
+                f"streamed as {self._algorithm} {self._rates[0]} -> {self._rates[1]} Hz"
+            )
+        if self._resampler is not None:
+            self._mel.push(self._resampler.finish())
+        extra = resample.output_samples - self._mel.samples
+        if extra < 0:
+            raise PluginError(
+                f"soxr streamed {self._mel.samples} samples, planned {resample.output_samples}"
+            )
+        whisper, features, mask = self._mel.finish(extra_zeros=extra)
+        result = self._family.clip_features(features, mask, clip_plan.features)
+        if (
+            tuple(result.features.shape) != tuple(clip_plan.features.feature_shape)
+            or whisper.samples != resample.output_samples
+        ):
+            raise PluginError(
+                f"the streamed Whisper frontend made {tuple(result.features.shape)} for "
+                f"family {self._policy.family!r}, planned {clip_plan.features.feature_shape}"
+            )
+        return StreamedClip(
+            plan=plan, waveform=self._mel.waveform, features=result, incremental=True
+        )
+
+
+def open_clip_stream(
+    host: FamilyHost,
+    policy: AudioPolicy,
+    header: ClipGeometry,
+    *,
+    budget: ByteBudget | None = None,
+    cancel: CancelToken = NEVER,
+    clip_index: int = 0,
+    incremental: bool = True,
+) -> ClipStream:
+    """A streaming frontend for one clip whose header (format, rate, channels) is known.
+
+    :param header: the clip's geometry at any length (a raw declaration's, or a WAV
+        header's); admission uses its rate, channels, encoding and bytes per frame.
+    :param budget: where the stream's bytes are held while it runs (optional).
+    :param cancel: polled at every chunk and inside the frontend.
+    :param incremental: ``False``: the accumulating frontend even where an incremental
+        one exists.
+    :raises DecodeError: the source rate is not admitted.
+    :raises LimitError: the rate or channels are over their caps.
+    """
+    admission = StreamAdmission(host, policy, header, clip_index=clip_index)
+    family = WHISPER_FAMILIES.get(policy.family)
+    streams = (
+        incremental
+        and family is not None
+        and admission.max_frames is not None  # a truncating policy cuts: accumulate
+        and policy.feature_backend == "numpy"
+    )
+    if streams and family is not None:
+        probe = host.plan_resample(
+            policy,
+            source_rate_hz=header.rate_hz,
+            source_samples=header.rate_hz,
+            clip_index=clip_index,
+        )
+        if probe.algorithm in INCREMENTAL_RESAMPLERS:
+            return WhisperClipStream(
+                host,
+                policy,
+                admission,
+                family,
+                source_rate_hz=header.rate_hz,
+                target_rate_hz=probe.output_rate_hz,
+                algorithm=probe.algorithm,
+                budget=budget,
+                cancel=cancel,
+                clip_index=clip_index,
+            )
+    return AccumulatingClipStream(
+        host, policy, admission, budget=budget, cancel=cancel, clip_index=clip_index
+    )
