@@ -1,0 +1,313 @@
+"""The library transport: a clip prepared from an async iterator of byte chunks.
+
+:func:`prepare_stream` takes the bytes as they arrive (a client's upload, a WebSocket's
+audio events, a microphone), decodes every complete frame of each chunk at once,
+downmixes it and pushes it into the clip's streaming frontend
+(:func:`~audiogate.streaming.frontend.open_clip_stream`), so that when the last chunk
+comes only the frontend's ``finish()`` remains. Two framings:
+
+* raw PCM with a declared format: ``SourceFormat.raw("pcm16" | "f32", rate_hz=...,
+  channels=...)``, as in a whole clip's raw declaration;
+* a WAV stream (``SourceFormat("wav")``): the RIFF header comes first, up to and
+  including the ``data`` chunk's header; its ``fmt`` chunk is validated by the strict
+  WAV parser (so every encoding it accepts streams, with the same errors), and the
+  ``data`` chunk must be the last chunk (as streaming writers put it). A declared data
+  size of 0 or ``0xFFFFFFFF`` (a writer that did not know the length) means "until the
+  stream ends"; otherwise the stream must deliver exactly that many bytes.
+
+The result is the :class:`~audiogate.pipeline.prepared.PreparedClip` the whole-clip path
+makes of the same bytes (same samples, plan, features and accounting; the digest is the
+SHA-256 of every byte received), except that a WAV stream of unknown length is accounted
+with the length it turned out to have.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+from collections.abc import AsyncIterable
+from typing import Final
+
+import attrs
+
+from audiogate.budget import ByteBudget
+from audiogate.cancel import NEVER, CancelToken, Checkpoint
+from audiogate.decode import DecodeLimits, decode, inspect
+from audiogate.decode.geometry import BYTES_PER_SAMPLE, ClipGeometry, SourceFormat
+from audiogate.decode.raw import inspect_raw
+from audiogate.errors import DecodeError, EmptyAudioError
+from audiogate.host import FamilyHost
+from audiogate.pipeline.prepared import PreparedClip
+from audiogate.policy import MICROS_PER_SECOND, AudioPolicy
+from audiogate.streaming.frontend import ClipStream, StreamedClip, open_clip_stream
+
+__all__ = ["MAX_WAV_HEADER_BYTES", "prepare_stream", "streamed_prepared_clip"]
+
+#: A WAV stream's chunks before its samples (``fmt``, ``LIST``, ...) may take this much.
+MAX_WAV_HEADER_BYTES: Final = 64 << 10
+_UNKNOWN_SIZES: Final = (0, 0xFFFFFFFF)
+
+
+def _wav_header(buffer: bytes, *, clip_index: int) -> tuple[ClipGeometry, int | None] | None:
+    """``(geometry of the header, declared data bytes or None)`` once ``buffer`` holds
+    the header up to the ``data`` chunk's, else ``None``.
+
+    :raises DecodeError: the header is invalid (the strict parser's codes), or longer than
+        :data:`MAX_WAV_HEADER_BYTES` without a ``data`` chunk.
+    """
+    position = 12
+    block_align = 1
+    while position + 8 <= min(len(buffer), MAX_WAV_HEADER_BYTES):
+        name = buffer[position : position + 4]
+        (size,) = struct.unpack_from("<I", buffer, position + 4)
+        if name == b"fmt " and size >= 14 and position + 22 <= len(buffer):
+            (block_align,) = struct.unpack_from("<H", buffer, position + 20)
+        if name == b"data":
+            declared = None if size in _UNKNOWN_SIZES else size
+            # The strict parser validates RIFF, fmt and friends on a copy holding one
+            # zero frame (sizes patched): any header it refuses is refused here, alike.
+            frame = max(1, block_align)
+            probe = bytearray(buffer[: position + 8]) + bytes(frame)
+            struct.pack_into("<I", probe, 4, len(probe) - 8)
+            struct.pack_into("<I", probe, position + 4, frame)
+            geometry = inspect(
+                bytes(probe), clip_index=clip_index, source_format=SourceFormat("wav")
+            )
+            return geometry, declared
+        position += 8 + size + (size & 1)
+    if len(buffer) >= MAX_WAV_HEADER_BYTES or position >= MAX_WAV_HEADER_BYTES:
+        raise DecodeError(
+            f"no data chunk in the first {MAX_WAV_HEADER_BYTES} bytes of the WAV stream",
+            clip_index=clip_index,
+            code="missing_data",
+        )
+    return None
+
+
+def _chunk_geometry(header: ClipGeometry, frames: int) -> ClipGeometry:
+    return attrs.evolve(
+        header,
+        frames=frames,
+        duration_us=frames * MICROS_PER_SECOND // header.rate_hz,
+        data_offset=0,
+        data_length=frames * header.frame_bytes,
+    )
+
+
+class _Receiver:
+    """Bytes in, complete frames decoded and pushed into the clip's frontend."""
+
+    def __init__(
+        self,
+        host: FamilyHost,
+        policy: AudioPolicy,
+        source_format: SourceFormat,
+        *,
+        budget: ByteBudget | None,
+        cancel: CancelToken,
+        clip_index: int,
+        incremental: bool,
+    ) -> None:
+        if source_format.container not in ("raw", "wav"):
+            raise ValueError(
+                f"prepare_stream takes raw PCM or WAV, not {source_format.container!r} "
+                "(compressed streams: docs/streaming.md)"
+            )
+        self._open = (host, policy, budget, cancel, clip_index, incremental)
+        self._format = source_format
+        self._digest = hashlib.sha256()
+        self._received = 0
+        self._pending = b""
+        self._header: ClipGeometry | None = None
+        self._declared: int | None = None
+        self._data_bytes = 0
+        self.stream: ClipStream | None = None
+        self._limits: DecodeLimits | None = None
+        if source_format.container == "raw":
+            assert source_format.encoding is not None
+            assert source_format.channels is not None
+            self._start(
+                inspect_raw(
+                    BYTES_PER_SAMPLE[source_format.encoding] * source_format.channels,
+                    source_format,
+                    clip_index=clip_index,
+                )
+            )
+
+    @property
+    def received(self) -> int:
+        return self._received
+
+    def _start(self, header: ClipGeometry) -> None:
+        host, policy, budget, cancel, clip_index, incremental = self._open
+        self._header = header
+        # The policy's source limits are admission's (on the running length); a chunk's
+        # decode checks only its own shape.
+        self._limits = DecodeLimits(
+            max_rate_hz=max(header.rate_hz, 1), max_channels=header.channels
+        )
+        self.stream = open_clip_stream(
+            host,
+            policy,
+            header,
+            budget=budget,
+            cancel=cancel,
+            clip_index=clip_index,
+            incremental=incremental,
+        )
+
+    def feed(self, chunk: bytes) -> None:
+        self._digest.update(chunk)
+        self._received += len(chunk)
+        buffer = self._pending + chunk if self._pending else chunk
+        if self._header is None:
+            _, _, _, _, clip_index, _ = self._open
+            found = _wav_header(buffer, clip_index=clip_index)
+            if found is None:
+                self._pending = bytes(buffer)
+                return
+            geometry, self._declared = found
+            buffer = buffer[geometry.data_offset :]
+            self._start(geometry)
+        header, stream, limits = self._header, self.stream, self._limits
+        assert header is not None
+        assert stream is not None
+        assert limits is not None
+        if self._declared is not None:
+            room = self._declared - self._data_bytes
+            if len(buffer) > room:
+                raise DecodeError(
+                    f"the WAV stream goes on past its declared {self._declared}-byte data "
+                    "chunk (the data chunk must be the last)",
+                    clip_index=self._open[4],
+                    code="riff_size_mismatch",
+                )
+        frame_bytes = header.frame_bytes
+        frames = len(buffer) // frame_bytes
+        self._pending = bytes(buffer[frames * frame_bytes :])
+        if frames:
+            self._data_bytes += frames * frame_bytes
+            samples = decode(
+                buffer[: frames * frame_bytes],
+                _chunk_geometry(header, frames),
+                clip_index=self._open[4],
+                limits=limits,
+                cancel=self._open[3],
+            )
+            stream.push(samples)
+
+    def finish(self) -> StreamedClip:
+        clip_index = self._open[4]
+        if self.stream is None:
+            if self._received == 0:
+                raise EmptyAudioError(clip_index=clip_index, detail="the stream sent no bytes")
+            raise DecodeError(
+                "the WAV stream ended inside its header", clip_index=clip_index, code="too_short"
+            )
+        if self._pending:
+            raise DecodeError(
+                f"the stream ended inside a frame ({len(self._pending)} trailing bytes)",
+                clip_index=clip_index,
+                code="partial_frame",
+            )
+        if self._declared is not None and self._data_bytes != self._declared:
+            raise DecodeError(
+                f"the WAV stream ended after {self._data_bytes} of its declared "
+                f"{self._declared} data bytes",
+                clip_index=clip_index,
+                code="chunk_past_end",
+            )
+        if self._data_bytes == 0:
+            raise EmptyAudioError(clip_index=clip_index, detail="no samples")
+        return self.stream.finish()
+
+    def close(self) -> None:
+        if self.stream is not None:
+            self.stream.close()
+
+    @property
+    def sha256(self) -> str:
+        return self._digest.hexdigest()
+
+
+def streamed_prepared_clip(
+    streamed: StreamedClip, *, sha256: str, encoded_bytes: int, origin: str = "stream"
+) -> PreparedClip:
+    """The :class:`PreparedClip` of a finished stream, as the whole-clip path makes it."""
+    clip_plan = streamed.clip_plan
+    geometry, features = clip_plan.geometry, streamed.features
+    rate = clip_plan.resample.output_rate_hz
+    return PreparedClip(
+        index=clip_plan.index,
+        ordinal=clip_plan.index + 1,
+        origin=origin,
+        sha256=sha256,
+        encoded_bytes=encoded_bytes,
+        source_rate_hz=geometry.rate_hz,
+        channels=geometry.channels,
+        source_samples=geometry.frames,
+        duration_us=geometry.duration_us,
+        normalized_samples=clip_plan.normalized_samples,
+        effective_rate_hz=rate,
+        frames=features.frames,
+        tokens=features.tokens,
+        received_duration_us=geometry.duration_us,
+        processed_duration_us=(
+            clip_plan.normalized_samples * MICROS_PER_SECOND // rate
+            if clip_plan.truncated
+            else geometry.duration_us
+        ),
+        truncated=clip_plan.truncated,
+        waveform=streamed.waveform,
+        features=features,
+        detail=clip_plan.features.detail,
+    )
+
+
+async def prepare_stream(
+    host: FamilyHost,
+    policy: AudioPolicy,
+    chunks: AsyncIterable[bytes],
+    *,
+    source_format: SourceFormat,
+    budget: ByteBudget | None = None,
+    cancel: CancelToken = NEVER,
+    clip_index: int = 0,
+    incremental: bool = True,
+    origin: str = "stream",
+) -> PreparedClip:
+    """Prepare one clip from byte chunks as they arrive.
+
+    :param host: the plugin host (``AudioGate.host``).
+    :param policy: the loaded model's policy (``AudioGate.policy``).
+    :param chunks: the clip's bytes, in order, in chunks of any size.
+    :param source_format: ``SourceFormat.raw(...)`` or ``SourceFormat("wav")``.
+    :param budget: where the stream's bytes are held while it runs; released exactly
+        once, however the stream ends.
+    :param cancel: polled at every chunk; cancelling the awaiting task closes the stream.
+    :param incremental: ``False``: accumulate and run the whole-clip stages at the end.
+    :returns: the clip, as the whole-clip path prepares the same bytes.
+    :raises LimitError: at the chunk that crosses a limit (the whole clip's error).
+    :raises MemoryLimitError: the stream's bytes do not fit ``budget``.
+    :raises DecodeError: malformed bytes (the whole clip's codes).
+    :raises PreprocessCancelled: ``cancel`` was cancelled.
+    """
+    receiver = _Receiver(
+        host,
+        policy,
+        source_format,
+        budget=budget,
+        cancel=cancel,
+        clip_index=clip_index,
+        incremental=incremental,
+    )
+    try:
+        async for chunk in chunks:
+            cancel.check(Checkpoint.DECODE, clip_index)
+            receiver.feed(bytes(chunk))
+        streamed = receiver.finish()
+    finally:
+        receiver.close()
+    return streamed_prepared_clip(
+        streamed, sha256=receiver.sha256, encoded_bytes=receiver.received, origin=origin
+    )
