@@ -43,7 +43,10 @@ and ``mask`` bool ``[shape=(windows, window_frames)]``, read-only; ``window_fram
 Only frames that hold audio are computed. A frame whose 400-sample window lies entirely
 in the zero padding has an exactly zero spectrum, so its log-mel is the constant
 ``log10(1e-10) = -10`` before the clamp; such frames are filled, and still take part in
-the item's maximum. The computed frames go through in blocks of :data:`BLOCK_FRAMES`
+the item's maximum. Frames whose window lies inside the clip are a strided view of the
+waveform itself; only the first two and the last few, which see the reflection or the
+zero padding, are framed from short padded copies (so a long clip is never copied). The
+computed frames go through in blocks of :data:`BLOCK_FRAMES`
 (strided view → window → batched float64 rFFT → power → one sparse mel product → log)
 that never straddle two windows, into buffers kept per thread
 (:func:`audiogate.dsp.scratch.thread_scratch`), with a cancellation check before each
@@ -87,7 +90,7 @@ from audiogate.dsp.whisper_geometry import (
     WhisperItem,
     WhisperPlan,
     block_ranges,
-    buffer_samples,
+    interior_frames,
     whisper_plan,
 )
 from audiogate.records import readonly
@@ -192,27 +195,56 @@ def _normalized(clip: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
     """``do_normalize`` of one item, in float32 as the reference computes it."""
     if clip.size == 0:
         return clip
-    result: npt.NDArray[np.float32] = (clip - clip.mean()) / np.sqrt(clip.var() + 1e-7)
+    # ``(x - mean) / sqrt(var + 1e-7)``, the division in place: the same float32 operations,
+    # and one clip-sized array at a time (``var`` frees its own before ``result`` exists).
+    scale = np.sqrt(clip.var() + 1e-7)
+    result: npt.NDArray[np.float32] = clip - clip.mean()
+    result /= scale
     return result
 
 
-def _padded_buffer(clip: npt.NDArray[np.float32], padded: int, computed: int) -> Any:
-    """The reference's reflect-padded item, up to the last computed frame's end.
+def _padded_segment(
+    clip: npt.NDArray[np.float32], padded: int, start: int, stop: int
+) -> npt.NDArray[np.float32]:
+    """Samples ``[start, stop)`` of the reference's item in padded coordinates: the clip,
+    zeros up to ``padded``, the reflection of samples 1..200 before 0 and of samples
+    ``padded - 2``.. behind ``padded``."""
+    index = np.arange(start, stop)
+    index = np.where(index < 0, -index, index)
+    index = np.where(index >= padded, 2 * (padded - 1) - index, index)
+    out = np.zeros(stop - start, dtype=np.float32)
+    inside = index < clip.shape[0]
+    out[inside] = clip[index[inside]]
+    return out
 
-    Index ``i + 200`` holds padded sample ``i``: the clip, then zeros up to ``padded``,
-    with the reflection of samples 1..200 in front and of samples ``padded - 2``..
-    behind ``padded``.
-    """
-    length = buffer_samples(computed)
-    end = length - _PAD  # exclusive, in padded-sample coordinates
-    buffer = np.zeros(length, dtype=np.float32)
-    body = min(clip.shape[0], end)
-    buffer[_PAD : _PAD + body] = clip[:body]
-    if end > padded:
-        tail = np.arange(padded, end)
-        buffer[_PAD + tail] = buffer[_PAD + 2 * (padded - 1) - tail]
-    buffer[:_PAD] = buffer[2 * _PAD : _PAD : -1]
-    return buffer
+
+def _framed(array: npt.NDArray[np.float32], offset: int, count: int) -> Any:
+    """``count`` frames of 400 every 160 samples from ``array[offset:]``, a read-only view."""
+    base = array[offset:]
+    return np.lib.stride_tricks.as_strided(
+        base,
+        shape=(count, N_FFT),
+        strides=(HOP * base.itemsize, base.itemsize),
+        writeable=False,
+    )
+
+
+def _frame_sources(
+    clip: npt.NDArray[np.float32], padded: int, computed: int
+) -> list[tuple[int, int, Any]]:
+    """``(first, stop, frames)`` covering frames ``[0, computed)``: the head and tail from
+    short padded copies, the interior straight from the clip (no copy of the waveform)."""
+    lo, hi = interior_frames(clip.shape[0], computed)
+    sources = []
+    if lo:
+        head = _padded_segment(clip, padded, -_PAD, HOP * (lo - 1) + _PAD)
+        sources.append((0, lo, _framed(head, 0, lo)))
+    if hi > lo:
+        sources.append((lo, hi, _framed(clip, HOP * lo - _PAD, hi - lo)))
+    if computed > hi:
+        tail = _padded_segment(clip, padded, HOP * hi - _PAD, HOP * (computed - 1) + _PAD)
+        sources.append((hi, computed, _framed(tail, 0, computed - hi)))
+    return sources
 
 
 def whisper_log_mel(
@@ -239,6 +271,8 @@ def whisper_log_mel(
             f"{plan.samples} samples"
         )
     cancel.check(Checkpoint.FEATURE, clip_index)
+    # Framed in place (a strided view): no copy when it is contiguous float32 already.
+    waveform = np.ascontiguousarray(waveform, dtype=np.float32)
     features = np.empty(plan.feature_shape, dtype=np.float32)
     mask = np.zeros((plan.windows, plan.window_frames), dtype=np.bool_)
     for item in plan.items:
@@ -269,13 +303,7 @@ def _item_log_mel(
     # so both round identically; the clamp is applied afterwards in the scaled domain.
     peak = LOG_FLOOR if computed < frames_total else np.float32(-np.inf)
     if computed:
-        buffer = _padded_buffer(clip, item.padded, computed)
-        frames = np.lib.stride_tricks.as_strided(
-            buffer,
-            shape=(computed, N_FFT),
-            strides=(HOP * buffer.itemsize, buffer.itemsize),
-            writeable=False,
-        )
+        sources = _frame_sources(clip, item.padded, computed)
         ranges = block_ranges(computed, window_frames)
         peaks = np.empty(len(ranges), dtype=np.float32)
 
@@ -283,7 +311,12 @@ def _item_log_mel(
             start, stop = ranges[index]
             row, column = divmod(start, window_frames)
             out = rows[row, :, column : column + stop - start]
-            peaks[index] = _log_mel_block(frames[start:stop], out)
+            parts = [
+                frames[max(start, first) - first : min(stop, end) - first]
+                for first, end, frames in sources
+                if max(start, first) < min(stop, end)
+            ]
+            peaks[index] = _log_mel_block(parts, out)
 
         run_blocks(
             peaks.size, block, cancel=cancel, checkpoint=Checkpoint.FEATURE, clip_index=clip_index
@@ -298,22 +331,27 @@ def _item_log_mel(
         rows[row, :, head_frames:] = constant
 
 
-def _log_mel_block(frames: npt.NDArray[np.float32], out: npt.NDArray[np.float32]) -> np.float32:
-    """``(log10(max(mel, 1e-10)) + 4) / 4`` of ``frames`` ``[shape=(count, 400)]`` into
-    ``out`` ``[shape=(n_mels, count)]``; returns the block's largest float32 ``log10``."""
+def _log_mel_block(parts: list[Any], out: npt.NDArray[np.float32]) -> np.float32:
+    """``(log10(max(mel, 1e-10)) + 4) / 4`` of the frames in ``parts`` (consecutive
+    ``[shape=(rows, 400)]`` views) into ``out`` ``[shape=(n_mels, count)]``; returns the
+    block's largest float32 ``log10``."""
     scratch = thread_scratch("audiogate.dsp.whisper", _BlockScratch)
-    count = frames.shape[0]
+    count = out.shape[1]
     n_mels = out.shape[0]
     # The window product in float32, as torch.stft forms it; the FFT in float64, so what
     # remains is the reference's own float32 FFT error (see the module doc).
     windowed = scratch.frames[:count]
-    np.multiply(frames, _WINDOW, out=windowed, dtype=np.float32)
+    first = 0
+    for frames in parts:
+        stop = first + frames.shape[0]
+        np.multiply(frames, _WINDOW, out=windowed[first:stop], dtype=np.float32)
+        first = stop
     spectrum = scratch.spectrum[:count]
     np.fft.rfft(windowed, axis=-1, out=spectrum)
-    parts = spectrum.view(np.float64)
-    np.square(parts, out=parts)
+    components = spectrum.view(np.float64)
+    np.square(components, out=components)
     power = scratch.power[:count]
-    np.add(parts[:, 0::2], parts[:, 1::2], out=power, casting="same_kind")
+    np.add(components[:, 0::2], components[:, 1::2], out=power, casting="same_kind")
     # Bins by frames, the layout the sparse product reads; a plain transposed copy is
     # several times cheaper than writing the sum above transposed.
     bins_by_frames = scratch.bins_by_frames[: _BINS * count].reshape(_BINS, count)

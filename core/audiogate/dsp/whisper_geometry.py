@@ -30,7 +30,8 @@ __all__ = [
     "WhisperItem",
     "WhisperPlan",
     "block_ranges",
-    "buffer_samples",
+    "edge_samples",
+    "interior_frames",
     "whisper_plan",
 ]
 
@@ -124,11 +125,30 @@ def _computed_frames(samples: int, padded: int) -> int:
     return min(padded // HOP, -(-(samples + _PAD) // HOP))
 
 
-def buffer_samples(computed: int) -> int:
-    """The padded buffer's length for ``computed`` frames: the 200-sample front reflection
-    and padded samples ``0 .. max(end, 201)``."""
-    end = HOP * (computed - 1) + _PAD
-    return _PAD + max(end, _PAD + 1)
+def interior_frames(samples: int, computed: int) -> tuple[int, int]:
+    """Frames ``[lo, hi)`` whose window lies inside the clip (no padding, no reflection),
+    framed straight from the waveform; the frames before ``lo`` and from ``hi`` to
+    ``computed`` are framed from short padded copies. ``(computed, computed)`` when none:
+    then every computed frame is in the head copy."""
+    lo = -(-_PAD // HOP)  # frame t starts at padded sample 160t - 200
+    hi = min(computed, (samples - _PAD) // HOP + 1) if samples >= _PAD else 0
+    return (lo, hi) if hi > lo else (computed, computed)
+
+
+def _span(frames: int) -> int:
+    """Padded samples under ``frames`` consecutive frames."""
+    return HOP * (frames - 1) + N_FFT if frames else 0
+
+
+def edge_samples(samples: int, computed: int) -> int:
+    """Samples of the head and tail copies (see :func:`interior_frames`)."""
+    lo, hi = interior_frames(samples, computed)
+    return _span(lo) + _span(computed - hi)
+
+
+#: Bytes per edge sample while a copy is built: its float32 value and the int64 indices,
+#: masks and temporaries of the reflection mapping.
+_EDGE_BYTES: Final = 4 + 3 * 8 + 2
 
 
 def whisper_plan(
@@ -249,9 +269,11 @@ def _plan(
     windows = sum(item.windows for item in items)
     valid = sum(min(item.padded // HOP, -(-item.samples // HOP)) for item in items)
     computed = sum(item.computed for item in items)
-    # Items run one after another: the largest padded buffer, a normalised copy of the
+    # Items run one after another: the largest edge copies, a normalised copy of the
     # clip, one block set per thread, and each block's peak.
-    buffer = max(buffer_samples(item.computed) * 4 if item.computed else 0 for item in items)
+    # The waveform is framed in place: only the frames that see padding or reflection are
+    # framed from short copies.
+    buffer = max(edge_samples(item.samples, item.computed) * _EDGE_BYTES for item in items)
     block_count = max(len(block_ranges(item.computed, window_frames)) for item in items)
     threads = block_threads(block_count)
     working = (
