@@ -42,6 +42,7 @@ DRIVERS = (
     "audiogate.server",
     "audiogate.cli",
     "audiogate.store",
+    "audiogate.streaming",
 )
 
 #: The store's one module that drives stages (admitting an upload as inline audio is).

@@ -6,7 +6,8 @@ makes for their final length, whatever the chunking.
 
 What is computed as samples arrive: every *interior* frame (its 400-sample window lies
 inside one item's samples: frames ``t >= 2`` with ``160t + 200 <= n`` for the ``n`` item
-samples received so far), in blocks of :data:`~audiogate.dsp.whisper.BLOCK_FRAMES`, into
+samples received so far), in blocks of :data:`STREAM_BLOCK_FRAMES` (up to
+:data:`~audiogate.dsp.whisper.BLOCK_FRAMES`), into
 the scaled log domain ``log10(mel) / 4 + 1``, with the item's running maximum. These
 frames do not depend on the clip's final length or padding. An item is the whole clip,
 except in ``"windows"`` mode, where each 30 s window is its own item.
@@ -49,11 +50,14 @@ from audiogate.dsp.whisper_geometry import interior_frames
 from audiogate.records import readonly
 from audiogate.streaming.buffer import GrowingArray
 
-__all__ = ["FIRST_INTERIOR_FRAME", "WhisperLogMelStream"]
+__all__ = ["FIRST_INTERIOR_FRAME", "STREAM_BLOCK_FRAMES", "WhisperLogMelStream"]
 
 _PAD: Final = N_FFT // 2
 #: Frame ``t`` starts at padded sample ``160t - 200``: frames 0 and 1 read the reflection.
 FIRST_INTERIOR_FRAME: Final = -(-_PAD // HOP)
+#: Interior frames are computed once this many are ready (0.32 s of audio): few enough
+#: that little remains for finish(), enough that a block's fixed cost is spread.
+STREAM_BLOCK_FRAMES: Final = 32
 
 
 class _ItemFrames:
@@ -64,10 +68,7 @@ class _ItemFrames:
         self.blocks: list[npt.NDArray[np.float32]] = []
         self.peak = np.float32(-np.inf)
         self.n_mels = n_mels
-
-    @property
-    def nbytes(self) -> int:
-        return sum(block.nbytes for block in self.blocks)
+        self.nbytes = 0
 
 
 class WhisperLogMelStream:
@@ -155,13 +156,14 @@ class WhisperLogMelStream:
             start, known = self._item_bounds(index)
             # Interior while 160t + 200 <= known samples of the item.
             ready = (known - _PAD) // HOP + 1 if known >= _PAD else 0
-            while ready - item.next >= (BLOCK_FRAMES if whole_blocks else 1):
+            while ready - item.next >= (STREAM_BLOCK_FRAMES if whole_blocks else 1):
                 count = min(BLOCK_FRAMES, ready - item.next)
                 self._cancel.check(Checkpoint.FEATURE, self._clip_index)
                 frames = _framed(waveform, start + HOP * item.next - _PAD, count)
                 out = np.empty((self._n_mels, count), dtype=np.float32)
                 item.peak = max(item.peak, _log_mel_block([frames], out))
                 item.blocks.append(out)
+                item.nbytes += out.nbytes
                 item.next += count
 
     def finish(

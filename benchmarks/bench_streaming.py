@@ -1,0 +1,115 @@
+"""Benchmark streamed preparation against whole-clip preparation, for every family.
+
+Run: ``python benchmarks/bench_streaming.py [--seconds 30] [--rate 48000] [--chunk-ms 20]
+[--runs 3] [--families a,b]``.
+
+A clip of ``--seconds`` of raw mono PCM16 at ``--rate`` is prepared two ways:
+
+* **whole**: the bytes in hand, ``preflight`` then ``process_request`` (decode, resample,
+  features), as a request with the clip inline runs;
+* **streamed**: :func:`audiogate.streaming.transport.prepare_stream` fed ``--chunk-ms``
+  chunks as fast as it takes them (no real-time pacing: the figure that matters for a
+  real-time stream, the time after its last chunk, does not depend on the pace as long as
+  the frontend keeps up with it, which the throughput column shows).
+
+Printed per family: the frontend kind (incremental or accumulating), the median whole
+preparation, the median *last chunk → ready* latency (from handing over the last chunk
+to the prepared clip), its ratio to the whole preparation (the issue's target: at most
+10 %), the streamed CPU total over the whole one's (target: at most 1.3x), and the
+streamed real-time factor (audio seconds per second of streaming CPU).
+Medians of ``--runs``; run it on an idle machine (``flock /tmp/bench.lock``) and state
+the load next to any figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import time
+from collections.abc import AsyncIterator
+
+import numpy as np
+
+from audiogate.acquire.clip import EncodedClip
+from audiogate.decode.geometry import SourceFormat
+from audiogate.host import create_host
+from audiogate.pipeline.preflight import preflight
+from audiogate.pipeline.process import process_request
+from audiogate.streaming.families import WHISPER_FAMILIES
+from audiogate.streaming.transport import prepare_stream
+
+
+def _pcm16(seconds: float, rate_hz: int) -> bytes:
+    rng = np.random.default_rng(0)
+    n = round(seconds * rate_hz)
+    t = np.arange(n) / rate_hz
+    x = 0.3 * (1 + 0.5 * np.sin(2 * np.pi * 3 * t)) * np.sin(2 * np.pi * 440 * t)
+    x = x + 0.05 * rng.standard_normal(n)
+    return np.clip(x * 32767, -32768, 32767).astype("<i2").tobytes()
+
+
+def _whole(host, policy, data: bytes, fmt: SourceFormat) -> tuple[float, float]:
+    wall, cpu = time.perf_counter(), time.process_time()
+    clip = EncodedClip(data=data, source_format=fmt, ordinal=1)
+    process_request(host, preflight(host, policy, [clip]), [clip])
+    return time.perf_counter() - wall, time.process_time() - cpu
+
+
+def _streamed(host, policy, data: bytes, fmt: SourceFormat, chunk: int) -> tuple[float, float]:
+    last: list[float] = []
+
+    async def chunks() -> AsyncIterator[bytes]:
+        for start in range(0, len(data), chunk):
+            if start + chunk >= len(data):
+                last.append(time.perf_counter())
+            yield data[start : start + chunk]
+
+    cpu = time.process_time()
+    asyncio.run(prepare_stream(host, policy, chunks(), source_format=fmt))
+    ready = time.perf_counter()
+    return ready - last[0], time.process_time() - cpu
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument("--rate", type=int, default=48_000)
+    parser.add_argument("--chunk-ms", type=int, default=20)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--families", default="")
+    args = parser.parse_args()
+    host = create_host()
+    families = [f for f in args.families.split(",") if f] or sorted(host.families)
+    data = _pcm16(args.seconds, args.rate)
+    fmt = SourceFormat.raw("pcm16", rate_hz=args.rate, channels=1)
+    chunk = args.rate * args.chunk_ms // 1000 * 2
+    print(
+        f"{args.seconds:g} s at {args.rate} Hz, {args.chunk_ms} ms chunks, "
+        f"median of {args.runs}; load {os.getloadavg()[0]:.2f}"
+    )
+    print(
+        f"{'family':15} {'frontend':12} {'whole ms':>9} {'last->ready ms':>15} "
+        f"{'ratio':>7} {'cpu x':>6} {'rt x':>6}"
+    )
+    for family in families:
+        policy = host.default_policy(family)
+        _whole(host, policy, data, fmt)  # warm: banks, plans, soxr
+        _streamed(host, policy, data, fmt, chunk)
+        wholes = [_whole(host, policy, data, fmt) for _ in range(args.runs)]
+        streams = [_streamed(host, policy, data, fmt, chunk) for _ in range(args.runs)]
+        whole_wall = statistics.median(w for w, _ in wholes)
+        whole_cpu = statistics.median(c for _, c in wholes)
+        latency = statistics.median(w for w, _ in streams)
+        stream_cpu = statistics.median(c for _, c in streams)
+        kind = "incremental" if family in WHISPER_FAMILIES else "accumulating"
+        print(
+            f"{family:15} {kind:12} {whole_wall * 1e3:9.1f} {latency * 1e3:15.1f} "
+            f"{latency / whole_wall:7.1%} {stream_cpu / whole_cpu:6.2f} "
+            f"{args.seconds / stream_cpu:6.0f}"
+        )
+
+
+if __name__ == "__main__":
+    main()
