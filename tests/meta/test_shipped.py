@@ -181,3 +181,15 @@ def test_every_shipped_family_registers_its_stages_without_the_0x_hook_form() ->
         assert "audiogate_extract_features" in stages, family.name
         plugin = (family.root / family.package / "plugin.py").read_text("utf-8")
         assert "policy.family" not in plugin, f"{family.name}: the host dispatches by family"
+
+
+def test_tiny_models_come_from_the_families_own_modules() -> None:
+    from audiogate.testing import tiny_models
+
+    for family in FAMILIES:
+        if (family.root / family.package / "tiny_model.py").is_file():
+            module = tiny_models._family_module(family.name)
+            assert module is not None, family.name
+            assert callable(module.build), family.name
+    with pytest.raises(ValueError, match="no tiny model for 'nosuchfamily'"):
+        tiny_models.build_tiny_model("nosuchfamily")

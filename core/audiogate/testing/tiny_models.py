@@ -172,8 +172,6 @@ def build_tiny_model(family: str, *, seed: int = 0) -> Any:
 
     :raises ValueError: neither this module nor the family's plugin has one.
     """
-    import torch
-
     builder = _BUILDERS.get(family)
     if builder is None:
         module = _family_module(family)
@@ -183,6 +181,8 @@ def build_tiny_model(family: str, *, seed: int = 0) -> Any:
             f"no tiny model for {family!r}: one of {sorted(_BUILDERS)}, or a family whose "
             "package has a tiny_model module with build()"
         )
+    import torch
+
     torch.manual_seed(seed)
     return builder().eval()
 
