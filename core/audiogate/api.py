@@ -216,6 +216,7 @@ class AudioGate:
             else FeatureCache(feature_cache_bytes, store=feature_store)
         )
         self.host = host
+        host.check_feature_backend(policy.family, feature_backend)
         self.policy = attrs.evolve(policy, feature_backend=feature_backend)
         self.tokenizer = tokenizer
         self.renderer = renderer

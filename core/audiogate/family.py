@@ -59,6 +59,9 @@ class FamilySpec:
     :param source_reference: the text form of a reference to a stored source in this
         family's prompts (group 1: the 64-hex digest), or ``None`` where it has none;
         with a source store, the gate resolves each through the store (docs/sources.md).
+    :param feature_backends: the ``feature_backend`` values its stages compute
+        (``"numpy"``, and ``"mlx"`` where it ships MLX kernels, docs/mlx.md); a gate
+        asked for another refuses it rather than return other arrays.
     """
 
     name: str
@@ -70,6 +73,7 @@ class FamilySpec:
     version: str
     summary: str = ""
     source_reference: re.Pattern[str] | None = None
+    feature_backends: tuple[str, ...] = attrs.field(default=("numpy",), converter=str_tuple)
 
 
 @attrs.frozen(kw_only=True)

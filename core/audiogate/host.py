@@ -254,6 +254,20 @@ class FamilyHost:
                 f"unknown audio family {name!r}; installed families: {self._installed()}"
             ) from None
 
+    def check_feature_backend(self, name: str, backend: str) -> None:
+        """Refuse ``backend`` for family ``name`` unless the family computes it.
+
+        :raises PolicyError: the family's stages compute only other backends (a family
+            without MLX kernels would otherwise hand back NumPy arrays for ``"mlx"``).
+        """
+        backends = self.family(name).spec.feature_backends
+        if backend not in backends:
+            raise PolicyError(
+                f"feature_backend {backend!r} is not available for the {name} family: it "
+                f"computes {', '.join(repr(b) for b in backends)} (docs/mlx.md lists the "
+                f"families with MLX kernels)"
+            )
+
     def family_for_model_type(self, model_type: object) -> RegisteredFamily:
         """The family that handles a ``config.json`` ``model_type`` (as found there: a
         missing key is ``None``).

@@ -160,4 +160,5 @@ def spec() -> FamilySpec:
         revision=REVISION,
         version=__version__,
         summary="Gemma 3n: linear resampler, 128-bin USM log-mel, 188 soft tokens per clip",
+        feature_backends=("numpy", "mlx"),
     )

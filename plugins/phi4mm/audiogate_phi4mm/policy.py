@@ -286,4 +286,5 @@ def spec() -> FamilySpec:
         revision=REVISION,
         version=__version__,
         summary="Phi-4 Multimodal: SpeechLib integer-ratio resampler, 80-bin log-mel, <|audio_N|>",
+        feature_backends=("numpy", "mlx"),
     )

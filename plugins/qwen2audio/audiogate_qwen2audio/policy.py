@@ -233,4 +233,5 @@ def spec() -> FamilySpec:
         version=__version__,
         summary="Qwen2-Audio: soxr HQ, 128-bin Whisper log-mel, <|AUDIO|> per pooled row",
         source_reference=REFERENCE_RE,
+        feature_backends=("numpy", "mlx"),
     )
