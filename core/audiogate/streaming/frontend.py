@@ -23,7 +23,7 @@ and released exactly once: at ``finish()``, at a refusal, or at ``close()``
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Final, Protocol
 
 import attrs
 import numpy as np
@@ -44,12 +44,17 @@ from audiogate.streaming.families import INCREMENTAL_RESAMPLERS, WHISPER_FAMILIE
 from audiogate.streaming.whisper import WhisperLogMelStream
 
 __all__ = [
+    "SOURCE_BATCH_FRAMES",
     "AccumulatingClipStream",
     "ClipStream",
     "StreamedClip",
     "WhisperClipStream",
     "open_clip_stream",
 ]
+
+#: Source frames the incremental frontend gathers before one resampler call (85 ms at
+#: 48 kHz): what remains for finish() at most, besides the frames' own remainder.
+SOURCE_BATCH_FRAMES: Final = 4096
 
 
 @attrs.frozen(kw_only=True)
@@ -292,6 +297,11 @@ class WhisperClipStream(_BaseStream):
             clip_index=clip_index,
             cancel=cancel,
         )
+        # Source samples waiting for the resampler: soxr is fed at least
+        # SOURCE_BATCH_FRAMES at a time (its per-call cost dominates 20 ms chunks; its
+        # output does not depend on the split, so this changes no sample).
+        self._waiting: list[npt.NDArray[np.float32]] = []
+        self._waiting_frames = 0
 
     def _planned_nbytes(self, more: int) -> int:
         source, target = self._rates
@@ -303,6 +313,7 @@ class WhisperClipStream(_BaseStream):
 
     def _drop(self) -> None:
         self._resampler = None
+        self._waiting, self._waiting_frames = [], 0
         self._mel = WhisperLogMelStream(
             n_mels=self._family.n_mels,
             padding=self._family.padding,
@@ -317,8 +328,18 @@ class WhisperClipStream(_BaseStream):
         :raises PreprocessCancelled: the token was cancelled (closed).
         """
         block = self._accept(samples)
+        self._waiting.append(block)
+        self._waiting_frames += block.shape[0]
+        if self._waiting_frames >= SOURCE_BATCH_FRAMES:
+            self._flush_waiting()
+
+    def _flush_waiting(self) -> None:
+        if not self._waiting:
+            return
+        batch = self._waiting[0] if len(self._waiting) == 1 else np.concatenate(self._waiting)
+        self._waiting, self._waiting_frames = [], 0
         try:
-            out = block if self._resampler is None else self._resampler.feed(block)
+            out = batch if self._resampler is None else self._resampler.feed(batch)
             self._mel.push(out)
         except BaseException:
             self.close()
@@ -338,6 +359,7 @@ class WhisperClipStream(_BaseStream):
                 f"{resample.source_rate_hz} -> {resample.output_rate_hz} Hz for the whole clip, "
                 f"streamed as {self._algorithm} {self._rates[0]} -> {self._rates[1]} Hz"
             )
+        self._flush_waiting()
         if self._resampler is not None:
             self._mel.push(self._resampler.finish())
         extra = resample.output_samples - self._mel.samples
