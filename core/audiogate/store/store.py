@@ -21,6 +21,7 @@ import asyncio
 import builtins
 import concurrent.futures
 import hashlib
+import logging
 import os
 import threading
 import time
@@ -39,6 +40,7 @@ from audiogate.errors import (
 )
 from audiogate.store.backend import BlobBackend, LeaseBackend, RecordBackend
 from audiogate.store.holders import new_holder
+from audiogate.store.manifest import MANIFEST_KEY, manifest_blob, manifest_records
 from audiogate.store.source_record import (
     SCOPES,
     RecoveryReport,
@@ -76,6 +78,7 @@ DEFAULT_STORE_THREADS: Final = 8
 _POLL_S: Final = 0.05
 
 _T = TypeVar("_T")
+_log = logging.getLogger("audiogate.store")
 
 
 # Set in the store executor's threads: they never wait for the executor's own queue.
@@ -270,7 +273,9 @@ class SourceStore:
             raise ValueError(f"a new source is 'processing' or 'ready', not {status!r}")
         sha256 = hashlib.sha256(data).hexdigest()
         existing = self._own(sha256, owner)
-        if existing is not None and existing.live:  # the bytes are not written again
+        if existing is not None and existing.live:
+            if not self._blob_good(sha256, existing.nbytes):
+                self._repair_blob(sha256, data)
             return AddedSource(record=existing, created=False)
         record = SourceRecord(
             sha256=sha256,
@@ -286,11 +291,49 @@ class SourceStore:
         handle = self.blobs.stage(sha256, bytes(data))
         try:
             stored, created = self.records.insert(
-                record, self.quotas, lambda: self.blobs.publish(handle, sha256)
+                record, self.quotas, lambda: self._publish_source(handle, record)
             )
         finally:
             self.blobs.discard(handle)
         return AddedSource(record=stored, created=created)
+
+    def _publish_source(self, handle: str, record: SourceRecord) -> None:
+        """Publish a new record's blob, then its manifest with the record added (under
+        the records' write lock: :meth:`RecordBackend.insert` calls this)."""
+        self.blobs.publish(handle, record.sha256)
+        self._write_manifest(record.sha256, add=record)
+
+    def _write_manifest(
+        self, sha256: str, *, add: SourceRecord | None = None, drop: str | None = None
+    ) -> None:
+        """Rewrite the manifest of ``sha256`` with ``add`` in it or owner ``drop`` out
+        (under the records' write lock)."""
+        held = manifest_records(sha256, self.blobs.read_features(sha256, MANIFEST_KEY)) or []
+        gone = {drop, None if add is None else add.owner}
+        kept = [r for r in held if r.owner not in gone] + ([add] if add is not None else [])
+        if not kept:
+            return  # the blob and its entries go with the last record
+        handle = self.blobs.stage(sha256, manifest_blob(kept))
+        try:
+            self.blobs.publish(handle, sha256, MANIFEST_KEY)
+        finally:
+            self.blobs.discard(handle)
+
+    def _blob_good(self, sha256: str, nbytes: int) -> bool:
+        """Whether the blob of ``sha256`` is there with its bytes (digest checked)."""
+        data = self.blobs.read(sha256, nbytes)
+        return data is not None and hashlib.sha256(data).hexdigest() == sha256
+
+    def _repair_blob(self, sha256: str, data: bytes) -> None:
+        """Publish ``data`` (of digest ``sha256``) over a damaged or missing blob that a
+        live record names; the records are left as they are."""
+        handle = self.blobs.stage(sha256, bytes(data))
+        try:
+            self.records.locked(
+                sha256, lambda live: self.blobs.publish(handle, sha256) if live else None
+            )
+        finally:
+            self.blobs.discard(handle)
 
     def mark_ready(self, sha256: str, *, owner: str) -> SourceRecord | None:
         """End ``owner``'s source's processing: references waiting for it go on."""
@@ -374,8 +417,11 @@ class SourceStore:
         if record is None:  # retired by another process meanwhile
             record = self._own(sha256, owner)
             assert record is not None
-        else:
-            self._drop_if_unused(sha256)
+        elif not self._drop_if_unused(sha256):
+            # Another owner keeps the bytes: a rebuilt index must not bring this back.
+            self.records.locked(
+                sha256, lambda live: self._write_manifest(sha256, drop=owner) if live else None
+            )
         return record
 
     def _end_retire(self, sha256: str, owner: str) -> None:
@@ -728,25 +774,34 @@ class SourceStore:
     # --- opening and closing ---------------------------------------------------------
 
     def _recover(self, *, verify: bool) -> RecoveryReport:
-        """Repair what a crash (of any process sharing the backends) left: staged writes,
-        records left processing, live records whose blob is gone or damaged (lost), and
-        blobs no live record names (orphans)."""
+        """Repair what a crash (of any process sharing the backends) or a damaged index
+        left: staged writes, records left processing, blobs no live record names (their
+        records rebuilt from their manifest, else the blob quarantined, never deleted),
+        and live records whose blob is gone or damaged (lost)."""
         unfinished = self.blobs.recover()
         resumed = self.records.resume()
+        live_digests = {sha256 for sha256, _ in self.records.live_blobs()}
+        rebuilt = quarantined = orphans = 0
+        for sha256 in sorted(set(self.blobs.digests()) - live_digests):
+            outcome = self._account_for(sha256)
+            rebuilt += outcome == "rebuilt"
+            quarantined += outcome == "quarantined"
+            orphans += outcome == "removed"
         live = self.records.live_blobs()
         lost = 0
         for sha256, nbytes in live:
             good = self.blobs.exists(sha256, nbytes)
             if good and verify:
-                data = self.blobs.read(sha256, nbytes)
-                good = data is not None and hashlib.sha256(data).hexdigest() == sha256
+                good = self._blob_good(sha256, nbytes)
             if not good:
                 lost += self.records.mark_lost(sha256)
-                self._drop_if_unused(sha256)
-        orphans = sum(self._drop_if_unused(sha256) for sha256 in set(self.blobs.digests()))
-        if unfinished or orphans or lost or resumed:
-            self.records.note("recover", f"unfinished={unfinished} orphans={orphans} lost={lost}")
-        return RecoveryReport(
+        if unfinished or orphans or lost or resumed or rebuilt or quarantined:
+            self.records.note(
+                "recover",
+                f"unfinished={unfinished} orphans={orphans} lost={lost} "
+                f"rebuilt={rebuilt} quarantined={quarantined}",
+            )
+        report = RecoveryReport(
             unfinished_removed=unfinished,
             orphans_removed=orphans,
             lost=lost,
@@ -754,7 +809,48 @@ class SourceStore:
             checked=len(live),
             verified=verify,
             retired_kept=self.records.retired_count(),
+            rebuilt=rebuilt,
+            quarantined=quarantined,
         )
+        repaired = unfinished or orphans or lost or rebuilt or quarantined
+        _log.log(
+            logging.WARNING if repaired else logging.INFO,
+            "source store recovered: %s",
+            " ".join(f"{name}={value}" for name, value in report.as_dict().items()),
+        )
+        return report
+
+    def _account_for(self, sha256: str) -> str:
+        """What recovery does with a digest held by the blobs that no live record names:
+        ``"rebuilt"`` (its manifest's records, the blob's digest checked), ``"removed"``
+        (retired since its manifest was written, or entries without a blob),
+        ``"quarantined"`` (a blob nothing accounts for), ``"kept"`` (nothing there)."""
+        if len(sha256) != 64 or not all(c in "0123456789abcdef" for c in sha256):
+            return "quarantined" if self.blobs.quarantine(sha256) else "kept"
+        named = manifest_records(sha256, self.blobs.read_features(sha256, MANIFEST_KEY))
+        if named is None:
+            return "quarantined" if self.blobs.quarantine(sha256) else "removed"
+        current = {r.owner: r for r in self.records.current(sha256)}
+        # Only the uploads the index does not know of (it lost them) are rebuilt: one it
+        # knows is as the index says (retired, or lost until the bytes come again).
+        pending = [
+            r
+            for r in named
+            if (held := current.get(r.owner)) is None or held.created_at < r.created_at
+        ]
+        if not pending:
+            if all(r.status == "retired" for r in current.values()):
+                # Every owner retired it: a crash before the blob was removed.
+                return "removed" if self._drop_if_unused(sha256) else "kept"
+            return "kept"  # a lost record's bytes stay; uploading them again revives it
+        if not self._blob_good(sha256, pending[0].nbytes):
+            if self.blobs.quarantine(sha256):
+                return "quarantined"
+            return "removed"
+        unlimited = StoreQuotas()
+        for record in pending:
+            self.records.insert(record, unlimited, lambda: None)
+        return "rebuilt"
 
     def close(self) -> None:
         """Finish the writes handed to the executor, then close the backends."""
