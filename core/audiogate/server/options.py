@@ -96,6 +96,7 @@ class ServeOptions:
     )
     log_level: str = "info"
     access_log: bool = True
+    served_model_name: str | None = None
 
 
 def _size(text: str) -> int:
@@ -174,6 +175,11 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     inflight = _size_text(_default(WorkerLimits, "max_inflight_host_bytes"))
     body_timeout = _default(ServerLimits, "body_idle_timeout_s")
     p.add_argument("--model", metavar="DIR", required=True, help="model directory to serve")
+    p.add_argument(
+        "--served-model-name",
+        metavar="NAME",
+        help="the model name requests must give, as in vLLM (default: the model directory's name)",
+    )
     p.add_argument("--host", default=host, help=f"bind address (default: {host})")
     p.add_argument("--port", type=_port, default=port, help=f"bind port (default: {port}; 0: any)")
     p.add_argument(
@@ -375,4 +381,5 @@ def serve_options(args: argparse.Namespace) -> ServeOptions:
         ),
         log_level=args.log_level,
         access_log=not args.no_access_log,
+        served_model_name=args.served_model_name,
     )

@@ -96,7 +96,10 @@ def build_app(options: ServeOptions, *, host: FamilyHost | None = None) -> Starl
             store=store,
         )
         return create_app(
-            gate, limits=options.limits, served_model=options.model_dir.name, owners=owners
+            gate,
+            limits=options.limits,
+            served_model=options.served_model_name or options.model_dir.name,
+            owners=owners,
         )
     except BaseException:
         worker.close()
