@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from audiogate.store.backend import BlobBackend, LeaseBackend, RecordBackend
+from audiogate.store.damage import StoreDamagedError
 from audiogate.store.source_record import (
     DIGEST_RE,
     SCOPES,
@@ -59,6 +60,7 @@ __all__ = [
     "SourceRecord",
     "SourceStatus",
     "SourceStore",
+    "StoreDamagedError",
     "StoreQuotas",
     "StoredLease",
     "admit_source",

@@ -784,7 +784,7 @@ class SourceStore:
         rebuilt = quarantined = orphans = 0
         for sha256 in sorted(set(self.blobs.digests()) - live_digests):
             outcome = self._account_for(sha256)
-            rebuilt += outcome == "rebuilt"
+            rebuilt += self._rebuild(sha256) if outcome == "rebuild" else 0
             quarantined += outcome == "quarantined"
             orphans += outcome == "removed"
         live = self.records.live_blobs()
@@ -822,7 +822,7 @@ class SourceStore:
 
     def _account_for(self, sha256: str) -> str:
         """What recovery does with a digest held by the blobs that no live record names:
-        ``"rebuilt"`` (its manifest's records, the blob's digest checked), ``"removed"``
+        ``"rebuild"`` (its manifest's records, the blob's digest checked), ``"removed"``
         (retired since its manifest was written, or entries without a blob),
         ``"quarantined"`` (a blob nothing accounts for), ``"kept"`` (nothing there)."""
         if len(sha256) != 64 or not all(c in "0123456789abcdef" for c in sha256):
@@ -847,10 +847,20 @@ class SourceStore:
             if self.blobs.quarantine(sha256):
                 return "quarantined"
             return "removed"
+        return "rebuild"
+
+    def _rebuild(self, sha256: str) -> int:
+        """Commit the records of ``sha256``'s manifest the index does not know of (see
+        :meth:`_account_for`, which checked its blob); returns how many."""
+        named = manifest_records(sha256, self.blobs.read_features(sha256, MANIFEST_KEY)) or []
+        current = {r.owner: r for r in self.records.current(sha256)}
         unlimited = StoreQuotas()
-        for record in pending:
-            self.records.insert(record, unlimited, lambda: None)
-        return "rebuilt"
+        count = 0
+        for record in named:
+            held = current.get(record.owner)
+            if held is None or held.created_at < record.created_at:
+                count += self.records.insert(record, unlimited, lambda: None)[1]
+        return count
 
     def close(self) -> None:
         """Finish the writes handed to the executor, then close the backends."""
