@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from audiogate.store.backend import BlobBackend, LeaseBackend, RecordBackend
-from audiogate.store.damage import StoreDamagedError
+from audiogate.store.damage import StoreDamagedError, StoreWriteError
 from audiogate.store.source_record import (
     DIGEST_RE,
     SCOPES,
@@ -62,6 +62,7 @@ __all__ = [
     "SourceStore",
     "StoreDamagedError",
     "StoreQuotas",
+    "StoreWriteError",
     "StoredLease",
     "admit_source",
     "check_digest",

@@ -23,6 +23,7 @@ import concurrent.futures
 import hashlib
 import logging
 import os
+import sqlite3
 import threading
 import time
 from collections.abc import Callable
@@ -39,6 +40,7 @@ from audiogate.errors import (
     SourceRetiredError,
 )
 from audiogate.store.backend import BlobBackend, LeaseBackend, RecordBackend
+from audiogate.store.damage import StoreWriteError
 from audiogate.store.holders import new_holder
 from audiogate.store.manifest import MANIFEST_KEY, manifest_blob, manifest_records
 from audiogate.store.source_record import (
@@ -263,6 +265,8 @@ class SourceStore:
         :param header: the geometry admission read from its header (kept for a WAV or raw
             source: references to it are then admitted without reading it).
         :raises SourceQuotaError: a quota refuses it.
+        :raises StoreWriteError: the disk or the index failed (a full disk: ``full``);
+            nothing is acknowledged and no staged file is left.
         :raises ValueError: an empty owner, an unknown scope or status.
         """
         if not owner:
@@ -275,7 +279,10 @@ class SourceStore:
         existing = self._own(sha256, owner)
         if existing is not None and existing.live:
             if not self._blob_good(sha256, existing.nbytes):
-                self._repair_blob(sha256, data)
+                try:
+                    self._repair_blob(sha256, data)
+                except (OSError, sqlite3.OperationalError) as exc:
+                    raise StoreWriteError(f"the repair of {sha256}", exc) from exc
             return AddedSource(record=existing, created=False)
         record = SourceRecord(
             sha256=sha256,
@@ -288,13 +295,16 @@ class SourceStore:
             created_at=time.time(),
             header=header_from_text(header_text(header)),
         )
-        handle = self.blobs.stage(sha256, bytes(data))
         try:
-            stored, created = self.records.insert(
-                record, self.quotas, lambda: self._publish_source(handle, record)
-            )
-        finally:
-            self.blobs.discard(handle)
+            handle = self.blobs.stage(sha256, bytes(data))
+            try:
+                stored, created = self.records.insert(
+                    record, self.quotas, lambda: self._publish_source(handle, record)
+                )
+            finally:
+                self.blobs.discard(handle)
+        except (OSError, sqlite3.OperationalError) as exc:
+            raise StoreWriteError(f"the upload of {sha256}", exc) from exc
         return AddedSource(record=stored, created=created)
 
     def _publish_source(self, handle: str, record: SourceRecord) -> None:
@@ -727,6 +737,11 @@ class SourceStore:
         finally:
             # Shielded: a cancelled retirement still removes its mark.
             await asyncio.shield(self._call(lambda: self._end_retire(sha256, owner)))
+
+    async def run_async(self, work: Callable[[], _T]) -> _T:
+        """``work()`` (store calls that may wait: an upload's admission and writes) in the
+        store's executor, never a thread the event loop's other work shares."""
+        return await self._call(work)
 
     async def get_async(self, sha256: str, *, owner: str) -> SourceRecord:
         """:meth:`get` in the store's executor."""
