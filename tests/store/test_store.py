@@ -175,11 +175,19 @@ def test_quotas_refuse_an_upload_with_a_typed_limit(backing, quotas, limit) -> N
     store.close()
 
 
-def test_the_total_quota_counts_a_blob_shared_by_two_owners_once(backing) -> None:
+def test_a_full_store_refuses_another_owners_bytes_as_it_refuses_fresh_ones(backing) -> None:
+    """No existence oracle (issue #35): with the store full, bytes alice holds are refused
+    to bob exactly as bytes nobody sent (the total charges each owner's record)."""
     store = backing.open(quotas=StoreQuotas(max_total_bytes=40_000))
-    data = source(seed=12)
-    _add(store, data)
-    assert _add(store, data, owner="bob").created
+    held, fresh = source(seed=12), source(seed=19)
+    _add(store, held)
+    refusals = []
+    for data in (held, fresh):
+        with pytest.raises(SourceQuotaError) as refused:
+            _add(store, data, owner="bob")
+        refusals.append(str(refused.value).replace(hashlib.sha256(data).hexdigest(), "X"))
+    assert refusals[0] == refusals[1]
+    assert store.list("bob") == []
     store.close()
 
 

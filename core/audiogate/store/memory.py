@@ -48,14 +48,12 @@ class MemoryRecords:
             if index is not None and self._rows[index].live:
                 return self._rows[index], False
             mine = [r for r in self._rows if r.owner == record.owner and r.live]
-            blobs = {r.sha256: r.nbytes for r in self._rows if r.live}
             check_quotas(
                 quotas,
                 record.nbytes,
                 owner_bytes=sum(r.nbytes for r in mine),
                 owner_count=len(mine),
-                total_bytes=sum(blobs.values()),
-                blob_shared=record.sha256 in blobs,
+                total_bytes=sum(r.nbytes for r in self._rows if r.live),
             )
             publish()
             if index is not None:  # lost: the same bytes bring it back

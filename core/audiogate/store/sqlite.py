@@ -231,15 +231,10 @@ class SqliteRecords:
             f"WHERE owner = ? AND status IN {_LIVE_SQL}",
             (record.owner,),
         ).fetchone()
-        total = shared = None
+        total = None
         if quotas.max_total_bytes is not None:
             (total,) = db.execute(
-                "SELECT COALESCE(SUM(bytes), 0) FROM (SELECT DISTINCT sha256, bytes FROM "
-                f"sources WHERE status IN {_LIVE_SQL})"
-            ).fetchone()
-            shared = db.execute(
-                f"SELECT 1 FROM sources WHERE sha256 = ? AND status IN {_LIVE_SQL} LIMIT 1",
-                (record.sha256,),
+                f"SELECT COALESCE(SUM(bytes), 0) FROM sources WHERE status IN {_LIVE_SQL}"
             ).fetchone()
         check_quotas(
             quotas,
@@ -247,7 +242,6 @@ class SqliteRecords:
             owner_bytes=owner_bytes,
             owner_count=owner_count,
             total_bytes=total,
-            blob_shared=shared is not None,
         )
 
     def _current_of(self, db: sqlite3.Connection, sha256: str, owner: str) -> SourceRecord | None:
