@@ -99,3 +99,16 @@ def test_a_full_disk_during_an_upload_is_a_typed_507_and_leaves_no_file(
         assert client.get("/v1/audio/sources", headers=ALICE).json()["data"] == []
         monkeypatch.setattr(directory.os, "fsync", real_fsync)
         assert client.post("/v1/audio/sources", content=_wav(5), headers=headers).status_code == 201
+
+
+def test_metrics_need_a_token_when_owners_are_configured(tmp_path: Path) -> None:
+    store = SourceStore.open(tmp_path / "store")
+    with serving("qwen2-audio-7b-instruct", store=store, owners=TOKENS) as running:
+        client = running.client
+        refused = client.get("/metrics")
+        assert refused.status_code == 401
+        assert refused.json()["error"]["code"] == "unauthorized"
+        assert client.get("/metrics", headers={"Authorization": "Bearer nope"}).status_code == 401
+        scraped = client.get("/metrics", headers=BOB)
+        assert scraped.status_code == 200
+        assert "audiogate_" in scraped.text
