@@ -106,7 +106,7 @@ class VllmFamily:
 
     :param family: the audiogate family name.
     :param architectures: the ``config.json`` architectures vLLM serves it under.
-    :param keys: the per-item tensor names, in vLLM's order.
+    :param keys: the per-item tensor names, sorted (as vLLM writes them).
     :param items: one clip's tensors, named as vLLM's ``MultiModalKwargsItem``.
     :param placeholder: one clip's placeholder range in the expanded prompt.
     :param modality: the ``features`` key (``"audio"``).
@@ -166,14 +166,14 @@ def _gemma3n_placeholder(prepared: PreparedRequest, clip: int) -> tuple[int, int
 QWEN2AUDIO: Final = VllmFamily(
     family="qwen2audio",
     architectures=("Qwen2AudioForConditionalGeneration",),
-    keys=("input_features", "feature_attention_mask"),
+    keys=("feature_attention_mask", "input_features"),
     items=_qwen2audio_items,
     placeholder=_span,
 )
 GEMMA3N: Final = VllmFamily(
     family="gemma3n",
     architectures=("Gemma3nForConditionalGeneration",),
-    keys=("input_features_padded", "input_features_mask"),
+    keys=("input_features_mask", "input_features_padded"),
     items=_gemma3n_items,
     placeholder=_gemma3n_placeholder,
 )

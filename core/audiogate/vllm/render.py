@@ -15,6 +15,7 @@ sample differently from what the client asked for.
 from __future__ import annotations
 
 import base64
+import itertools
 import math
 import uuid
 from collections.abc import Mapping
@@ -55,6 +56,9 @@ _DEFAULTS: Final[Mapping[str, float | int]] = {
     "top_k": 0,
     "min_p": 0.0,
 }
+#: vLLM's floor for a positive temperature, and below what it samples greedily.
+_MIN_TEMPERATURE: Final = 0.01
+_GREEDY: Final = 1e-5
 _FLOATS: Final = frozenset(
     {"temperature", "top_p", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty"}
 )
@@ -326,36 +330,62 @@ def resolve_sampling_params(
         requested = fields.get("max_tokens", 16 if call.kind == "completion" else None)
     room = max_model_len - prompt_tokens
     max_tokens = room if requested is None else min(room, requested)
-    resolved = {
+    resolved: dict[str, Any] = {
         name: fields[name] if fields.get(name) is not None else default
         for name, default in _DEFAULTS.items()
     }
+    temperature = float(resolved["temperature"])
+    if 0 < temperature < _MIN_TEMPERATURE:
+        temperature = _MIN_TEMPERATURE  # vLLM raises tiny temperatures to this
+    if temperature < _GREEDY:
+        # Greedy: vLLM resets the filters.
+        resolved.update(top_p=1.0, top_k=0, min_p=0.0)
     if call.kind == "chat":
         logprobs = fields.get("top_logprobs") if fields.get("logprobs") else None
     else:
         logprobs = fields.get("logprobs")
-    return {
-        "n": fields.get("n") or 1,
-        "presence_penalty": float(resolved["presence_penalty"]),
-        "frequency_penalty": float(resolved["frequency_penalty"]),
-        "repetition_penalty": float(resolved["repetition_penalty"]),
-        "temperature": float(resolved["temperature"]),
-        "top_p": float(resolved["top_p"]),
-        "top_k": int(resolved["top_k"]),
-        "min_p": float(resolved["min_p"]),
-        "seed": fields.get("seed"),
-        "stop": _stop(fields.get("stop")) or [],
-        "stop_token_ids": list(fields.get("stop_token_ids") or []),
-        "ignore_eos": bool(fields.get("ignore_eos", False)),
-        "max_tokens": max_tokens,
-        "min_tokens": int(fields.get("min_tokens") or 0),
-        "logprobs": logprobs,
-        "skip_special_tokens": fields.get("skip_special_tokens", True) is not False,
-        "spaces_between_special_tokens": fields.get("spaces_between_special_tokens", True)
-        is not False,
-        "include_stop_str_in_output": bool(fields.get("include_stop_str_in_output", False)),
-        "output_kind": 1 if call.stream else 2,
-    }
+    stop = list(dict.fromkeys(_stop(fields.get("stop")) or []))
+    include_stop = bool(fields.get("include_stop_str_in_output", False))
+    # vLLM serializes SamplingParams with msgspec's omit_defaults, which drops a value
+    # that *is* its default object: small integers, booleans and None disappear, floats
+    # (fresh objects) never do. Reproduced field by field, in the struct's order.
+    params: dict[str, Any] = {}
+    if (fields.get("n") or 1) != 1:
+        params["n"] = fields["n"]
+    params["presence_penalty"] = float(resolved["presence_penalty"])
+    params["frequency_penalty"] = float(resolved["frequency_penalty"])
+    params["repetition_penalty"] = float(resolved["repetition_penalty"])
+    params["temperature"] = temperature
+    params["top_p"] = float(resolved["top_p"])
+    if int(resolved["top_k"]) != 0:
+        params["top_k"] = int(resolved["top_k"])
+    params["min_p"] = float(resolved["min_p"])
+    seed = fields.get("seed")
+    if seed is not None and seed != -1:
+        params["seed"] = seed
+    params["stop"] = stop
+    params["stop_token_ids"] = list(dict.fromkeys(fields.get("stop_token_ids") or []))
+    if fields.get("ignore_eos"):
+        params["ignore_eos"] = True
+    if max_tokens != 16:
+        params["max_tokens"] = max_tokens
+    if fields.get("min_tokens"):
+        params["min_tokens"] = int(fields["min_tokens"])
+    if logprobs is not None:
+        params["logprobs"] = logprobs
+    if fields.get("skip_special_tokens") is False:
+        params["skip_special_tokens"] = False
+    if fields.get("spaces_between_special_tokens") is False:
+        params["spaces_between_special_tokens"] = False
+    if include_stop:
+        params["include_stop_str_in_output"] = True
+    params["output_kind"] = 1 if call.stream else 2  # DELTA when streaming, else FINAL_ONLY
+    params["skip_clone"] = True
+    if stop and not include_stop and max(len(s) for s in stop) > 1:
+        params["output_text_buffer_length"] = max(len(s) for s in stop) - 1
+    params["bad_words"] = []
+    params["skip_reading_prefix_cache"] = False
+    return params
 
 
 def feature_items(prepared: PreparedRequest, adapter: VllmFamily) -> list[dict[str, Any]]:
@@ -371,9 +401,25 @@ def encode_item(tensors: Mapping[str, Any], dtype: FloatDtype) -> bytes:
             "data": encode_tensor(array, dtype),
             "field": ["batched", {"keep_on_cpu": False}],
         }
-        for key, array in tensors.items()
+        # vLLM's items come out with their keys sorted.
+        for key, array in sorted(tensors.items())
     }
     return packb(item)
+
+
+def _check_disjoint(ranges: list[tuple[int, int]], family: str) -> None:
+    # vLLM's generate side refuses overlapping ranges, and a range cannot be shortened:
+    # every position of it is an embedding position there. Gemma 3n's ranges include the
+    # newline tokens around a block, so two clips with nothing between them share one.
+    spans = sorted((offset, offset + length) for offset, length in ranges)
+    for (_, end), (start, _) in itertools.pairwise(spans):
+        if start < end:
+            raise RenderError(
+                f"two {family} audio clips are adjacent: vLLM's placeholder ranges of "
+                "this family include the newline tokens around each clip, and those of "
+                "adjacent clips overlap (vLLM refuses them too); put text between the clips",
+                param="messages",
+            )
 
 
 def build_generate_request(
@@ -403,6 +449,7 @@ def build_generate_request(
         clips = prepared.batch.clips if prepared.batch is not None else ()
         hashes = [mm_hash(host, prepared.policy, clip, adapter, dtype) for clip in clips]
         ranges = [adapter.placeholder(prepared, index) for index in range(len(hashes))]
+        _check_disjoint(ranges, prepared.family)
         kwargs: list[str | None] | None = None
         if call.mm_payload == "tensors":
             kwargs = [
