@@ -221,7 +221,8 @@ class SourceRoutes:
 
             clip = EncodedClip(data=data, source_format=source_format, ordinal=1, origin="bytes")
             try:
-                await self.server.gate.prepare_async(clips=[clip])
+                # In the uploader's own part of the feature cache: their references hit.
+                await self.server.gate.prepare_async(clips=[clip], owner=owner)
             except QueueFullError:
                 pass  # busy: computed by the first request that needs them
             except Exception as exc:  # admitted, so unexpected: the source stays usable
