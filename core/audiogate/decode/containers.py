@@ -78,6 +78,8 @@ class StreamHeader:
     """What a compressed container's headers say.
 
     :param frames: the length in frames at ``rate_hz``, or an upper bound (``exact``).
+    :param live: a WebM without a duration (a live recording: MediaRecorder's), whose
+        bound is from the byte count alone.
     """
 
     container: Container
@@ -86,6 +88,7 @@ class StreamHeader:
     channels: int
     frames: int
     exact: bool
+    live: bool = False
 
     def geometry(self, nbytes: int) -> ClipGeometry:
         """The clip geometry of this stream (the whole buffer is the data)."""
@@ -665,9 +668,9 @@ def _inspect_webm(view: memoryview, clip_index: int) -> StreamHeader:
         raise _malformed("webm", f"{channels} channel(s) at {rate} Hz", clip_index)
     if math.isfinite(duration) and duration > 0 and scale > 0:
         frames = math.ceil(duration * scale * rate / 1e9) + _SLACK[codec]
-    else:
-        frames = view.nbytes * (5760 if codec == "opus" else 4096)
-    return StreamHeader("webm", codec, int(rate), channels, frames, False)
+        return StreamHeader("webm", codec, int(rate), channels, frames, False)
+    frames = view.nbytes * (5760 if codec == "opus" else 4096)
+    return StreamHeader("webm", codec, int(rate), channels, frames, False, live=True)
 
 
 def _segment_children(view: memoryview, start: int, end: int) -> list[tuple[int, int, int]]:
