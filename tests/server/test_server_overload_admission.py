@@ -26,6 +26,7 @@ from serverkit import (
 )
 
 from audiogate.server import ServerLimits
+from audiogate.server.protocol import DRAIN_BYTES
 from audiogate.server.routes import AudioServer
 from audiogate.worker import WorkerLimits
 
@@ -61,10 +62,11 @@ def _read_all(sock: socket.socket) -> bytes:
     return reply
 
 
-def _head(length: int) -> bytes:
+def _head(length: int, *, close: bool = False) -> bytes:
+    closing = "Connection: close\r\n" if close else ""
     return (
         f"POST {PREPARE} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-        f"Content-Length: {length}\r\n\r\n"
+        f"{closing}Content-Length: {length}\r\n\r\n"
     ).encode()
 
 
@@ -115,16 +117,51 @@ def test_a_full_queue_refuses_from_the_head_before_any_body_byte(
         running.wait_idle()
 
 
+def _one_answer(sock: socket.socket) -> bytes:
+    """One answer off a kept-alive connection (its head and ``content-length`` bytes)."""
+    reply = b""
+    while b"\r\n\r\n" not in reply:
+        reply += sock.recv(65536)
+    head, _, payload = reply.partition(b"\r\n\r\n")
+    length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+    while len(payload) < length:
+        payload += sock.recv(65536)
+    return head + b"\r\n\r\n" + payload
+
+
 @pytest.mark.slow
-def test_a_refused_body_is_dropped_unparsed_and_the_client_reads_its_429() -> None:
+def test_a_small_refused_body_is_skipped_unparsed_and_the_connection_serves_on(
+    app_never_reads: list[str],
+) -> None:
     with (
         serving(blocker=Blocker(), worker=WorkerLimits(queue_depth=1)) as running,
         _full_queue(running),
         _connect(running) as sock,
     ):
+        reads = len(app_never_reads)
         body = b"{" * 100_000  # not JSON: parsed, it would be a 400
-        sock.sendall(_head(len(body)) + body)
-        assert _refusal(_read_all(sock))["reason"] == "queue_full"
+        # Its body in two parts, the second after the answer; then the next request.
+        sock.sendall(_head(len(body)) + body[:1000])
+        head, _, _ = _one_answer(sock).partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 429"), head
+        assert b"retry-after: 1" in head.lower()
+        assert b"connection: close" not in head.lower()
+        sock.sendall(body[1000:] + b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert _one_answer(sock).startswith(b"HTTP/1.1 200")
+        assert app_never_reads[reads:] == []
+
+
+@pytest.mark.slow
+def test_a_refused_body_past_the_drain_bound_or_with_close_closes_the_connection() -> None:
+    with (
+        serving(blocker=Blocker(), worker=WorkerLimits(queue_depth=1)) as running,
+        _full_queue(running),
+    ):
+        for extra, size in ((b"", DRAIN_BYTES + 1), (b"Connection: close\r\n", 1000)):
+            with _connect(running) as sock:
+                head = _head(size).replace(b"\r\n\r\n", b"\r\n" + extra + b"\r\n")
+                sock.sendall(head + b"{" * min(size, 64_000))
+                assert _refusal(_read_all(sock))["reason"] == "queue_full"
 
 
 @pytest.mark.slow
@@ -137,7 +174,8 @@ def test_a_body_that_does_not_fit_the_budget_now_is_a_429_from_its_head(
             wait_until(lambda: running.gauges()[2] >= 900_000)
             before, reads = running.outcomes(), len(app_never_reads)
             with _connect(running) as sock:
-                sock.sendall(_head(200_000))  # fits the budget, not beside the upload
+                # It fits the budget, not beside the upload.
+                sock.sendall(_head(200_000, close=True))
                 error = _refusal(_read_all(sock))
             assert (error["type"], error["limit"]) == (
                 "MemoryLimitError",
@@ -171,7 +209,7 @@ def test_a_client_is_held_to_its_share_of_a_saturated_worker_however_it_connects
             wait_until(lambda: app_never_reads.count("_read_body") == 5)
             # The first, on a fresh connection, is past its share: refused from the head.
             with _connect(running, "127.0.0.2") as sock:
-                sock.sendall(_head(100_000))
+                sock.sendall(_head(100_000, close=True))
                 error = _refusal(_read_all(sock))
             assert error["reason"] == "queue_full"
             assert "share" in error["message"]
@@ -192,7 +230,7 @@ def test_a_fixed_cap_per_client_refuses_past_it() -> None:
         with _upload(running, "127.0.0.2"):
             wait_until(lambda: running.gauges()[2] > 0)
             with _connect(running, "127.0.0.2") as sock:
-                sock.sendall(_head(100_000))
+                sock.sendall(_head(100_000, close=True))
                 error = _refusal(_read_all(sock))
             assert "at most 1" in error["message"]
             # Another address is not held to the first's count.

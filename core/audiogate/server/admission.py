@@ -14,10 +14,9 @@ import functools
 import ipaddress
 from collections import Counter, OrderedDict
 from collections.abc import Hashable, Sequence
-from typing import TYPE_CHECKING, Final, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
 
 from audiogate.errors import AudioGateError, QueueFullError
-from audiogate.metrics import record_outcome
 
 if TYPE_CHECKING:
     from audiogate.server.budgets import ServerLimits
@@ -187,6 +186,10 @@ class HeadAdmission:
         self.addresses = addresses
         self.inflight: Counter[str] = Counter()
         self.total = 0
+        # Each refusal increments two counters: their children are looked up once.
+        self._rejections: dict[str, Any] = {}
+        self._responses_429 = server.server_metrics.responses.labels(status="429")
+        server.metrics.ensure_family(server.family)
 
     def admit(
         self, method: bytes, target: bytes, headers: Sequence[tuple[bytes, bytes]], peer: str
@@ -254,8 +257,15 @@ class HeadAdmission:
         return None
 
     def _count(self, path: str, error: AudioGateError) -> None:
-        server = self.server
         if path in QUEUED_PATHS:  # a source upload is not a prepare request
-            record_outcome(server.metrics, server.family, error)
+            # As record_outcome counts a rejection, with the child looked up once.
+            counter = self._rejections.get(error.reason)
+            if counter is None:
+                server = self.server
+                counter = server.metrics.rejections.labels(
+                    family=server.family, reason=error.reason
+                )
+                self._rejections[error.reason] = counter
+            counter.inc()
         if path == _PREPARE:
-            server.server_metrics.responses.labels(status="429").inc()
+            self._responses_429.inc()

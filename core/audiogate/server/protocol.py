@@ -129,14 +129,41 @@ _ADDRESS_OVERLOADED: Final = raw_error(
 _HEAD_TIMEOUT: Final = "the request head did not arrive in time"
 
 
-def refusal_answer(error: AudioGateError) -> bytes:
-    """The whole 429 answer refusing a request from its head (``Retry-After``, closing)."""
-    body = json.dumps(error_payload(error), separators=(",", ":")).encode()
-    return (
-        "HTTP/1.1 429 Too Many Requests\r\ncontent-type: application/json\r\n"
-        f"content-length: {len(body)}\r\nconnection: close\r\n"
-        f"retry-after: {RETRY_AFTER_SECONDS}\r\n\r\n"
-    ).encode("ascii") + body
+_ANSWERS: dict[tuple[str, str, bool], bytes] = {}
+
+
+def refusal_answer(error: AudioGateError, *, close: bool = True) -> bytes:
+    """The whole 429 answer refusing a request from its head (``Retry-After``), closing the
+    connection or not. Answers are kept by message: under overload most refusals repeat
+    one (a few dozen distinct ones at most: counts and limits are small integers)."""
+    key = (type(error).__name__, str(error), close)
+    answer = _ANSWERS.get(key)
+    if answer is None:
+        body = json.dumps(error_payload(error), separators=(",", ":")).encode()
+        closing = "connection: close\r\n" if close else ""
+        answer = (
+            "HTTP/1.1 429 Too Many Requests\r\ncontent-type: application/json\r\n"
+            f"content-length: {len(body)}\r\n{closing}"
+            f"retry-after: {RETRY_AFTER_SECONDS}\r\n\r\n"
+        ).encode("ascii") + body
+        if len(_ANSWERS) < 1024:
+            _ANSWERS[key] = answer
+    return answer
+
+
+def _drained_length(request: h11.Request) -> int | None:
+    """The body length to skip to keep ``request``'s connection after refusing it: its
+    ``Content-Length`` when at most :data:`DRAIN_BYTES` on a kept-alive HTTP/1.1
+    connection; else ``None`` (the connection closes)."""
+    if request.http_version != b"1.1":
+        return None
+    length = None
+    for name, value in request.headers:
+        if name == b"content-length":
+            length = int(value)
+        elif name == b"transfer-encoding" or (name == b"connection" and b"close" in value.lower()):
+            return None
+    return length if length is not None and length <= DRAIN_BYTES else None
 
 
 class _ProtocolRefusal(h11.RemoteProtocolError):
@@ -176,6 +203,10 @@ def guarded_h11(
         #: The client an admitted request counts against until it is answered.
         _inflight: str | None = None
         _drained = 0
+        #: Body bytes of a refused request still to skip before the next head (kept alive).
+        _skip = 0
+        _skipping = False
+        _skip_from: bytes | None = None
 
         #: The connections served, for tests (eviction order).
         connection_table = table
@@ -198,6 +229,12 @@ def guarded_h11(
             self._cancel_head_timer()
             table.remove(self)
             self._release()
+            if self._refused and self.cycle is None:
+                # Refused before any request ran: nothing of uvicorn's to wind down but
+                # the connection's entry (its h11 state would only raise and be dropped).
+                self.connections.discard(self)
+                self.transport.close()
+                return
             super().connection_lost(exc)
 
         def data_received(self, data: bytes) -> None:
@@ -207,6 +244,9 @@ def guarded_h11(
                 if self._drained > DRAIN_BYTES:
                     self.transport.abort()
                 return
+            if self._skipping:
+                self._skip_body(data)
+                return
             super().data_received(data)
 
         def handle_events(self) -> None:
@@ -214,6 +254,12 @@ def guarded_h11(
             super().handle_events()
             if self.cycle is not cycle:  # a request head arrived
                 self._cancel_head_timer()
+            if self._skip_from is not None:  # a refused request's body follows its head
+                data, self._skip_from = self._skip_from, None
+                self._skip_body(data)
+                if self._skipping:
+                    # The rest of the body must arrive within the head timeout, like a head.
+                    self._arm_head_timer()
 
         def on_response_complete(self) -> None:
             self._release()
@@ -258,7 +304,7 @@ def guarded_h11(
                             event.method, event.target, event.headers, self._peer
                         )
                         if error is not None:
-                            self._refuse_request(error)
+                            self._refuse_request(error, _drained_length(event))
                             return h11.NEED_DATA  # uvicorn never sees this request
                         self._inflight = client
                 return event
@@ -299,11 +345,34 @@ def guarded_h11(
             self._cancel_head_timer()
             self.transport.abort()  # its descriptor is free for the new one at once
 
-        def _refuse_request(self, error: AudioGateError) -> None:
-            self._refused = True
+        def _refuse_request(self, error: AudioGateError, skip: int | None) -> None:
             self._cancel_head_timer()
-            table.remove(self)  # closing: its place goes to a new connection
-            self._linger(refusal_answer(error))
+            if skip is None:
+                self._refused = True
+                table.remove(self)  # closing: its place goes to a new connection
+                self._linger(refusal_answer(error))
+                return
+            # A small body on a kept-alive connection: answered now, and its bytes are
+            # skipped unparsed as they arrive (the client may reuse the connection, and
+            # a refusal costs no new connection). A fresh h11 state reads the next head.
+            self.transport.write(refusal_answer(error, close=False))
+            leftover, _ = self.conn.trailing_data
+            self.conn = h11.Connection(h11.SERVER, self.conn._max_incomplete_event_size)
+            self._guard_next_event()
+            self._skip = skip
+            self._skipping = True
+            self._skip_from = bytes(leftover)
+
+        def _skip_body(self, data: bytes) -> None:
+            taken = min(len(data), self._skip)
+            self._skip -= taken
+            if self._skip:
+                return
+            self._skipping = False
+            table.waiting(self)
+            self._arm_head_timer()
+            if len(data) > taken:  # the next request, pipelined
+                super().data_received(data[taken:])
 
         def _refuse_overload(self, excess: int, *, own: bool) -> None:
             self._refused = True
