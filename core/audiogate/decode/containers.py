@@ -40,6 +40,7 @@ import attrs
 
 from audiogate.decode.geometry import (
     CONTAINER_LABELS,
+    CONVERT_ADVICE,
     ClipGeometry,
     Container,
     Encoding,
@@ -866,7 +867,11 @@ def _inspect_mp4(view: memoryview, clip_index: int) -> StreamHeader:
             raise ValueError("the sound track has no stsd or stsz box")
         entries = _boxes(view, stsd[0][0] + 8, stsd[0][1])
         if len(entries) != 1 or entries[0][0] != b"mp4a":
-            raise LookupError(f"sample entries {[k for k, _, _ in entries]!r}; accepted: one mp4a")
+            kinds = [k for k, _, _ in entries]
+            named = " (ALAC, Apple Lossless)" if b"alac" in kinds else ""
+            raise LookupError(
+                f"sample entries {kinds!r}{named}; accepted: one mp4a (AAC); {CONVERT_ADVICE}"
+            )
         _kind, entry, entry_end = entries[0]
         # A QuickTime sound description of version 1 or 2 (.mov) is longer, and may hold
         # the esds inside a 'wave' box.

@@ -99,6 +99,8 @@ from audiogate.decode.containers import (
 )
 from audiogate.decode.geometry import (
     BYTES_PER_SAMPLE,
+    CONVERT_ADVICE,
+    OTHER_AUDIO_LABELS,
     WAV,
     ClipGeometry,
     DecodeLimits,
@@ -307,10 +309,11 @@ def _refuse_unrecognised(view: memoryview, clip_index: int) -> None:
     found = describe_signature(view)
     if found.startswith(("RIFF", "RF64", "BW64")):
         return
+    advice = f"; {CONVERT_ADVICE}" if found in OTHER_AUDIO_LABELS else ""
     raise DecodeError(
         f"the bytes are not an audio format audiogate decodes (found {found}); accepted: "
         f"{', '.join(CONTAINER_LABELS.values())}, or headerless samples declared as pcm16 "
-        f"or f32 with their sample_rate and channels",
+        f"or f32 with their sample_rate and channels{advice}",
         clip_index=clip_index,
         code="unknown_container",
     )
