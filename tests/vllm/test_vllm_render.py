@@ -9,11 +9,11 @@ from typing import Any
 import attrs
 import numpy as np
 import pytest
+from vllmkit import CHAT_RENDER, COMPLETION_RENDER, RenderApp
 
 from audiogate.vllm import decode_tensor, mm_hash, vllm_family
 from audiogate.vllm.fixtures import RENDER_REQUESTS, RenderCase, request_body
 from audiogate.vllm.msgpack import unpackb
-from conftest import CHAT_RENDER, COMPLETION_RENDER, RenderApp
 
 CASES = {case.name: case for case in RENDER_REQUESTS}
 
