@@ -4,7 +4,7 @@ checkpoints: ids, placeholders, masks, sampling parameters, item layout and feat
 
 At 16 kHz both renderers compute the same features (they differ by bf16 rounding of
 float32 noise: one unit in the last place). At 48 kHz they resample differently
-(audiogate's soxr HQ for Qwen2-Audio and the Gemma 3n seed's linear interpolation, vLLM's
+(audiogate's soxr HQ for Qwen2-Audio and Gemma 3n's pinned linear interpolation, vLLM's
 torchaudio sinc), so only the layout is exact and the values are bounded loosely there.
 """
 
