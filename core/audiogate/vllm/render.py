@@ -37,6 +37,7 @@ __all__ = [
     "RenderError",
     "RenderKind",
     "build_generate_request",
+    "check_disjoint",
     "encode_item",
     "feature_items",
     "parse_render_call",
@@ -407,7 +408,11 @@ def encode_item(tensors: Mapping[str, Any], dtype: FloatDtype) -> bytes:
     return packb(item)
 
 
-def _check_disjoint(ranges: list[tuple[int, int]], family: str) -> None:
+def check_disjoint(ranges: list[tuple[int, int]], family: str) -> None:
+    """Refuse placeholder ranges that overlap.
+
+    :raises RenderError: two ranges share a position.
+    """
     # vLLM's generate side refuses overlapping ranges, and a range cannot be shortened:
     # every position of it is an embedding position there. Gemma 3n's ranges include the
     # newline tokens around a block, so two clips with nothing between them share one.
@@ -449,7 +454,7 @@ def build_generate_request(
         clips = prepared.batch.clips if prepared.batch is not None else ()
         hashes = [mm_hash(host, prepared.policy, clip, adapter, dtype) for clip in clips]
         ranges = [adapter.placeholder(prepared, index) for index in range(len(hashes))]
-        _check_disjoint(ranges, prepared.family)
+        check_disjoint(ranges, prepared.family)
         kwargs: list[str | None] | None = None
         if call.mm_payload == "tensors":
             kwargs = [
