@@ -408,6 +408,15 @@ def _measured(
     measured = measure_webm_opus(
         view, clip_index=clip_index, stop_after=cap, max_elements=ADMISSION_ELEMENTS
     )
+    if cap is not None and measured.samples > cap:
+        # Its packets pass the cap: refused here, before a decoder sees it.
+        frames = measured.samples
+        geometry = attrs.evolve(
+            header.geometry(view.nbytes),
+            frames=frames,
+            duration_us=frames * 1_000_000 // header.rate_hz,
+        )
+        check_limits(geometry, limits, clip_index=clip_index)
     if measured.stopped or measured.samples < 1:
         return header
     return attrs.evolve(header, frames=measured.samples, live=False)
