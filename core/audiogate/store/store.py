@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import concurrent.futures
+import contextlib
 import hashlib
 import logging
 import os
@@ -78,6 +79,9 @@ DEFAULT_LEASE_TTL_S: Final = 3600.0
 DEFAULT_STORE_THREADS: Final = 8
 # How often a wait re-reads the backends (another process may have moved the source on).
 _POLL_S: Final = 0.05
+# A retirement on an event loop polls less and less often, up to this (a release in this
+# process wakes it at once; this bounds how late it sees another process's).
+_MAX_RETIRE_POLL_S: Final = 0.4
 
 _T = TypeVar("_T")
 _log = logging.getLogger("audiogate.store")
@@ -205,6 +209,8 @@ class SourceStore:
             initializer=_mark_executor_thread,
         )
         self._pending: set[concurrent.futures.Future[None]] = set()
+        # Event-loop waiters (retirements) that this process's writes wake.
+        self._listening: set[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = set()
         self._pending_lock = threading.Lock()
         self.recovery: RecoveryReport = self._recover(verify=verify)
 
@@ -408,19 +414,20 @@ class SourceStore:
         timeout_s: float | None,
         deadline: float | None,
         cancel: CancelToken,
+        poll_s: float = _POLL_S,
     ) -> float:
         """The next poll's wait while ``held`` leases remain.
 
         :raises SourceBusyError: past the deadline.
         """
         cancel.check(Checkpoint.ACQUISITION)
-        left = _POLL_S if deadline is None else deadline - time.monotonic()
+        left = poll_s if deadline is None else deadline - time.monotonic()
         if left <= 0:
             raise SourceBusyError(
                 sha256,
                 detail=f"{held} request(s) still hold it after {timeout_s:g} s; it is not retired",
             )
-        return min(left, _POLL_S)
+        return min(left, poll_s)
 
     def _finish_retire(self, sha256: str, owner: str) -> SourceRecord:
         record = self.records.retire(sha256, owner)
@@ -673,6 +680,22 @@ class SourceStore:
     def _wake(self) -> None:
         with self._cond:
             self._cond.notify_all()
+            listening = list(self._listening)
+        for loop, event in listening:
+            with contextlib.suppress(RuntimeError):  # that loop is closed: nobody waits
+                loop.call_soon_threadsafe(event.set)
+
+    def _listen(self) -> tuple[asyncio.AbstractEventLoop, asyncio.Event]:
+        """An event the next write of this process sets (listen before reading, so a
+        write between the read and the wait is not missed)."""
+        entry = (asyncio.get_running_loop(), asyncio.Event())
+        with self._cond:
+            self._listening.add(entry)
+        return entry
+
+    def _unlisten(self, entry: tuple[asyncio.AbstractEventLoop, asyncio.Event]) -> None:
+        with self._cond:
+            self._listening.discard(entry)
 
     # --- from an event loop ----------------------------------------------------------
 
@@ -731,8 +754,22 @@ class SourceStore:
             return done
         try:
             deadline = None if timeout_s is None else time.monotonic() + timeout_s
-            while held := await self._call(lambda: self.leases_backend.held(sha256, owner)):
-                await asyncio.sleep(self._retire_left(sha256, held, timeout_s, deadline, cancel))
+            poll = _POLL_S
+            while True:
+                # Woken at once by a release in this process; other processes' releases
+                # are polled, less often the longer the wait (100 waiting retirements
+                # poll a few times a second each, not twenty).
+                entry = self._listen()
+                try:
+                    held = await self._call(lambda: self.leases_backend.held(sha256, owner))
+                    if not held:
+                        break
+                    wait = self._retire_left(sha256, held, timeout_s, deadline, cancel, poll)
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(entry[1].wait(), wait)
+                finally:
+                    self._unlisten(entry)
+                poll = min(poll * 2, _MAX_RETIRE_POLL_S)
             return await self._call(lambda: self._finish_retire(sha256, owner))
         finally:
             # Shielded: a cancelled retirement still removes its mark.
