@@ -9,6 +9,8 @@ from __future__ import annotations
 import hashlib
 import io
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -223,3 +225,17 @@ def test_a_retirement_is_not_undone_by_a_rebuild(tmp_path: Path) -> None:
         assert [r.sha256 for r in store.list("bob")] == [_sha(3)]
     finally:
         store.close()
+
+
+def test_the_recovery_report_reaches_the_log_of_a_process_that_configured_none(
+    tmp_path: Path,
+) -> None:
+    root = _killed_store(tmp_path)
+    (root / "index.sqlite3-wal").unlink()
+    code = "import sys; from audiogate.store import SourceStore; SourceStore.open(sys.argv[1])"
+    child = subprocess.run(
+        [sys.executable, "-c", code, str(root)], capture_output=True, text=True, check=True
+    )
+    (line,) = [x for x in child.stderr.splitlines() if "source store recovered" in x]
+    assert "rebuilt=" in line
+    assert "quarantined=0" in line
