@@ -12,7 +12,17 @@ Scenarios::
     python benchmarks/loadtest_server.py --scenario flood-30s   # RSS <= baseline + budgets
     python benchmarks/loadtest_server.py --scenario mixed       # 1 s .. 30 s clips
 
-Exit status 1 when a scenario misses its target or a gauge is not back to zero.
+The overload sweep (issue #33) runs c = 1, 8, 32, 64, 128 against one server per clip
+length (1 s and 5 s) and prints, per point, goodput (200s per second), refusals per
+second, p50/p99 of the 200s and server CPU per success; then it measures the server CPU
+of one refusal directly (a flood of requests all refused from their heads). The server is
+pinned to CPU 0 and the client processes to CPU 1 (``sched_setaffinity``, as ``taskset``)::
+
+    python benchmarks/loadtest_server.py --sweep               # the table in docs/performance.md
+
+Exit status 1 when a scenario misses its target or a gauge is not back to zero, or (the
+sweep) when goodput at c = 32 or 64 falls under 90 % of the peak at a lower concurrency,
+p99 past twice the knee's, or a refusal costs more than 0.2 ms of server CPU.
 """
 
 from __future__ import annotations
@@ -24,6 +34,7 @@ import concurrent.futures
 import json
 import os
 import re
+import socket
 import statistics
 import subprocess
 import sys
@@ -118,7 +129,9 @@ def request_body(seconds: float, seed: int) -> bytes:
 
 
 class ServerProcess:
-    def __init__(self, model: str, workers: int, extra: list[str]) -> None:
+    def __init__(
+        self, model: str, workers: int, extra: list[str], *, cpus: set[int] | None = None
+    ) -> None:
         command = [
             sys.executable,
             "-m",
@@ -135,7 +148,13 @@ class ServerProcess:
         ]
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
         self.process = subprocess.Popen(
-            command, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env
+            command,
+            stderr=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            text=True,
+            env=env,
+            # The server on its own cores (as ``taskset -c``), away from the load generator.
+            preexec_fn=None if cpus is None else (lambda: os.sched_setaffinity(0, cpus)),
         )
         self.log: list[str] = []
         self.url = ""
@@ -254,9 +273,16 @@ async def drive(
 
 
 def _drive_process(
-    url: str, bodies: list[bytes], concurrency: int, duration_s: float, verify: bool
+    url: str,
+    bodies: list[bytes],
+    concurrency: int,
+    duration_s: float,
+    verify: bool,
+    cpus: set[int] | None = None,
 ) -> tuple[list[float], Counter[int], int, float]:
     """One client process's share (run in a subprocess): its results and CPU seconds."""
+    if cpus is not None:
+        os.sched_setaffinity(0, cpus)
     cpu = time.process_time()
     latencies, statuses, errors = asyncio.run(
         drive(url, bodies, concurrency=concurrency, duration_s=duration_s, verify=verify)
@@ -272,17 +298,19 @@ def run_clients(
     duration_s: float,
     verify: bool,
     processes: int,
+    cpus: set[int] | None = None,
 ) -> tuple[list[float], Counter[int], int, float]:
     """The clients, in this process (``processes == 1``) or spread over ``processes``
     (one asyncio loop driving many connections adds its own tail: at -c 32 on 2 cores it
     measured a p99 of 1.8 s while the server's handler took at most 0.2 s; 4 processes
     of 8 measured 0.34 s). Returns the latencies, statuses, errors and client CPU s."""
-    if processes <= 1:
+    if processes <= 1 and cpus is None:
         return _drive_process(url, bodies, concurrency, duration_s, verify)
+    processes = max(1, min(processes, concurrency))
     shares = [concurrency // processes + (i < concurrency % processes) for i in range(processes)]
     with concurrent.futures.ProcessPoolExecutor(processes) as pool:
         futures = [
-            pool.submit(_drive_process, url, bodies, share, duration_s, verify)
+            pool.submit(_drive_process, url, bodies, share, duration_s, verify, cpus)
             for share in shares
             if share
         ]
@@ -296,6 +324,220 @@ def percentile(values: list[float], q: float) -> float:
     if not values:
         return float("nan")
     return float(np.percentile(np.asarray(values), q))
+
+
+# --- the overload sweep (issue #33) -----------------------------------------------------
+
+SWEEP_CONCURRENCY = (1, 8, 32, 64, 128)
+SWEEP_CLIPS = (1.0, 5.0)
+SERVER_CPUS = {0}
+CLIENT_CPUS = {1}
+#: The most server CPU one refusal may cost (issue #33).
+REFUSAL_CPU_LIMIT_S = 0.2e-3
+
+
+def sweep_point(
+    server: ServerProcess,
+    bodies: list[bytes],
+    concurrency: int,
+    *,
+    duration_s: float,
+    warmup_s: float,
+    processes: int,
+) -> dict[str, float]:
+    """One concurrency: goodput, refusals/s, p50/p99 of the 200s, server CPU per answer."""
+    if warmup_s > 0:
+        run_clients(
+            server.url,
+            bodies,
+            concurrency=concurrency,
+            duration_s=warmup_s,
+            verify=False,
+            processes=processes,
+            cpus=CLIENT_CPUS,
+        )
+        time.sleep(0.5)
+    cpu = server.cpu_seconds()
+    started = time.perf_counter()
+    latencies, statuses, errors, _ = run_clients(
+        server.url,
+        bodies,
+        concurrency=concurrency,
+        duration_s=duration_s,
+        verify=False,
+        processes=processes,
+        cpus=CLIENT_CPUS,
+    )
+    wall = time.perf_counter() - started
+    cpu = server.cpu_seconds() - cpu
+    ok = statuses.get(200, 0)
+    refused = statuses.get(429, 0) + statuses.get(503, 0)
+    return {
+        "c": concurrency,
+        "goodput": ok / wall,
+        "refusals": refused / wall,
+        "other": (sum(statuses.values()) - ok - refused + errors) / wall,
+        "p50_ms": percentile(latencies, 50) * 1e3,
+        "p99_ms": percentile(latencies, 99) * 1e3,
+        "cpu_ms_per_answer": cpu / max(ok + refused, 1) * 1e3,
+        "cpu_s": cpu,
+        "ok": ok,
+        "refused": refused,
+    }
+
+
+async def _refusal_flood(
+    port: int, body: bytes, count: int, concurrency: int, *, keep_alive: bool
+) -> Counter[int]:
+    """``count`` requests (head and body), each refused: on kept-alive connections (the
+    server skips each refused body and reads the next head), or one connection each."""
+    closing = "" if keep_alive else "Connection: close\r\n"
+    head = (
+        f"POST {PREPARE} HTTP/1.1\r\nHost: loadtest\r\nContent-Type: application/json\r\n"
+        f"{closing}Content-Length: {len(body)}\r\n\r\n"
+    ).encode()
+    statuses: Counter[int] = Counter()
+    left = count
+
+    async def answer(reader: asyncio.StreamReader) -> int:
+        status = int((await reader.readline()).split()[1])
+        length = 0
+        while (line := await reader.readline()) not in (b"\r\n", b""):
+            if line.lower().startswith(b"content-length:"):
+                length = int(line.split(b":")[1])
+        await reader.readexactly(length)
+        return status
+
+    async def one() -> None:
+        nonlocal left
+        connection = None
+        while left > 0:
+            left -= 1
+            try:
+                if connection is None:
+                    connection = await asyncio.open_connection("127.0.0.1", port)
+                reader, writer = connection
+                writer.write(head + body)
+                statuses[await answer(reader)] += 1
+                if not keep_alive:
+                    writer.close()
+                    connection = None
+            except (OSError, asyncio.IncompleteReadError, IndexError, ValueError):
+                statuses[-1] += 1
+                connection = None
+        if connection is not None:
+            connection[1].close()
+
+    await asyncio.gather(*(one() for _ in range(concurrency)))
+    return statuses
+
+
+def _flood_process(
+    port: int, body: bytes, count: int, concurrency: int, keep_alive: bool
+) -> Counter[int]:
+    os.sched_setaffinity(0, CLIENT_CPUS)
+    return asyncio.run(_refusal_flood(port, body, count, concurrency, keep_alive=keep_alive))
+
+
+def refusal_cost(model: str, body: bytes, *, count: int) -> dict[str, tuple[float, Counter[int]]]:
+    """Server CPU seconds per refusal, on kept-alive connections and on one connection
+    each: a server with ``--max-requests-per-client 1``, one upload held open (the
+    client's one request in flight), then ``count`` whole requests (head and body), each
+    refused from its head."""
+    server = ServerProcess(
+        model,
+        1,
+        ["--max-requests-per-client", "1", "--min-body-rate", "0", "--body-timeout", "600"],
+        cpus=SERVER_CPUS,
+    )
+    costs = {}
+    try:
+        port = int(server.url.rsplit(":", 1)[1])
+        hold = socket.create_connection(("127.0.0.1", port))
+        head = f"POST {PREPARE} HTTP/1.1\r\nHost: loadtest\r\nContent-Length: 1000\r\n\r\n"
+        hold.sendall(head.encode() + b"{")
+        time.sleep(0.5)
+        for keep_alive in (True, False):
+            cpu = server.cpu_seconds()
+            with concurrent.futures.ProcessPoolExecutor(1) as pool:
+                statuses = pool.submit(_flood_process, port, body, count, 16, keep_alive).result()
+            cpu = server.cpu_seconds() - cpu
+            name = "kept-alive connection" if keep_alive else "a connection each"
+            costs[name] = (cpu / max(statuses.get(429, 0), 1), statuses)
+        hold.close()
+    finally:
+        server.stop()
+    return costs
+
+
+def sweep(args: argparse.Namespace) -> int:
+    """The overload sweep: the table of docs/performance.md, and its verdicts."""
+    print(
+        f"overload sweep: gemma-3n-e4b-it, server on CPU {sorted(SERVER_CPUS)} (--workers "
+        f"{args.workers}), clients on CPU {sorted(CLIENT_CPUS)} ({args.client_processes} "
+        f"processes), {args.duration:.0f} s per point after {args.warmup:.0f} s of warm-up, "
+        f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
+    )
+    failed = False
+    for seconds in SWEEP_CLIPS:
+        bodies = [request_body(seconds, seed=i) for i in range(4)]
+        server = ServerProcess("gemma-3n-e4b-it", args.workers, [], cpus=SERVER_CPUS)
+        try:
+            points = [
+                sweep_point(
+                    server,
+                    bodies,
+                    c,
+                    duration_s=args.duration,
+                    warmup_s=args.warmup,
+                    processes=args.client_processes,
+                )
+                for c in SWEEP_CONCURRENCY
+            ]
+            with httpx.Client(base_url=server.url, timeout=30.0) as client:
+                deadline = time.monotonic() + 10
+                while True:
+                    gauges = {name: scrape(client)[(name, ())] for name in GAUGES}
+                    if not any(gauges.values()) or time.monotonic() > deadline:
+                        break
+                    time.sleep(0.05)
+        finally:
+            server.stop()
+        print(f"\n{seconds:g} s clips")
+        print("    c  goodput/s  refusals/s  p50 ms  p99 ms  server CPU ms/answer")
+        for p in points:
+            print(
+                f"{p['c']:5.0f}  {p['goodput']:9.1f}  {p['refusals']:10.1f}  {p['p50_ms']:6.0f}"
+                f"  {p['p99_ms']:6.0f}  {p['cpu_ms_per_answer']:8.2f}"
+            )
+        peak_low = max(p["goodput"] for p in points if p["c"] <= 8)
+        knee = next(p for p in points if p["goodput"] >= 0.9 * peak_low)
+        for p in points:
+            if p["c"] in (32, 64):
+                lower = max(q["goodput"] for q in points if q["c"] < p["c"])
+                held = p["goodput"] >= 0.9 * lower
+                tail = p["p99_ms"] <= 2 * knee["p99_ms"]
+                print(
+                    f"c={p['c']:.0f}: goodput {p['goodput'] / lower:.0%} of the peak below "
+                    f"({'held' if held else 'MISSED'}), p99 {p['p99_ms'] / knee['p99_ms']:.2f}x "
+                    f"the knee's (c={knee['c']:.0f}) ({'held' if tail else 'MISSED'})"
+                )
+                failed |= not (held and tail)
+        if any(gauges.values()):
+            print("FAIL: byte gauges are not zero after the sweep:", gauges)
+            failed = True
+    body = request_body(1.0, seed=0)
+    for name, (cost, statuses) in refusal_cost(
+        "gemma-3n-e4b-it", body, count=args.refusals
+    ).items():
+        verdict = "held" if cost <= REFUSAL_CPU_LIMIT_S else "MISSED"
+        print(
+            f"refusal from the head, {name}: {cost * 1e3:.3f} ms of server CPU each "
+            f"({len(body)} B bodies; answers {dict(statuses)}; limit "
+            f"{REFUSAL_CPU_LIMIT_S * 1e3:.1f} ms: {verdict})"
+        )
+        failed |= cost > REFUSAL_CPU_LIMIT_S and name.startswith("kept")
+    return 1 if failed else 0
 
 
 def main() -> int:
@@ -313,7 +555,17 @@ def main() -> int:
         metavar="N",
         help="spread the clients over N processes (one loop's own scheduling adds a tail)",
     )
+    parser.add_argument(
+        "--sweep",
+        action="store_true",
+        help="the overload sweep: c = 1 .. 128, 1 s and 5 s clips, server and clients pinned",
+    )
+    parser.add_argument(
+        "--refusals", type=int, default=5000, help="requests of the sweep's refusal flood"
+    )
     args = parser.parse_args()
+    if args.sweep:
+        return sweep(args)
     scenario = SCENARIOS[args.scenario]
     concurrency = args.concurrency or scenario["concurrency"]
     seconds = scenario["seconds"]

@@ -185,6 +185,14 @@ CLIPS: tuple[tuple[str, int, int, float, str, list[str]], ...] = (
      [*FFMPEG, "-c:a", "aac", "-b:a", "16k", "-f", "ipod", "{out}"]),
     ("aac-stereo-22050.mp4", 22050, 2, 1.6, "f32",
      [*FFMPEG, "-c:a", "aac", "-b:a", "48k", "-f", "mp4", "{out}"]),
+    # AAC in a fragmented MP4 (samples in moof/trun after an empty moov: what Safari's
+    # MediaRecorder writes) and in a QuickTime .mov (version-1 sound description, the
+    # esds inside a 'wave' box)
+    ("aac-fragmented-mono-48000.m4a", 48000, 1, 2.0, "f32",
+     [*FFMPEG, "-c:a", "aac", "-b:a", "64k", "-movflags", "frag_keyframe+empty_moov",
+      "-frag_duration", "500000", "-f", "mp4", "{out}"]),
+    ("aac-mov-stereo-44100.mov", 44100, 2, 1.5, "f32",
+     [*FFMPEG, "-c:a", "aac", "-b:a", "96k", "-f", "mov", "{out}"]),
 )  # fmt: skip
 
 #: Container of each file, by its first bytes and extension (what the tests sniff too).
@@ -199,6 +207,7 @@ CONTAINERS = {
     ".mka": "matroska",
     ".m4a": "mp4",
     ".mp4": "mp4",
+    ".mov": "mp4",
 }
 LOSSY = {"mp3", "vorbis", "opus", "aac"}
 TOOLS = {

@@ -1,8 +1,10 @@
 """audiogate: strict, budgeted audio input preprocessing for multimodal LLM servers.
 
 Servers and scripts start from :class:`AudioGate` (``from audiogate import AudioGate``;
-:mod:`audiogate.api`); plugins import :data:`hookimpl` and register each family with its
-stages (:class:`FamilyStages`, :func:`package_stages`); a host of the installed families is
+:mod:`audiogate.api`); code written for a transformers processor from
+:class:`AudiogateProcessor` (:mod:`audiogate.integrations.transformers_processor`);
+plugins import :data:`hookimpl` and register each family with its stages
+(:class:`FamilyStages`, :func:`package_stages`); a host of the installed families is
 :func:`create_host`.
 """
 
@@ -20,11 +22,13 @@ from audiogate.policy import AudioPolicy
 
 if TYPE_CHECKING:
     from audiogate.api import AudioGate
+    from audiogate.integrations.transformers_processor import AudiogateProcessor
 
 __all__ = [
     "AudioGate",
     "AudioGateError",
     "AudioPolicy",
+    "AudiogateProcessor",
     "CancelToken",
     "Checkpoint",
     "FamilyHost",
@@ -43,4 +47,8 @@ def __getattr__(name: str) -> Any:
         from audiogate.api import AudioGate
 
         return AudioGate
+    if name == "AudiogateProcessor":
+        from audiogate.integrations.transformers_processor import AudiogateProcessor
+
+        return AudiogateProcessor
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

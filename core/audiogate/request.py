@@ -169,6 +169,7 @@ class Request:
         self.progress = progress
         self.worker: AudioWorker | None = gate.worker
         store = gate.store
+        self.owner = owner
         self.access = SourceAccess(store, owner, gate.source_wait_s) if store is not None else None
         self.messages = messages
         self.prompt = prompt
@@ -308,8 +309,9 @@ class Request:
             self.plan,
             self.clips or (),
             cancel=token,
-            # A disabled cache (a budget of 0, the default without a worker) is no cache.
-            cache=gate.feature_cache if gate.feature_cache.max_bytes > 0 else None,
+            # A disabled cache (a budget of 0, the default without a worker) is no cache;
+            # an enabled one is the owner's own part (no existence oracle across owners).
+            cache=gate.feature_cache.scoped(self.owner) if gate.feature_cache.max_bytes else None,
             worker=worker,
             progress=self.progress,
         )

@@ -53,6 +53,9 @@ class StandIn:
     pad_token: str | None = None
     unk_token: str | None = None
     extra_special_tokens: Mapping[str, str] = field(default_factory=dict)
+    #: Ordinary (not special) tokens of the real vocabulary kept at their real ids and
+    #: matched whole, longest first: Gemma's newline runs, which vLLM looks up by text.
+    text_tokens: Mapping[str, int] = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------------------------------
@@ -192,6 +195,10 @@ GEMMA3N = StandIn(
     eos_token="<eos>",
     pad_token="<pad>",
     unk_token="<unk>",
+    # The real SentencePiece vocabulary has a token per newline run; vLLM's Gemma 3n
+    # processor looks up "\n" ... "\n\n\n\n" to merge the blank lines around an audio
+    # block, and the real tokenizer gives "user\n" + "\n\n" as one "\n\n\n".
+    text_tokens={"\n": 107, "\n\n": 108, "\n\n\n": 109, "\n\n\n\n": 110},
     extra_special_tokens={
         "audio_token": "<audio_soft_token>",
         "boa_token": "<start_of_audio>",
@@ -264,19 +271,48 @@ def build(spec: StandIn, save_to: Path) -> list[Path]:
 
     save_to.mkdir(parents=True, exist_ok=True)
     tokenizer = build_stand_in_tokenizer(
-        spec.special_tokens,
+        {**spec.special_tokens, **spec.text_tokens},
         chat_template=spec.chat_template,
         bos_token=spec.bos_token,
         eos_token=spec.eos_token,
         pad_token=spec.pad_token,
         unk_token=spec.unk_token,
     )
+    if spec.text_tokens:
+        tokenizer = _as_text_tokens(tokenizer, spec)
     if spec.extra_special_tokens:
         # What ``extra_special_tokens={...}`` in the real tokenizer_config.json sets on
         # load (transformers 5.24); the helper has no parameter for named tokens.
         tokenizer._set_model_specific_special_tokens(dict(spec.extra_special_tokens))
     tokenizer.save_pretrained(str(save_to))
     return sorted(save_to / name for name in TOKENIZER_FILES if (save_to / name).exists())
+
+
+def _as_text_tokens(tokenizer: Any, spec: StandIn) -> Any:
+    """``tokenizer`` with ``spec.text_tokens`` turned into ordinary added tokens (the
+    helper adds every token as special, which decoding with ``skip_special_tokens``
+    would drop)."""
+    import json
+
+    from tokenizers import Tokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    document = json.loads(tokenizer.backend_tokenizer.to_str())
+    for added in document["added_tokens"]:
+        if added["content"] in spec.text_tokens:
+            added["special"] = False
+    named = {
+        "bos_token": spec.bos_token,
+        "eos_token": spec.eos_token,
+        "pad_token": spec.pad_token,
+        "unk_token": spec.unk_token,
+    }
+    rebuilt = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
+        tokenizer_object=Tokenizer.from_str(json.dumps(document)),
+        **{k: v for k, v in named.items() if v is not None},
+    )
+    rebuilt.chat_template = spec.chat_template
+    return rebuilt
 
 
 def build_all(root: Path, specs: Sequence[StandIn] = STAND_INS) -> dict[str, list[Path]]:

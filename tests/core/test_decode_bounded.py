@@ -85,9 +85,16 @@ def test_a_live_webm_past_the_cap_is_refused_by_a_decoder_that_stays(opus, pool)
     head, packets = opus
     data, _count = _long_live_webm(head, packets, 120.0)
     limits = DecodeLimits(max_duration_us=30_000_000)
-    geometry = inspect(data, clip_index=0, source_format=AUTO, limits=limits)
-    assert geometry.frames == 30 * RATE
-    assert not geometry.exact
+    # Admission measures it past the cap and refuses it from its packets ...
+    with pytest.raises(LimitError) as refused:
+        inspect(data, clip_index=0, source_format=AUTO, limits=limits)
+    assert refused.value.limit == "source duration per clip"
+    # ... and a plan at the cap (what admission gives a file it could not measure to the
+    # end) is refused by the decoder, from the remux walk.
+    measured = inspect(data, clip_index=0, source_format=AUTO)
+    geometry = attrs.evolve(
+        measured, frames=30 * RATE, duration_us=30_000_000, exact=False, padding_frames=5_760
+    )
     short = _matroska(head, packets, 0, live=True)
     short_geometry = inspect(short, clip_index=0, source_format=AUTO, limits=limits)
     decode(short, short_geometry, clip_index=0, decoders=pool, limits=limits)

@@ -1,6 +1,7 @@
-"""Overload: while the worker's queue is full, a request is refused (429) at the door:
-its body is read and dropped, never parsed, rendered or decoded, so refused requests
-cost little and admitted ones do not wait behind them."""
+"""Overload: while the worker's queue is full, a request is refused (429) from its head:
+what its client still sends is dropped, never parsed, rendered or decoded, so refused
+requests cost little and admitted ones do not wait behind them
+(test_server_overload_admission.py has the mechanisms)."""
 
 from __future__ import annotations
 

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from audiogate.store import SourceStore
-from audiogate.store.directory import DirectoryBlobs
+from audiogate.store.directory import DirectoryBlobs, _entry_name
+from audiogate.store.manifest import MANIFEST_KEY
 from audiogate.store.memory import MemoryBlobs, MemoryLeases, MemoryRecords
 from audiogate.store.sqlite import SqliteLeases, SqliteRecords
 
@@ -72,11 +73,12 @@ class Backing:
         return len(list((self.blob_root / "tmp").iterdir()))
 
     def features(self, sha256: str) -> int:
-        """Feature entries kept for ``sha256``."""
+        """Feature entries kept for ``sha256`` (its manifest not counted)."""
         if self.kind == "memory":
-            return len(self._memory_blobs().features.get(sha256, {}))
+            return len(set(self._memory_blobs().features.get(sha256, {})) - {MANIFEST_KEY})
         folder = self.blob_root / "features" / sha256
-        return len(list(folder.iterdir())) if folder.is_dir() else 0
+        manifest = _entry_name(MANIFEST_KEY)
+        return len([p for p in folder.iterdir() if p.name != manifest]) if folder.is_dir() else 0
 
     def write_blob(self, sha256: str, data: bytes) -> None:
         """Put ``data`` where the blob of ``sha256`` is (replacing it, or an orphan)."""

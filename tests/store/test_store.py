@@ -175,15 +175,25 @@ def test_quotas_refuse_an_upload_with_a_typed_limit(backing, quotas, limit) -> N
     store.close()
 
 
-def test_the_total_quota_counts_a_blob_shared_by_two_owners_once(backing) -> None:
+def test_a_full_store_refuses_another_owners_bytes_as_it_refuses_fresh_ones(backing) -> None:
+    """No existence oracle (issue #35): with the store full, bytes alice holds are refused
+    to bob exactly as bytes nobody sent (the total charges each owner's record)."""
     store = backing.open(quotas=StoreQuotas(max_total_bytes=40_000))
-    data = source(seed=12)
-    _add(store, data)
-    assert _add(store, data, owner="bob").created
+    held, fresh = source(seed=12), source(seed=19)
+    _add(store, held)
+    refusals = []
+    for data in (held, fresh):
+        with pytest.raises(SourceQuotaError) as refused:
+            _add(store, data, owner="bob")
+        refusals.append(str(refused.value).replace(hashlib.sha256(data).hexdigest(), "X"))
+    assert refusals[0] == refusals[1]
+    assert store.list("bob") == []
     store.close()
 
 
-def test_recovery_removes_unfinished_uploads_and_orphans_and_marks_lost_records(backing) -> None:
+def test_recovery_removes_unfinished_uploads_quarantines_orphans_and_marks_lost_records(
+    backing,
+) -> None:
     store = backing.open()
     kept, gone, damaged = source(seed=13), source(seed=14), source(seed=15)
     kept_sha = _add(store, kept).record.sha256
@@ -200,7 +210,10 @@ def test_recovery_removes_unfinished_uploads_and_orphans_and_marks_lost_records(
 
     reopened = backing.open()
     report = reopened.recovery
-    assert (report.unfinished_removed, report.orphans_removed, report.lost) == (1, 1, 1)
+    assert (report.unfinished_removed, report.orphans_removed, report.lost) == (1, 0, 1)
+    # A blob nothing accounts for is set aside, never deleted.
+    assert (report.quarantined, report.rebuilt) == (1, 0)
+    assert "f" * 64 not in backing.blobs()
     assert report.retired_kept == 1
     assert not report.verified
     assert reopened.get(gone_sha, owner="alice").status == "lost"

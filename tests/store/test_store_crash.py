@@ -79,14 +79,16 @@ def _crash(tmp_path: Path, point: str) -> tuple[Path, str]:
     return root, acked
 
 
-@pytest.mark.parametrize(("point", "removed"), [("upload", "unfinished"), ("blob", "orphans")])
+@pytest.mark.parametrize(
+    ("point", "counted"), [("upload", "unfinished_removed"), ("blob", "quarantined")]
+)
 def test_a_crash_while_adding_loses_only_the_unacknowledged_source(
-    tmp_path: Path, point: str, removed: str
+    tmp_path: Path, point: str, counted: str
 ) -> None:
     root, acked = _crash(tmp_path, point)
     store = SourceStore.open(root)
     report = store.recovery
-    assert getattr(report, f"{removed}_removed") == 1
+    assert getattr(report, counted) == 1
     assert report.lost == 0
     assert store.read(acked, owner="alice") == source(seed=1)
     unacked = hashlib.sha256(source(seed=2)).hexdigest()
@@ -105,7 +107,7 @@ def test_a_crash_while_adding_loses_only_the_unacknowledged_source(
     # The crash changed nothing a second opening would repair again.
     store.close()
     again = SourceStore.open(root)
-    assert again.recovery.unfinished_removed == again.recovery.orphans_removed == 0
+    assert again.recovery.unfinished_removed == again.recovery.quarantined == 0
     again.close()
 
 

@@ -23,7 +23,14 @@ from audiogate.cancel import NEVER, CancelToken, Checkpoint
 if TYPE_CHECKING:
     from audiogate.metrics import AudioMetrics
 
-__all__ = ["ByteAccount", "Claim", "FeatureCache", "FeatureStore", "SelectiveFeatureStore"]
+__all__ = [
+    "ByteAccount",
+    "Claim",
+    "FeatureCache",
+    "FeatureStore",
+    "ScopedFeatureCache",
+    "SelectiveFeatureStore",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -275,6 +282,10 @@ class FeatureCache:
         if self.metrics is not None:
             self.metrics.record_cache_eviction()
 
+    def scoped(self, scope: str) -> FeatureCache:
+        """This cache as owner ``scope`` sees it (:class:`ScopedFeatureCache`)."""
+        return ScopedFeatureCache(self, scope)
+
     def forget(self, key: FeatureKey) -> None:
         """Drop ``key``'s entry from memory (a plugin step failed on it); the next
         :meth:`put` of it replaces the persistent tier's copy too."""
@@ -322,3 +333,49 @@ class FeatureCache:
             self.metrics.set_cache_gauges(
                 resident_bytes=self.resident_bytes, entries=len(self._entries)
             )
+
+
+class ScopedFeatureCache(FeatureCache):
+    """One owner's view of a :class:`FeatureCache`: every key is
+    :meth:`~audiogate.cache.key.FeatureKey.scoped` to ``scope``, so a look-up hits only
+    what the same owner computed (no existence oracle across owners, by answer or by
+    latency). The entries, budget, account and counters are the shared cache's."""
+
+    def __init__(self, cache: FeatureCache, scope: str) -> None:
+        # A view: none of the base's state is made; everything else is the cache's.
+        self.cache = cache
+        self.scope = scope
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.cache, name)
+
+    def __len__(self) -> int:
+        return len(self.cache)
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, FeatureKey) and key.scoped(self.scope) in self.cache
+
+    def lookup(
+        self,
+        key: FeatureKey,
+        *,
+        family: str,
+        cancel: CancelToken = NEVER,
+        clip_index: int | None = None,
+    ) -> CachedClip | Claim | None:
+        """:meth:`FeatureCache.lookup` of ``key`` in this scope."""
+        return self.cache.lookup(
+            key.scoped(self.scope), family=family, cancel=cancel, clip_index=clip_index
+        )
+
+    def put(self, key: FeatureKey, clip: CachedClip, *, persist: bool = True) -> bool:
+        """:meth:`FeatureCache.put` of ``key`` in this scope."""
+        return self.cache.put(key.scoped(self.scope), clip, persist=persist)
+
+    def forget(self, key: FeatureKey) -> None:
+        """:meth:`FeatureCache.forget` of ``key`` in this scope."""
+        self.cache.forget(key.scoped(self.scope))
+
+    def scoped(self, scope: str) -> FeatureCache:
+        """The shared cache's view for ``scope``."""
+        return self.cache.scoped(scope)

@@ -43,7 +43,7 @@ __getattr__ = forward_names(
 )
 
 #: Bumped when the entry or blob layout changes, so old persisted entries miss.
-KEY_FORMAT: Final = 1
+KEY_FORMAT: Final = 2
 
 #: Policy fields that change a clip's prepared result, and why.
 RESULT_FIELDS: Final[Mapping[str, str]] = {
@@ -102,6 +102,13 @@ class FeatureKey:
 
     sha256: str
     fingerprint: str
+
+    def scoped(self, scope: str) -> FeatureKey:
+        """The key of the same clip in ``scope``'s own part of the cache (an owner's):
+        what one owner sent never answers another's look-up (docs/sources.md, "What
+        another owner can learn")."""
+        mixed = hashlib.sha256(f"{self.fingerprint}\0{scope}".encode()).hexdigest()
+        return FeatureKey(self.sha256, mixed)
 
 
 def _canonical(value: Any) -> Any:

@@ -1,4 +1,5 @@
-"""``audiogate sources``: add, show, list or retire sources in a store (docs/sources.md)."""
+"""``audiogate sources``: add, show, list, retire sources in a store, or repair it
+(docs/sources.md)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ The store is the directory `audiogate serve --store DIR` uses: sources added her
 referenced by {"type": "audio_ref", "audio_ref": {"sha256": ...}} parts (and by
 [audio:<sha256>] in Qwen2-Audio prompts). Each subcommand prints JSON; opening the store
 recovers it (unfinished uploads removed, missing blobs marked lost; --verify also checks
-every digest) and prints what it repaired on stderr. See docs/sources.md.
+every digest) and prints what it repaired on stderr. A damaged index refuses to open:
+`audiogate sources repair --store DIR` rebuilds it from the blobs. See docs/sources.md.
 """
 
 
@@ -52,6 +54,16 @@ def add_parser(sub: Any) -> None:
     ls.add_argument("--all", action="store_true", help="include retired sources (history)")
     r = actions.add_parser("retire", parents=[common], help="retire a source (its history is kept)")
     r.add_argument("sha256", metavar="SHA256")
+    fix = actions.add_parser(
+        "repair",
+        help="rebuild a damaged index from the blobs; quarantine what nothing accounts for",
+        description=(
+            "Open the store with every digest verified. A damaged index is renamed "
+            "(index.sqlite3.damaged-<ns>) and rebuilt from the manifests kept beside the "
+            "blobs; a blob nothing accounts for is moved to quarantine/, never deleted."
+        ),
+    )
+    fix.add_argument("--store", metavar="DIR", required=True, help="the store directory")
     p.set_defaults(handler=run)
 
 
@@ -64,12 +76,24 @@ def run(args: argparse.Namespace, host: FamilyHost, out: TextIO) -> int:
             check_digest(getattr(args, "sha256", "0" * 64))
         except ValueError as exc:
             raise UsageError(f"audiogate sources {args.sources_command}: {exc}") from None
-    elif bool(args.family) == bool(args.model):
+    if args.sources_command == "repair":
+        from audiogate.store.repair import repair_store
+
+        out.write(json.dumps(repair_store(args.store).as_dict(), indent=2) + "\n")
+        return EXIT_OK
+    if args.sources_command == "add" and bool(args.family) == bool(args.model):
         raise UsageError("audiogate sources add: give exactly one of --model DIR or --family NAME")
     store = SourceStore.open(args.store, verify=args.verify)
     try:
         report = store.recovery
-        if report.unfinished_removed or report.orphans_removed or report.lost or report.resumed:
+        if (
+            report.unfinished_removed
+            or report.orphans_removed
+            or report.lost
+            or report.resumed
+            or report.rebuilt
+            or report.quarantined
+        ):
             print(f"recovered {args.store}: {json.dumps(report.as_dict())}", file=sys.stderr)
         if args.sources_command == "add":
             payload: Any = _source_add(args, host, store)

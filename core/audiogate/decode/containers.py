@@ -18,8 +18,10 @@ What each container must hold:
   identification header; the length from the last page's granule position;
 * **WebM / Matroska**: one audio track (``A_OPUS`` or ``A_VORBIS``) in ``Tracks`` before
   the first ``Cluster``; the length from ``Info/Duration`` where there is one;
-* **MP4 / M4A**: one sound track of AAC (``mp4a``) with its ``AudioSpecificConfig``; the
-  length from the sample count (1024 frames per AAC access unit, 2048 with SBR).
+* **MP4 / M4A**: one sound track of AAC (``mp4a``, QuickTime's version-1 and 2 sound
+  descriptions too, the ``esds`` directly or in a ``wave`` box) with its
+  ``AudioSpecificConfig``; the length from the sample count (1024 frames per AAC access
+  unit, 2048 with SBR), of ``stsz`` or, fragmented, of every ``moof``'s ``trun``.
 
 Every refusal is a :class:`~audiogate.errors.DecodeError` with one of
 :data:`CONTAINER_ERROR_CODES`.
@@ -38,6 +40,7 @@ import attrs
 
 from audiogate.decode.geometry import (
     CONTAINER_LABELS,
+    CONVERT_ADVICE,
     ClipGeometry,
     Container,
     Encoding,
@@ -78,6 +81,8 @@ class StreamHeader:
     """What a compressed container's headers say.
 
     :param frames: the length in frames at ``rate_hz``, or an upper bound (``exact``).
+    :param live: a WebM without a duration (a live recording: MediaRecorder's), whose
+        bound is from the byte count alone.
     """
 
     container: Container
@@ -86,6 +91,7 @@ class StreamHeader:
     channels: int
     frames: int
     exact: bool
+    live: bool = False
 
     def geometry(self, nbytes: int) -> ClipGeometry:
         """The clip geometry of this stream (the whole buffer is the data)."""
@@ -665,9 +671,9 @@ def _inspect_webm(view: memoryview, clip_index: int) -> StreamHeader:
         raise _malformed("webm", f"{channels} channel(s) at {rate} Hz", clip_index)
     if math.isfinite(duration) and duration > 0 and scale > 0:
         frames = math.ceil(duration * scale * rate / 1e9) + _SLACK[codec]
-    else:
-        frames = view.nbytes * (5760 if codec == "opus" else 4096)
-    return StreamHeader("webm", codec, int(rate), channels, frames, False)
+        return StreamHeader("webm", codec, int(rate), channels, frames, False)
+    frames = view.nbytes * (5760 if codec == "opus" else 4096)
+    return StreamHeader("webm", codec, int(rate), channels, frames, False, live=True)
 
 
 def _segment_children(view: memoryview, start: int, end: int) -> list[tuple[int, int, int]]:
@@ -777,6 +783,28 @@ def _audio_specific_config(view: memoryview, start: int, end: int) -> tuple[int,
     return object_type, rate, channels
 
 
+def _track_id(view: memoryview, trak: tuple[int, int]) -> int:
+    tkhd = _find(view, *trak, b"tkhd")
+    if not tkhd:
+        raise ValueError("the sound track has no tkhd box")
+    start = tkhd[0][0]
+    (track_id,) = struct.unpack_from(">I", view, start + (20 if view[start] == 1 else 12))
+    return int(track_id)
+
+
+def _fragment_samples(view: memoryview, track_id: int) -> int:
+    """The samples of track ``track_id`` in every ``moof``'s ``traf``/``trun`` boxes."""
+    total = 0
+    for moof in _find(view, 0, view.nbytes, b"moof"):
+        for traf in _find(view, *moof, b"traf"):
+            tfhd = _find(view, *traf, b"tfhd")
+            if not tfhd or struct.unpack_from(">I", view, tfhd[0][0] + 4)[0] != track_id:
+                continue
+            for start, _end in _find(view, *traf, b"trun"):
+                total += struct.unpack_from(">I", view, start + 4)[0]
+    return total
+
+
 def _mp4_understated(
     view: memoryview,
     mdia: tuple[int, int],
@@ -821,11 +849,13 @@ def _inspect_mp4(view: memoryview, clip_index: int) -> StreamHeader:
         if len(moov) != 1:
             raise ValueError(f"{len(moov)} moov boxes, expected 1")
         sound = []
+        sound_traks = []
         for trak in _find(view, *moov[0], b"trak"):
             for mdia in _find(view, *trak, b"mdia"):
                 handler = _find(view, *mdia, b"hdlr")
                 if handler and bytes(view[handler[0][0] + 8 : handler[0][0] + 12]) == b"soun":
                     sound.append(mdia)
+                    sound_traks.append(trak)
         if len(sound) != 1:
             raise LookupError(f"{len(sound)} sound tracks, expected exactly 1")
         (stbl,) = [
@@ -837,14 +867,33 @@ def _inspect_mp4(view: memoryview, clip_index: int) -> StreamHeader:
             raise ValueError("the sound track has no stsd or stsz box")
         entries = _boxes(view, stsd[0][0] + 8, stsd[0][1])
         if len(entries) != 1 or entries[0][0] != b"mp4a":
-            raise LookupError(f"sample entries {[k for k, _, _ in entries]!r}; accepted: one mp4a")
+            kinds = [k for k, _, _ in entries]
+            named = " (ALAC, Apple Lossless)" if b"alac" in kinds else ""
+            raise LookupError(
+                f"sample entries {kinds!r}{named}; accepted: one mp4a (AAC); {CONVERT_ADVICE}"
+            )
         _kind, entry, entry_end = entries[0]
-        esds = _find(view, entry + 28, entry_end, b"esds")
+        # A QuickTime sound description of version 1 or 2 (.mov) is longer, and may hold
+        # the esds inside a 'wave' box.
+        (version,) = struct.unpack_from(">H", view, entry + 8)
+        if version > 2:
+            raise ValueError(f"sound description version {version}")
+        children = entry + (28, 44, 64)[version]
+        esds = _find(view, children, entry_end, b"esds")
+        for wave in _find(view, children, entry_end, b"wave") if not esds else ():
+            esds = _find(view, *wave, b"esds")
         if not esds:
             raise ValueError("the mp4a entry has no esds box")
         object_type, rate, channels = _audio_specific_config(view, *esds[0])
         (count,) = struct.unpack_from(">I", view, stsz[0][0] + 8)
-        understated = _mp4_understated(view, sound[0], stbl, stsz[0], count, rate)
+        fragmented = bool(_find(view, *moov[0], b"mvex"))
+        if fragmented:
+            # A fragmented MP4 (Safari's MediaRecorder): the samples are in each
+            # moof/traf/trun of the sound track, after an empty sample table.
+            count += _fragment_samples(view, _track_id(view, sound_traks[0]))
+        understated = (
+            "" if fragmented else _mp4_understated(view, sound[0], stbl, stsz[0], count, rate)
+        )
         if understated:
             raise ValueError(
                 f"the header understates the length: {understated} (the decoders stop at "

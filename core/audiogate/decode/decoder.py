@@ -93,11 +93,14 @@ from audiogate.cancel import NEVER, CancelToken, Checkpoint
 from audiogate.decode.containers import (
     CODEC_FRAME_SLACK,
     CONTAINER_LABELS,
+    StreamHeader,
     inspect_container,
     sniff_container,
 )
 from audiogate.decode.geometry import (
     BYTES_PER_SAMPLE,
+    CONVERT_ADVICE,
+    OTHER_AUDIO_LABELS,
     WAV,
     ClipGeometry,
     DecodeLimits,
@@ -112,7 +115,15 @@ from audiogate.errors import DecodeError, EmptyAudioError, LimitError, NonFinite
 if TYPE_CHECKING:
     from audiogate.decode.isolation import DecoderPool
 
-__all__ = ["DECODE_ERROR_CODES", "Buffer", "check_limits", "check_rate", "decode", "inspect"]
+__all__ = [
+    "ADMISSION_ELEMENTS",
+    "DECODE_ERROR_CODES",
+    "Buffer",
+    "check_limits",
+    "check_rate",
+    "decode",
+    "inspect",
+]
 
 #: What ``inspect`` and ``decode`` accept: any contiguous buffer, never copied.
 Buffer: TypeAlias = bytes | bytearray | memoryview
@@ -298,10 +309,11 @@ def _refuse_unrecognised(view: memoryview, clip_index: int) -> None:
     found = describe_signature(view)
     if found.startswith(("RIFF", "RF64", "BW64")):
         return
+    advice = f"; {CONVERT_ADVICE}" if found in OTHER_AUDIO_LABELS else ""
     raise DecodeError(
         f"the bytes are not an audio format audiogate decodes (found {found}); accepted: "
         f"{', '.join(CONTAINER_LABELS.values())}, or headerless samples declared as pcm16 "
-        f"or f32 with their sample_rate and channels",
+        f"or f32 with their sample_rate and channels{advice}",
         clip_index=clip_index,
         code="unknown_container",
     )
@@ -352,6 +364,8 @@ def _inspect_compressed(
     missing = missing_codecs(container, clip_index=clip_index, codec=header.codec)
     if missing is not None:
         raise missing
+    if header.live and header.codec == "opus":
+        header = _measured(view, header, limits, clip_index)
     geometry = header.geometry(view.nbytes)
     if not geometry.exact:
         # An upper bound, not a length: plan for at most what the policy admits, and let
@@ -371,6 +385,41 @@ def _inspect_compressed(
                 padding_frames=CODEC_FRAME_SLACK.get(header.codec, 0),
             )
     return geometry
+
+
+#: Matroska elements admission reads to measure a live WebM Opus (about 0.3 s of
+#: Python; 30 minutes of 20 ms packets).
+ADMISSION_ELEMENTS: Final = 100_000
+
+
+def _measured(
+    view: memoryview, header: StreamHeader, limits: DecodeLimits, clip_index: int
+) -> StreamHeader:
+    """A live WebM Opus (no duration: MediaRecorder's) measured from its packets, so it
+    is planned for its length, not for ``bytes × 5,760`` capped at the policy (a plan
+    that a family's work cap refuses whatever the length). The walk stops at the
+    policy's cap or :data:`ADMISSION_ELEMENTS`; past either, the bound stands."""
+    from audiogate.decode.remux import measure_webm_opus
+
+    cap = limits.max_frames
+    if limits.max_duration_us is not None:
+        by_duration = limits.max_duration_us * header.rate_hz // 1_000_000
+        cap = by_duration if cap is None else min(cap, by_duration)
+    measured = measure_webm_opus(
+        view, clip_index=clip_index, stop_after=cap, max_elements=ADMISSION_ELEMENTS
+    )
+    if cap is not None and measured.samples > cap:
+        # Its packets pass the cap: refused here, before a decoder sees it.
+        frames = measured.samples
+        geometry = attrs.evolve(
+            header.geometry(view.nbytes),
+            frames=frames,
+            duration_us=frames * 1_000_000 // header.rate_hz,
+        )
+        check_limits(geometry, limits, clip_index=clip_index)
+    if measured.stopped or measured.samples < 1:
+        return header
+    return attrs.evolve(header, frames=measured.samples, live=False)
 
 
 def _check_geometry(geometry: ClipGeometry, nbytes: int, clip_index: int) -> None:

@@ -20,7 +20,9 @@ __all__ = [
     "AUTO",
     "BYTES_PER_SAMPLE",
     "CONTAINER_LABELS",
+    "CONVERT_ADVICE",
     "DECLARED_CONTAINERS",
+    "OTHER_AUDIO_LABELS",
     "PCM_CONTAINERS",
     "WAV",
     "ClipGeometry",
@@ -186,6 +188,16 @@ _OTHER_SIGNATURES: Final = (
     (0, b"<!DOCTYPE", "an HTML document"),
     (0, b"<html", "an HTML document"),
     (0, b"{", "JSON text"),
+)
+
+
+#: The audio formats of :data:`_OTHER_SIGNATURES` (a refusal says how to convert them).
+OTHER_AUDIO_LABELS: Final = frozenset(
+    {"RIFX (big-endian RIFF)", "IFF (not AIFF/AIFC)", "CAF (Core Audio Format)", "AMR", "Sun AU"}
+)
+#: What a refusal of an audio format audiogate does not decode tells the sender to do.
+CONVERT_ADVICE: Final = (
+    "convert it to one that is, e.g. FLAC or WAV: ffmpeg -i IN -c:a flac OUT.flac"
 )
 
 

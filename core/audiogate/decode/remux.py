@@ -34,7 +34,14 @@ import attrs
 
 from audiogate.errors import DecodeError
 
-__all__ = ["OggOpus", "element_budget", "ogg_crc", "remux_bound", "remux_webm_opus"]
+__all__ = [
+    "OggOpus",
+    "element_budget",
+    "measure_webm_opus",
+    "ogg_crc",
+    "remux_bound",
+    "remux_webm_opus",
+]
 
 # Matroska element ids (the EBML specification and the Matroska element registry).
 _EBML: Final = 0x1A45DFA3
@@ -392,7 +399,43 @@ def element_budget(stop_after: int) -> int:
     return 8 * (stop_after // 120 + 2) + 4 * _MAX_CHILDREN
 
 
-def _remux(view: memoryview, clip_index: int, stop_after: int | None) -> OggOpus:
+class _Counter(_OggWriter):
+    """A writer that writes nothing (a measurement: :func:`measure_webm_opus`)."""
+
+    def __init__(self, clip_index: int) -> None:
+        super().__init__(bound=0, clip_index=clip_index)
+
+    def packet(self, data: memoryview | bytes, granule: int) -> None:
+        pass
+
+    def page(self, flags: int) -> None:
+        pass
+
+
+def measure_webm_opus(
+    data: bytes | memoryview, *, clip_index: int = 0, stop_after: int | None, max_elements: int
+) -> OggOpus:
+    """The 48 kHz length a WebM/Matroska Opus file decodes to, from its packets' TOC bytes
+    and trimming (what :func:`remux_webm_opus` would give), writing nothing. Admission
+    measures a file without a duration (MediaRecorder's) so; the walk ends at
+    ``stop_after`` samples or ``max_elements`` elements (``stopped``: the length is
+    more than ``stop_after`` or was not reached), whichever comes first.
+
+    :raises DecodeError: as :func:`remux_webm_opus`.
+    """
+    with memoryview(data) as outer:
+        view = outer.cast("B") if outer.format != "B" or outer.ndim != 1 else outer
+        return _remux(view, clip_index, stop_after, count_only=True, max_elements=max_elements)
+
+
+def _remux(
+    view: memoryview,
+    clip_index: int,
+    stop_after: int | None,
+    *,
+    count_only: bool = False,
+    max_elements: int | None = None,
+) -> OggOpus:
     walk = _Walk(view, clip_index)
     end = view.nbytes
     element_id, payload, size = walk.header(0, end) if end else (0, 0, 0)
@@ -412,7 +455,11 @@ def _remux(view: memoryview, clip_index: int, stop_after: int | None) -> OggOpus
             f"the Segment declares {size} bytes, the file holds {end - payload} after its header"
         )
 
-    writer = _OggWriter(bound=remux_bound(end), clip_index=clip_index)
+    writer: _OggWriter = (
+        _Counter(clip_index)
+        if count_only
+        else _OggWriter(bound=remux_bound(end), clip_index=clip_index)
+    )
     track: _Track | None = None
     samples = packets = 0
     # One packet is held back: the last one ends the stream, with the end trimming.
@@ -426,6 +473,9 @@ def _remux(view: memoryview, clip_index: int, stop_after: int | None) -> OggOpus
     stopped = False
     while offset < segment_end and not stopped:
         elements += 1
+        if max_elements is not None and elements > max_elements:
+            stopped = True
+            break
         if budget is not None and elements > budget:
             raise walk.malformed(
                 f"{elements} elements read by byte {offset} with {samples} samples of audio "
@@ -510,7 +560,9 @@ def _remux(view: memoryview, clip_index: int, stop_after: int | None) -> OggOpus
     if track is None:
         raise _refuse("malformed_header", "no Tracks element", clip_index)
     if held is None:
-        return OggOpus(data=writer.out.getvalue(), packets=0, samples=0, elements=elements)
+        return OggOpus(
+            data=writer.out.getvalue(), packets=0, samples=0, stopped=stopped, elements=elements
+        )
     last_samples = _packet_samples(view, held[0], held[1], walk)
     if stopped:
         trim_end = 0  # not the stream's end: nothing to trim

@@ -39,7 +39,7 @@ from collections.abc import Callable
 from typing import Final
 
 from audiogate.cancel import CancelToken, Checkpoint
-from audiogate.decode.geometry import BYTES_PER_SAMPLE, ClipGeometry, Encoding
+from audiogate.decode.geometry import BYTES_PER_SAMPLE, CONVERT_ADVICE, ClipGeometry, Encoding
 from audiogate.errors import DecodeError, EmptyAudioError
 
 __all__ = ["MAX_CHUNKS", "inspect_wav"]
@@ -64,6 +64,7 @@ _FORMAT_NAMES: Final[dict[int, str]] = {
     0x0006: "A-law",
     0x0007: "µ-law",
     0x0011: "IMA ADPCM",
+    0x0031: "GSM 6.10",
     0x0055: "MPEG layer 3",
     0xFFFE: "WAVE_FORMAT_EXTENSIBLE",
 }
@@ -328,7 +329,7 @@ def _parse_fmt(
     if tag not in (*_SUB_FORMATS, _FORMAT_EXTENSIBLE):
         raise DecodeError(
             f"unsupported WAV encoding: format {_format_name(tag)} at {bits} bits; "
-            f"accepted: {_ACCEPTED}",
+            f"accepted: {_ACCEPTED}; {CONVERT_ADVICE}",
             clip_index=clip_index,
             code="unsupported_format",
         )

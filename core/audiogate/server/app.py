@@ -37,6 +37,13 @@ from audiogate.server.errors import ServerConfigError, http_error
 from audiogate.server.responses import limit_unsent
 from audiogate.server.routes import AudioServer
 from audiogate.server.sources import SOURCES_PATH
+from audiogate.server.vllm_render import (
+    CHAT_RENDER_PATH,
+    COMPLETION_RENDER_PATH,
+    VllmRenderConfig,
+    VllmRenderRoutes,
+    render_config,
+)
 from audiogate.worker import AudioWorker, WorkerLimits
 
 __all__ = [
@@ -97,6 +104,11 @@ def check_media_root(root: Path | None) -> None:
         raise ServerConfigError(f"the media root (--media-path) {str(root)!r} is not a directory")
 
 
+def _model_dir(gate: AudioGate) -> Path | None:
+    source = Path(gate.policy_source) if gate.policy_source else None
+    return source if source is not None and source.is_dir() else None
+
+
 def create_app(
     gate: AudioGate,
     *,
@@ -104,6 +116,7 @@ def create_app(
     served_model: str | None = None,
     close_worker: bool = True,
     owners: Mapping[str, str] | None = None,
+    vllm: VllmRenderConfig | None = None,
 ) -> Starlette:
     """The Starlette app serving ``gate``.
 
@@ -119,6 +132,9 @@ def create_app(
     :param owners: bearer tokens → owners (``--auth-tokens``): every ``/v1/audio/*``
         request then needs a known token; ``None``: one anonymous owner. With a source
         store on the gate, the app serves ``/v1/audio/sources`` (docs/sources.md).
+    :param vllm: the context length and feature dtype of vLLM's render endpoints
+        (docs/vllm.md), served for a family vLLM serves (default: read from the gate's
+        model directory).
     :raises TypeError: the gate has no :class:`ServerWorker`.
     :raises ServerConfigError: the gate's media root is not a directory.
     """
@@ -143,6 +159,12 @@ def create_app(
         Route("/metrics", server.metrics_endpoint, methods=["GET"]),
         Route("/healthz", server.healthz, methods=["GET"]),
     ]
+    renders = VllmRenderRoutes.of(server, vllm or render_config(_model_dir(gate)))
+    if renders is not None:
+        routes += [
+            Route(CHAT_RENDER_PATH, renders.chat, methods=["POST"]),
+            Route(COMPLETION_RENDER_PATH, renders.completion, methods=["POST"]),
+        ]
     if server.sources is not None:
         sources = server.sources
         routes += [

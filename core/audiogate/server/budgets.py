@@ -3,8 +3,9 @@
 
 from __future__ import annotations
 
+import ipaddress
 import math
-from typing import Final
+from typing import Any, Final
 
 import attrs
 from prometheus_client import Counter, Gauge
@@ -28,6 +29,10 @@ ABSOLUTE_MAX_AUDIO_REQUEST_BYTES: Final = 500 * MIB
 JSON_OVERHEAD_BYTES: Final = 2 * MIB
 #: The limit name of a refusal by the body budget (``ServerLimits.max_inflight_body_bytes``).
 BODY_BYTES_LIMIT: Final = "in-flight request body bytes"
+
+
+def _lower(name: str) -> str:
+    return name.lower()
 
 
 def default_max_body_bytes(max_audio_bytes: int) -> int:
@@ -66,6 +71,18 @@ class ServerLimits:
         for ``body_idle_timeout_s`` (else 408); 0 turns the check off.
     :param retire_timeout_s: how long ``DELETE /v1/audio/sources/{sha256}`` waits for the
         requests holding the source to release it (then 409, and it is not retired).
+    :param max_connections_per_client: connections one client address may hold open (a
+        trusted proxy's are not capped); past it, that address's oldest connection waiting
+        for a request head is closed to admit the new one, or the new one is answered 503.
+    :param max_requests_per_client: requests to the worker one client may have in flight
+        at once, from its request head to its answer (``None``: no fixed cap; while the
+        worker is saturated and other clients have requests in flight, a client is still
+        held to its fair share of the worker's threads plus queue).
+    :param trusted_proxies: networks (CIDR) of proxies whose ``client_address_header``
+        names the client; from any other peer the header is ignored.
+    :param client_address_header: the header a trusted proxy names the client in (the
+        rightmost address not itself a trusted proxy counts, as ``X-Forwarded-For``
+        appends).
     """
 
     max_body_bytes: int | None = attrs.field(
@@ -82,6 +99,21 @@ class ServerLimits:
     max_connections: int = attrs.field(default=1024, validator=attrs.validators.ge(1))
     min_body_rate: int = attrs.field(default=32 * 1024, validator=attrs.validators.ge(0))
     retire_timeout_s: float = attrs.field(default=60.0, validator=attrs.validators.gt(0))
+    max_connections_per_client: int = attrs.field(default=256, validator=attrs.validators.ge(1))
+    max_requests_per_client: int | None = attrs.field(
+        default=None, validator=attrs.validators.optional(attrs.validators.ge(1))
+    )
+    trusted_proxies: tuple[str, ...] = attrs.field(
+        default=(),
+        converter=tuple,
+        validator=attrs.validators.deep_iterable(attrs.validators.instance_of(str)),
+    )
+    client_address_header: str = attrs.field(default="x-forwarded-for", converter=_lower)
+
+    @trusted_proxies.validator
+    def _networks(self, attribute: attrs.Attribute[Any], value: tuple[str, ...]) -> None:
+        for network in value:
+            ipaddress.ip_network(network, strict=False)  # ValueError: not a CIDR
 
 
 class ServerMetrics:

@@ -8,6 +8,7 @@ the CLI builds its parser from it for every command.
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import math
 import re
 from pathlib import Path
@@ -96,6 +97,7 @@ class ServeOptions:
     )
     log_level: str = "info"
     access_log: bool = True
+    served_model_name: str | None = None
 
 
 def _size(text: str) -> int:
@@ -136,6 +138,15 @@ def _port(text: str) -> int:
     return value
 
 
+def _network(text: str) -> str:
+    try:
+        return str(ipaddress.ip_network(text, strict=False))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a network (an address or CIDR, e.g. 10.0.0.0/8)"
+        ) from None
+
+
 #: ``--workers``: each is a thread started at once; far more than any machine has cores
 #: would only fail to start ("can't start new thread") or exhaust memory.
 MAX_WORKERS: Final = 1024
@@ -174,6 +185,11 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     inflight = _size_text(_default(WorkerLimits, "max_inflight_host_bytes"))
     body_timeout = _default(ServerLimits, "body_idle_timeout_s")
     p.add_argument("--model", metavar="DIR", required=True, help="model directory to serve")
+    p.add_argument(
+        "--served-model-name",
+        metavar="NAME",
+        help="the model name requests must give, as in vLLM (default: the model directory's name)",
+    )
     p.add_argument("--host", default=host, help=f"bind address (default: {host})")
     p.add_argument("--port", type=_port, default=port, help=f"bind port (default: {port}; 0: any)")
     p.add_argument(
@@ -248,8 +264,49 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
         default=max_connections,
         metavar="N",
         help=(
-            "connections served at once, more are answered 503 (default "
-            f"{max_connections}, lowered to fit under the open-file limit)"
+            "connections served at once (default "
+            f"{max_connections}, lowered to fit under the open-file limit); past it the "
+            "oldest connection waiting for a request head is closed, 503 if none waits"
+        ),
+    )
+    per_client = _default(ServerLimits, "max_connections_per_client")
+    p.add_argument(
+        "--max-connections-per-client",
+        type=positive_int,
+        default=per_client,
+        metavar="N",
+        help=(
+            "connections one client address may hold; past it (or past --max-connections) "
+            "the oldest connection waiting for a request head is closed for the new one "
+            f"(default {per_client})"
+        ),
+    )
+    p.add_argument(
+        "--max-requests-per-client",
+        type=positive_int,
+        metavar="N",
+        help=(
+            "requests one client may have in flight, more are answered 429 from their head "
+            "(default: no fixed cap; a client is held to its fair share while the worker "
+            "is saturated)"
+        ),
+    )
+    p.add_argument(
+        "--trusted-proxy",
+        type=_network,
+        action="append",
+        default=[],
+        metavar="CIDR",
+        help="a proxy whose --client-address-header names the client (repeatable)",
+    )
+    client_header = _default(ServerLimits, "client_address_header")
+    p.add_argument(
+        "--client-address-header",
+        default=client_header,
+        metavar="NAME",
+        help=(
+            "the header a --trusted-proxy names the client in, never read from another "
+            f"peer (default {client_header})"
         ),
     )
     min_body_rate = _size_text(_default(ServerLimits, "min_body_rate"))
@@ -356,6 +413,10 @@ def serve_options(args: argparse.Namespace) -> ServeOptions:
             max_connections=args.max_connections,
             min_body_rate=args.min_body_rate,
             retire_timeout_s=args.store_retire_timeout,
+            max_connections_per_client=args.max_connections_per_client,
+            max_requests_per_client=args.max_requests_per_client,
+            trusted_proxies=tuple(args.trusted_proxy),
+            client_address_header=args.client_address_header,
         ),
         max_prefill_tokens=args.max_prefill_tokens,
         **(
@@ -375,4 +436,5 @@ def serve_options(args: argparse.Namespace) -> ServeOptions:
         ),
         log_level=args.log_level,
         access_log=not args.no_access_log,
+        served_model_name=args.served_model_name,
     )

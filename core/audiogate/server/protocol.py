@@ -17,7 +17,16 @@ until the process runs out (then every ``accept()`` fails and is logged). Here:
   closed at once;
 * malformed HTTP (h11's refusals, and a request with both ``Content-Length`` and
   ``Transfer-Encoding``, refused before the app runs, whatever its body) is a JSON 400
-  that closes the connection, never uvicorn's plain-text one.
+  that closes the connection, never uvicorn's plain-text one;
+* each client address holds at most ``max_connections_per_client`` connections, and at
+  either cap the oldest connection waiting for a request head (just opened, part of a
+  head sent, or idle between requests) is closed to admit the new one; only when none
+  waits is the new one answered 503 (:class:`~audiogate.server.admission.ConnectionTable`);
+* a request the worker or the body budget would refuse now is refused from its head
+  (:class:`~audiogate.server.admission.HeadAdmission`): a JSON 429 with ``Retry-After``
+  and ``Connection: close`` is written, the body is never parsed nor handed to the app,
+  and what the client still sends is dropped unread up to :data:`DRAIN_BYTES` (so that
+  it reads the answer rather than a reset), past which the connection is aborted.
 """
 
 from __future__ import annotations
@@ -32,7 +41,12 @@ from typing import Any, Final
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from audiogate.errors import AudioGateError
+from audiogate.server.admission import ClientAddresses, ConnectionTable, HeadAdmission
+from audiogate.server.errors import RETRY_AFTER_SECONDS, error_payload
+
 __all__ = [
+    "DRAIN_BYTES",
     "FD_RESERVE",
     "OVERFLOW_CONNECTIONS",
     "connection_cap",
@@ -49,6 +63,9 @@ FD_RESERVE: Final = 128
 #: :data:`_LINGER_S` for it); past this many more they are closed unanswered.
 OVERFLOW_CONNECTIONS: Final = 64
 _LINGER_S: Final = 1.0
+#: Bytes of a refused request's body dropped unread (while its client reads the 429)
+#: before the connection is aborted.
+DRAIN_BYTES: Final = 256 * 1024
 #: Below this soft file limit, start-up warns (and says how to raise it).
 _LOW_FILE_LIMIT: Final = 4096
 
@@ -101,7 +118,52 @@ _OVERLOADED: Final = raw_error(
     reason=None,
     **{"retry-after": "1"},
 )
+_ADDRESS_OVERLOADED: Final = raw_error(
+    503,
+    "Service Unavailable",
+    "ConnectionLimitError",
+    "this client address has too many open connections; retry later",
+    reason=None,
+    **{"retry-after": "1"},
+)
 _HEAD_TIMEOUT: Final = "the request head did not arrive in time"
+
+
+_ANSWERS: dict[tuple[str, str, bool], bytes] = {}
+
+
+def refusal_answer(error: AudioGateError, *, close: bool = True) -> bytes:
+    """The whole 429 answer refusing a request from its head (``Retry-After``), closing the
+    connection or not. Answers are kept by message: under overload most refusals repeat
+    one (a few dozen distinct ones at most: counts and limits are small integers)."""
+    key = (type(error).__name__, str(error), close)
+    answer = _ANSWERS.get(key)
+    if answer is None:
+        body = json.dumps(error_payload(error), separators=(",", ":")).encode()
+        closing = "connection: close\r\n" if close else ""
+        answer = (
+            "HTTP/1.1 429 Too Many Requests\r\ncontent-type: application/json\r\n"
+            f"content-length: {len(body)}\r\n{closing}"
+            f"retry-after: {RETRY_AFTER_SECONDS}\r\n\r\n"
+        ).encode("ascii") + body
+        if len(_ANSWERS) < 1024:
+            _ANSWERS[key] = answer
+    return answer
+
+
+def _drained_length(request: h11.Request) -> int | None:
+    """The body length to skip to keep ``request``'s connection after refusing it: its
+    ``Content-Length`` when at most :data:`DRAIN_BYTES` on a kept-alive HTTP/1.1
+    connection; else ``None`` (the connection closes)."""
+    if request.http_version != b"1.1":
+        return None
+    length = None
+    for name, value in request.headers:
+        if name == b"content-length":
+            length = int(value)
+        elif name == b"transfer-encoding" or (name == b"connection" and b"close" in value.lower()):
+            return None
+    return length if length is not None and length <= DRAIN_BYTES else None
 
 
 class _ProtocolRefusal(h11.RemoteProtocolError):
@@ -113,31 +175,78 @@ def _both_lengths(request: h11.Request) -> bool:
     return b"content-length" in names and b"transfer-encoding" in names
 
 
-def guarded_h11(*, header_timeout_s: float, max_connections: int) -> type[H11Protocol]:
+def guarded_h11(
+    *,
+    header_timeout_s: float,
+    max_connections: int,
+    max_connections_per_client: int | None = None,
+    admission: HeadAdmission | None = None,
+    addresses: ClientAddresses | None = None,
+) -> type[H11Protocol]:
     """uvicorn's h11 protocol with the guards of this module (pass it as
-    ``uvicorn.Config(http=...)``)."""
+    ``uvicorn.Config(http=...)``).
+
+    :param max_connections_per_client: connections per client address (``None``: only
+        the total cap).
+    :param admission: refuses requests from their heads; ``None``: the app decides.
+    :param addresses: who the client is (the trusted proxies; default: the peer).
+    """
+    per_client = max_connections_per_client or max_connections
+    table: ConnectionTable[GuardedH11Protocol] = ConnectionTable(max_connections, per_client)
+    who = addresses or ClientAddresses()
 
     class GuardedH11Protocol(H11Protocol):
         _head_timer: asyncio.TimerHandle | None = None
         _refused = False
         _refusal: str | None = None
+        _peer = ""
+        #: The client an admitted request counts against until it is answered.
+        _inflight: str | None = None
+        _drained = 0
+        #: Body bytes of a refused request still to skip before the next head (kept alive).
+        _skip = 0
+        _skipping = False
+        _skip_from: bytes | None = None
+
+        #: The connections served, for tests (eviction order).
+        connection_table = table
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
-            excess = len(self.connections) - max_connections
-            if excess > 0:
-                self._refuse_overload(excess)
+            self._peer = self.client[0] if self.client else ""
+            victims = table.make_room(self._peer, exempt=who.trusted(self._peer))
+            if victims is None:
+                own = table.count(self._peer) >= per_client
+                self._refuse_overload(len(self.connections) - max_connections, own=own)
                 return
+            for victim in victims:
+                victim._evict()
+            table.add(self, self._peer)
             self._guard_next_event()
             self._arm_head_timer()
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._cancel_head_timer()
+            table.remove(self)
+            self._release()
+            if self._refused and self.cycle is None:
+                # Refused before any request ran: nothing of uvicorn's to wind down but
+                # the connection's entry (its h11 state would only raise and be dropped).
+                self.connections.discard(self)
+                self.transport.close()
+                return
             super().connection_lost(exc)
 
         def data_received(self, data: bytes) -> None:
             if self._refused:
-                return  # an over-capacity connection: its request is never read
+                # Refused: what the client still sends is dropped, never parsed.
+                self._drained += len(data)
+                if self._drained > DRAIN_BYTES:
+                    self.transport.abort()
+                return
+            if self._skipping:
+                self._skip_body(data)
+                return
             super().data_received(data)
 
         def handle_events(self) -> None:
@@ -145,8 +254,16 @@ def guarded_h11(*, header_timeout_s: float, max_connections: int) -> type[H11Pro
             super().handle_events()
             if self.cycle is not cycle:  # a request head arrived
                 self._cancel_head_timer()
+            if self._skip_from is not None:  # a refused request's body follows its head
+                data, self._skip_from = self._skip_from, None
+                self._skip_body(data)
+                if self._skipping:
+                    # The rest of the body must arrive within the head timeout, like a head.
+                    self._arm_head_timer()
 
         def on_response_complete(self) -> None:
+            self._release()
+            table.waiting(self)
             # Armed first: a pipelined request that the call below starts disarms it.
             self._arm_head_timer()
             super().on_response_complete()
@@ -172,17 +289,32 @@ def guarded_h11(*, header_timeout_s: float, max_connections: int) -> type[H11Pro
                 except h11.RemoteProtocolError as exc:
                     self._refusal = f"malformed HTTP request: {exc}"
                     raise
-                if isinstance(event, h11.Request) and _both_lengths(event):
-                    # RFC 9112 §6.1: possible request smuggling. Refused here, before
-                    # h11 reads a body framed one way or the other and before the app
-                    # runs: the answer is this one, and the connection closes.
-                    self._refusal = (
-                        "the request has both Content-Length and Transfer-Encoding headers"
-                    )
-                    raise _ProtocolRefusal(self._refusal)
+                if isinstance(event, h11.Request):
+                    if _both_lengths(event):
+                        # RFC 9112 §6.1: possible request smuggling. Refused here, before
+                        # h11 reads a body framed one way or the other and before the app
+                        # runs: the answer is this one, and the connection closes.
+                        self._refusal = (
+                            "the request has both Content-Length and Transfer-Encoding headers"
+                        )
+                        raise _ProtocolRefusal(self._refusal)
+                    table.busy(self)
+                    if admission is not None:
+                        client, error = admission.admit(
+                            event.method, event.target, event.headers, self._peer
+                        )
+                        if error is not None:
+                            self._refuse_request(error, _drained_length(event))
+                            return h11.NEED_DATA  # uvicorn never sees this request
+                        self._inflight = client
                 return event
 
             self.conn.next_event = next_event  # type: ignore[method-assign]
+
+        def _release(self) -> None:
+            if self._inflight is not None and admission is not None:
+                admission.release(self._inflight)
+            self._inflight = None
 
         def _arm_head_timer(self) -> None:
             self._cancel_head_timer()
@@ -207,15 +339,53 @@ def guarded_h11(*, header_timeout_s: float, max_connections: int) -> type[H11Pro
                 )
             self.transport.close()
 
-        def _refuse_overload(self, excess: int) -> None:
+        def _evict(self) -> None:
+            """Closed to admit a newer connection (already out of the table): it waited
+            longest for a request head."""
+            self._cancel_head_timer()
+            self.transport.abort()  # its descriptor is free for the new one at once
+
+        def _refuse_request(self, error: AudioGateError, skip: int | None) -> None:
+            self._cancel_head_timer()
+            if skip is None:
+                self._refused = True
+                table.remove(self)  # closing: its place goes to a new connection
+                self._linger(refusal_answer(error))
+                return
+            # A small body on a kept-alive connection: answered now, and its bytes are
+            # skipped unparsed as they arrive (the client may reuse the connection, and
+            # a refusal costs no new connection). A fresh h11 state reads the next head.
+            self.transport.write(refusal_answer(error, close=False))
+            leftover, _ = self.conn.trailing_data
+            self.conn = h11.Connection(h11.SERVER, self.conn._max_incomplete_event_size)
+            self._guard_next_event()
+            self._skip = skip
+            self._skipping = True
+            self._skip_from = bytes(leftover)
+
+        def _skip_body(self, data: bytes) -> None:
+            taken = min(len(data), self._skip)
+            self._skip -= taken
+            if self._skip:
+                return
+            self._skipping = False
+            table.waiting(self)
+            self._arm_head_timer()
+            if len(data) > taken:  # the next request, pipelined
+                super().data_received(data[taken:])
+
+        def _refuse_overload(self, excess: int, *, own: bool) -> None:
             self._refused = True
             if excess > OVERFLOW_CONNECTIONS:
                 self.transport.abort()
                 return
-            self.transport.write(_OVERLOADED)
+            self._linger(_ADDRESS_OVERLOADED if own else _OVERLOADED)
+
+        def _linger(self, answer: bytes) -> None:
+            self.transport.write(answer)
             # Half-close after the answer and linger briefly, reading and dropping what
             # the client sends: closing with its request unread would reset the
-            # connection, and the client might never see the 503.
+            # connection, and the client might never see the answer.
             if self.transport.can_write_eof():
                 self.transport.write_eof()
             self.loop.call_later(_LINGER_S, self.transport.close)

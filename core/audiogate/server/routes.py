@@ -33,6 +33,7 @@ from audiogate.api import AudioGate
 from audiogate.budget import BudgetHold, ByteBudget
 from audiogate.cancel import CancelToken
 from audiogate.errors import (
+    AudioGateError,
     LimitError,
     MemoryLimitError,
     PreprocessCancelled,
@@ -369,6 +370,13 @@ class AudioServer:
     # --- GET /metrics, GET /healthz -----------------------------------------------------
 
     async def metrics_endpoint(self, request: Request) -> Response:
+        if self.owners is not None:
+            # With --auth-tokens, counters that move with content (feature-cache hits)
+            # are no channel to callers without a token (docs/sources.md).
+            try:
+                owner_of(request, self.owners)
+            except AudioGateError as error:
+                return error_response(error, close=False)
         return Response(generate_latest(self.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     async def healthz(self, request: Request) -> Response:

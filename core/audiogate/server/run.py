@@ -29,6 +29,7 @@ from audiogate.acquire import AcquisitionPolicy
 from audiogate.api import AudioGate
 from audiogate.host import FamilyHost, create_host
 from audiogate.metrics import AudioMetrics
+from audiogate.server.admission import ClientAddresses, HeadAdmission
 from audiogate.server.app import ServerWorker, check_media_root, create_app
 from audiogate.server.budgets import ServerLimits
 from audiogate.server.options import ServeOptions, parse_size
@@ -96,7 +97,10 @@ def build_app(options: ServeOptions, *, host: FamilyHost | None = None) -> Starl
             store=store,
         )
         return create_app(
-            gate, limits=options.limits, served_model=options.model_dir.name, owners=owners
+            gate,
+            limits=options.limits,
+            served_model=options.served_model_name or options.model_dir.name,
+            owners=owners,
         )
     except BaseException:
         worker.close()
@@ -105,18 +109,24 @@ def build_app(options: ServeOptions, *, host: FamilyHost | None = None) -> Starl
         raise
 
 
-def _guarded_protocol(limits: ServerLimits) -> type[asyncio.Protocol]:
-    """The h11 protocol with the head timeout and the connection cap of ``limits``."""
+def _guarded_protocol(limits: ServerLimits, app: Any = None) -> type[asyncio.Protocol]:
+    """The h11 protocol with the head timeout, the connection caps and (for an app made
+    by :func:`create_app`) the admission of request heads of ``limits``."""
+    server = getattr(getattr(app, "state", None), "audiogate", None)
+    addresses = ClientAddresses(limits.trusted_proxies, limits.client_address_header)
     return guarded_h11(
         header_timeout_s=limits.header_timeout_s,
         max_connections=connection_cap(limits.max_connections),
+        max_connections_per_client=limits.max_connections_per_client,
+        admission=None if server is None else HeadAdmission(server, limits, addresses),
+        addresses=addresses,
     )
 
 
 def _config(app: Starlette, options: ServeOptions) -> uvicorn.Config:
     return uvicorn.Config(
         app,
-        http=_guarded_protocol(options.limits),
+        http=_guarded_protocol(options.limits, app),
         host=options.host,
         port=options.port,
         log_level=options.log_level,
@@ -246,7 +256,7 @@ class ServerThread:
             log_level=log_level,
             access_log=False,
             lifespan="on",
-            http=_guarded_protocol(limits),
+            http=_guarded_protocol(limits, app),
         )
         self.server = uvicorn.Server(self.config)
         self._thread = threading.Thread(target=self.server.run, name="audiogate-uvicorn")

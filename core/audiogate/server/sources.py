@@ -8,7 +8,8 @@
   then admitted as inline audio is, under the model's policy. ``201`` and the new record,
   or ``200`` and the existing one when the same owner uploads the same bytes again.
   A new source is ``processing`` while its features are computed (warming the feature
-  cache), then ``ready``; a prompt referencing it meanwhile waits.
+  cache), then ``ready``; a prompt referencing it meanwhile waits. A failed disk write
+  answers a typed JSON ``507`` (the disk is full) or ``500`` and leaves no file behind.
 * ``GET /v1/audio/sources``: the caller's sources; ``GET /v1/audio/sources/{sha256}``:
   one the caller may reference; ``DELETE /v1/audio/sources/{sha256}``: retire it (the
   answer comes once the requests holding it let go).
@@ -39,11 +40,12 @@ from audiogate.server.errors import (
     BadRequestError,
     ServerConfigError,
     UnauthorizedError,
+    error_payload,
     error_response,
 )
 from audiogate.server.requests import parse_body
 from audiogate.server.responses import json_response
-from audiogate.store import SourceStore, check_digest
+from audiogate.store import SourceStore, StoreWriteError, check_digest
 
 if TYPE_CHECKING:
     from audiogate.server.routes import AudioServer
@@ -168,7 +170,9 @@ class SourceRoutes:
                 data, source_format = body, CONTENT_TYPES[media]
             del body
             gate = server.gate
-            added = await asyncio.to_thread(
+            # In the store's own bounded executor: an upload waiting on the disk or the
+            # index's write lock holds none of the loop's default threads.
+            added = await self.store.run_async(
                 lambda: gate.add_source(
                     data,
                     owner=owner,
@@ -177,6 +181,9 @@ class SourceRoutes:
                     status="processing",
                 )
             )
+        except StoreWriteError as error:
+            log.error("%s", error)
+            return json_response(error.status, error_payload(error))
         except AudioGateError as error:
             return error_response(error, close=False)
         finally:
@@ -214,7 +221,8 @@ class SourceRoutes:
 
             clip = EncodedClip(data=data, source_format=source_format, ordinal=1, origin="bytes")
             try:
-                await self.server.gate.prepare_async(clips=[clip])
+                # In the uploader's own part of the feature cache: their references hit.
+                await self.server.gate.prepare_async(clips=[clip], owner=owner)
             except QueueFullError:
                 pass  # busy: computed by the first request that needs them
             except Exception as exc:  # admitted, so unexpected: the source stays usable

@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from audiogate.store.backend import BlobBackend, LeaseBackend, RecordBackend
+from audiogate.store.damage import StoreDamagedError, StoreWriteError
 from audiogate.store.source_record import (
     DIGEST_RE,
     SCOPES,
@@ -59,7 +60,9 @@ __all__ = [
     "SourceRecord",
     "SourceStatus",
     "SourceStore",
+    "StoreDamagedError",
     "StoreQuotas",
+    "StoreWriteError",
     "StoredLease",
     "admit_source",
     "check_digest",

@@ -116,7 +116,8 @@ class BlobBackend(Protocol):
 
     def publish(self, handle: str, sha256: str, feature_key: str | None = None) -> None:
         """Make a staged write visible, atomically: the blob of ``sha256``, or (with
-        ``feature_key``) one of its feature entries, replacing any."""
+        ``feature_key``) one of its entries, replacing any (a damaged blob is repaired
+        by publishing its bytes again)."""
         ...
 
     def discard(self, handle: str) -> None:
@@ -138,6 +139,12 @@ class BlobBackend(Protocol):
 
     def remove(self, sha256: str) -> None:
         """Remove the blob of ``sha256`` and its feature entries (absent: nothing)."""
+        ...
+
+    def quarantine(self, sha256: str) -> bool:
+        """Recovery: set the blob of ``sha256`` and its entries aside where nothing reads
+        them, never deleting them (no record accounts for them: an index lost or damaged,
+        a crash before a record was committed); returns whether a blob was there."""
         ...
 
     def digests(self) -> Iterable[str]:

@@ -3,8 +3,9 @@
 Layout of ``DIR``::
 
     blobs/ab/ab12...     one file per digest, the source's bytes exactly
-    features/ab12.../    feature-cache entries of a source
+    features/ab12.../    feature-cache entries of a source, and its manifest
     tmp/                 staged writes (``<name>.<pid>.<random>.part``)
+    quarantine/          what recovery could not account for (never deleted by it)
 
 A write is crash-safe: the bytes go to ``tmp/`` and are fsynced (:meth:`DirectoryBlobs.stage`),
 then renamed to their path with the directory fsynced (:meth:`DirectoryBlobs.publish`);
@@ -19,6 +20,7 @@ import contextlib
 import functools
 import hashlib
 import os
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -69,6 +71,7 @@ class DirectoryBlobs:
         self.features = self.root / "features"
         self._features_dir = str(self.features)
         self.tmp = self.root / "tmp"
+        self.quarantine_dir = self.root / "quarantine"
         for path in (self.root, self.blobs, self.features, self.tmp):
             path.mkdir(parents=True, exist_ok=True)
 
@@ -86,19 +89,23 @@ class DirectoryBlobs:
         """See :meth:`~audiogate.store.backend.BlobBackend.stage` (a fsynced file in
         ``tmp/``; the handle is its path)."""
         temp = self.tmp / f"{sha256}.{os.getpid()}.{uuid.uuid4().hex}.part"
-        with open(temp, "xb") as out:
-            out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
+        try:
+            with open(temp, "xb") as out:
+                out.write(data)
+                out.flush()
+                os.fsync(out.fileno())
+        except BaseException:  # a full disk, an I/O error: no partial file is left
+            temp.unlink(missing_ok=True)
+            raise
         return str(temp)
 
     def publish(self, handle: str, sha256: str, feature_key: str | None = None) -> None:
         """See :meth:`~audiogate.store.backend.BlobBackend.publish` (a rename, the
         directories fsynced)."""
         if feature_key is None:
+            # Replaces what is there: the same bytes, or a damaged copy (re-uploading
+            # the bytes repairs it; the store checked their digest).
             target = self.blob_path(sha256)
-            if self.exists(sha256, os.stat(handle).st_size):
-                return  # the same bytes, already there (named by their digest)
         else:
             target = Path(self._features_path(sha256, feature_key))
         parent = target.parent
@@ -147,6 +154,23 @@ class DirectoryBlobs:
                 entry.unlink(missing_ok=True)
             with contextlib.suppress(OSError):
                 folder.rmdir()
+
+    def quarantine(self, sha256: str) -> bool:
+        """See :meth:`~audiogate.store.backend.BlobBackend.quarantine` (moved under
+        ``quarantine/``, the blob as ``<sha256>``, its entries as ``<sha256>.entries``)."""
+        blob = self.blob_path(sha256)
+        folder = self.features / sha256
+        moved = False
+        if blob.exists() or folder.exists():
+            self.quarantine_dir.mkdir(exist_ok=True)
+            stamp = f"{time.time_ns()}"
+            if blob.exists():
+                os.replace(blob, self.quarantine_dir / f"{sha256}.{stamp}")
+                moved = True
+            if folder.exists():
+                os.replace(folder, self.quarantine_dir / f"{sha256}.{stamp}.entries")
+            _fsync_dir(self.quarantine_dir)
+        return moved
 
     def digests(self) -> Iterator[str]:
         """See :meth:`~audiogate.store.backend.BlobBackend.digests`."""

@@ -48,14 +48,12 @@ class MemoryRecords:
             if index is not None and self._rows[index].live:
                 return self._rows[index], False
             mine = [r for r in self._rows if r.owner == record.owner and r.live]
-            blobs = {r.sha256: r.nbytes for r in self._rows if r.live}
             check_quotas(
                 quotas,
                 record.nbytes,
                 owner_bytes=sum(r.nbytes for r in mine),
                 owner_count=len(mine),
-                total_bytes=sum(blobs.values()),
-                blob_shared=record.sha256 in blobs,
+                total_bytes=sum(r.nbytes for r in self._rows if r.live),
             )
             publish()
             if index is not None:  # lost: the same bytes bring it back
@@ -162,6 +160,8 @@ class MemoryBlobs:
         self._staged: dict[str, bytes] = {}
         self.blobs: dict[str, bytes] = {}
         self.features: dict[str, dict[str, bytes]] = {}
+        #: What recovery could not account for: ``(digest, blob or None, entries)``.
+        self.quarantined: list[tuple[str, bytes | None, dict[str, bytes]]] = []
         self._ids = itertools.count()
 
     def stage(self, sha256: str, data: bytes) -> str:
@@ -176,7 +176,7 @@ class MemoryBlobs:
         with self._lock:
             data = self._staged.pop(handle)
             if feature_key is None:
-                self.blobs.setdefault(sha256, data)
+                self.blobs[sha256] = data  # the same bytes, or a repair of damaged ones
             else:
                 self.features.setdefault(sha256, {})[feature_key] = data
 
@@ -207,6 +207,16 @@ class MemoryBlobs:
         with self._lock:
             self.blobs.pop(sha256, None)
             self.features.pop(sha256, None)
+
+    def quarantine(self, sha256: str) -> bool:
+        """See :meth:`~audiogate.store.backend.BlobBackend.quarantine` (moved to
+        :attr:`quarantined`)."""
+        with self._lock:
+            blob = self.blobs.pop(sha256, None)
+            entries = self.features.pop(sha256, {})
+            if blob is not None or entries:
+                self.quarantined.append((sha256, blob, entries))
+        return blob is not None
 
     def digests(self) -> Iterator[str]:
         """See :meth:`~audiogate.store.backend.BlobBackend.digests`."""

@@ -15,16 +15,15 @@ def check_quotas(
     owner_bytes: int,
     owner_count: int,
     total_bytes: int | None,
-    blob_shared: bool,
 ) -> None:
     """Refuse a new record of ``nbytes`` bytes where a quota would be exceeded.
 
     :param owner_bytes: the owner's live sources' bytes.
     :param owner_count: the owner's live sources.
-    :param total_bytes: every live blob's bytes, each counted once (``None``: not
-        counted, where ``quotas`` has no total).
-    :param blob_shared: whether a live record already names the blob (it then adds no
-        bytes to the total).
+    :param total_bytes: every live record's bytes (``None``: not counted, where
+        ``quotas`` has no total). A blob two owners hold is charged to each: whether an
+        upload fits never depends on what other owners sent (charging shared bytes once
+        let someone else's bytes in where fresh ones were refused: an existence oracle).
     :raises SourceQuotaError: the first quota exceeded.
     """
     if quotas.max_sources_per_owner is not None and owner_count + 1 > quotas.max_sources_per_owner:
@@ -38,7 +37,7 @@ def check_quotas(
             maximum=quotas.max_bytes_per_owner,
         )
     if quotas.max_total_bytes is not None and total_bytes is not None:
-        grown = total_bytes + (0 if blob_shared else nbytes)
+        grown = total_bytes + nbytes
         if grown > quotas.max_total_bytes:
             raise SourceQuotaError(
                 "source store bytes", actual=grown, maximum=quotas.max_total_bytes

@@ -189,6 +189,10 @@ class RecoveryReport:
     :param checked: live records whose blob was checked.
     :param verified: whether every blob's digest was recomputed (``verify=True``).
     :param retired_kept: historical records of retired sources kept.
+    :param rebuilt: records the index had lost (a damaged or missing index or WAL)
+        rebuilt from their blob's manifest, the blob's digest checked.
+    :param quarantined: blobs no record or manifest accounts for, set aside (never
+        deleted) under the store's ``quarantine/``.
     """
 
     unfinished_removed: int = 0
@@ -198,6 +202,8 @@ class RecoveryReport:
     checked: int = 0
     verified: bool = False
     retired_kept: int = 0
+    rebuilt: int = 0
+    quarantined: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         """The report as JSON."""

@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Final, TypeVar
 
+from audiogate.store.damage import StoreDamagedError
 from audiogate.store.holders import holder_alive
 from audiogate.store.quotas import check_quotas
 from audiogate.store.source_record import (
@@ -104,8 +105,12 @@ def _row(row: tuple[object, ...]) -> SourceRecord:
 
 def _connect(path: Path, *, synchronous: str) -> sqlite3.Connection:
     db = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=60.0)
-    db.execute("PRAGMA journal_mode=WAL")
-    db.execute(f"PRAGMA synchronous={synchronous}")
+    try:
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute(f"PRAGMA synchronous={synchronous}")
+    except sqlite3.DatabaseError:
+        db.close()
+        raise
     return db
 
 
@@ -135,10 +140,21 @@ class SqliteRecords:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
-        self._db = _connect(self.path, synchronous="FULL")
-        self._writer = _Writer(self._db)
-        self._db.executescript(_SCHEMA)
-        self._add_header_column()
+        try:
+            self._db = _connect(self.path, synchronous="FULL")
+        except sqlite3.DatabaseError as exc:
+            raise StoreDamagedError(self.path, str(exc)) from None
+        try:
+            self._check()
+            self._writer = _Writer(self._db)
+            self._db.executescript(_SCHEMA)
+            self._add_header_column()
+        except sqlite3.DatabaseError as exc:
+            self._db.close()
+            raise StoreDamagedError(self.path, str(exc)) from None
+        except StoreDamagedError:
+            self._db.close()
+            raise
         # Look-ups of a digest (every reference) read through a connection of their own:
         # in WAL mode a reader never waits for a writer, so they never wait behind the
         # write lock's fsyncs (an upload's, a retirement's).
@@ -147,6 +163,15 @@ class SqliteRecords:
         )
         self._reader.execute("PRAGMA query_only=ON")
         self._read_lock = threading.Lock()
+
+    def _check(self) -> None:
+        """Refuse an index SQLite finds damaged (a page-level check, once at open).
+
+        :raises StoreDamagedError: it is.
+        """
+        rows = self._db.execute("PRAGMA quick_check").fetchall()
+        if rows != [("ok",)]:
+            raise StoreDamagedError(self.path, "; ".join(str(r[0]) for r in rows[:3]))
 
     def _add_header_column(self) -> None:
         """Give an index made before records kept headers its ``header`` column (``NULL``:
@@ -206,15 +231,10 @@ class SqliteRecords:
             f"WHERE owner = ? AND status IN {_LIVE_SQL}",
             (record.owner,),
         ).fetchone()
-        total = shared = None
+        total = None
         if quotas.max_total_bytes is not None:
             (total,) = db.execute(
-                "SELECT COALESCE(SUM(bytes), 0) FROM (SELECT DISTINCT sha256, bytes FROM "
-                f"sources WHERE status IN {_LIVE_SQL})"
-            ).fetchone()
-            shared = db.execute(
-                f"SELECT 1 FROM sources WHERE sha256 = ? AND status IN {_LIVE_SQL} LIMIT 1",
-                (record.sha256,),
+                f"SELECT COALESCE(SUM(bytes), 0) FROM sources WHERE status IN {_LIVE_SQL}"
             ).fetchone()
         check_quotas(
             quotas,
@@ -222,7 +242,6 @@ class SqliteRecords:
             owner_bytes=owner_bytes,
             owner_count=owner_count,
             total_bytes=total,
-            blob_shared=shared is not None,
         )
 
     def _current_of(self, db: sqlite3.Connection, sha256: str, owner: str) -> SourceRecord | None:
@@ -364,13 +383,28 @@ class SqliteLeases:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
-        self._db = _connect(self.path, synchronous="OFF")
+        try:
+            self._db = self._open()
+        except sqlite3.DatabaseError:
+            # Leases outlive no crash anyway (synchronous=OFF): a damaged file is made anew.
+            for suffix in ("", "-wal", "-shm"):
+                Path(f"{self.path}{suffix}").unlink(missing_ok=True)
+            self._db = self._open()
         self._writer = _Writer(self._db)
-        self._db.executescript(_LEASE_SCHEMA)
         # Lease ids: unique across processes (a random prefix), cheap within one.
         self._prefix = f"{uuid.uuid4().hex[:16]}-"
         self._ids = itertools.count()
         self._drop_dead_holders()
+
+    def _open(self) -> sqlite3.Connection:
+        db = _connect(self.path, synchronous="OFF")
+        try:
+            db.executescript(_LEASE_SCHEMA)
+            db.execute("SELECT COUNT(*) FROM leases").fetchone()
+        except sqlite3.DatabaseError:
+            db.close()
+            raise
+        return db
 
     def _drop_dead_holders(self) -> None:
         with self._writer.write() as db:

@@ -20,8 +20,11 @@ from __future__ import annotations
 import asyncio
 import builtins
 import concurrent.futures
+import contextlib
 import hashlib
+import logging
 import os
+import sqlite3
 import threading
 import time
 from collections.abc import Callable
@@ -38,7 +41,9 @@ from audiogate.errors import (
     SourceRetiredError,
 )
 from audiogate.store.backend import BlobBackend, LeaseBackend, RecordBackend
+from audiogate.store.damage import StoreWriteError
 from audiogate.store.holders import new_holder
+from audiogate.store.manifest import MANIFEST_KEY, manifest_blob, manifest_records
 from audiogate.store.source_record import (
     SCOPES,
     RecoveryReport,
@@ -74,8 +79,12 @@ DEFAULT_LEASE_TTL_S: Final = 3600.0
 DEFAULT_STORE_THREADS: Final = 8
 # How often a wait re-reads the backends (another process may have moved the source on).
 _POLL_S: Final = 0.05
+# A retirement on an event loop polls less and less often, up to this (a release in this
+# process wakes it at once; this bounds how late it sees another process's).
+_MAX_RETIRE_POLL_S: Final = 0.4
 
 _T = TypeVar("_T")
+_log = logging.getLogger("audiogate.store")
 
 
 # Set in the store executor's threads: they never wait for the executor's own queue.
@@ -200,6 +209,8 @@ class SourceStore:
             initializer=_mark_executor_thread,
         )
         self._pending: set[concurrent.futures.Future[None]] = set()
+        # Event-loop waiters (retirements) that this process's writes wake.
+        self._listening: set[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = set()
         self._pending_lock = threading.Lock()
         self.recovery: RecoveryReport = self._recover(verify=verify)
 
@@ -260,6 +271,8 @@ class SourceStore:
         :param header: the geometry admission read from its header (kept for a WAV or raw
             source: references to it are then admitted without reading it).
         :raises SourceQuotaError: a quota refuses it.
+        :raises StoreWriteError: the disk or the index failed (a full disk: ``full``);
+            nothing is acknowledged and no staged file is left.
         :raises ValueError: an empty owner, an unknown scope or status.
         """
         if not owner:
@@ -270,7 +283,12 @@ class SourceStore:
             raise ValueError(f"a new source is 'processing' or 'ready', not {status!r}")
         sha256 = hashlib.sha256(data).hexdigest()
         existing = self._own(sha256, owner)
-        if existing is not None and existing.live:  # the bytes are not written again
+        if existing is not None and existing.live:
+            if not self._blob_good(sha256, existing.nbytes):
+                try:
+                    self._repair_blob(sha256, data)
+                except (OSError, sqlite3.OperationalError) as exc:
+                    raise StoreWriteError(f"the repair of {sha256}", exc) from exc
             return AddedSource(record=existing, created=False)
         record = SourceRecord(
             sha256=sha256,
@@ -283,14 +301,55 @@ class SourceStore:
             created_at=time.time(),
             header=header_from_text(header_text(header)),
         )
+        try:
+            handle = self.blobs.stage(sha256, bytes(data))
+            try:
+                stored, created = self.records.insert(
+                    record, self.quotas, lambda: self._publish_source(handle, record)
+                )
+            finally:
+                self.blobs.discard(handle)
+        except (OSError, sqlite3.OperationalError) as exc:
+            raise StoreWriteError(f"the upload of {sha256}", exc) from exc
+        return AddedSource(record=stored, created=created)
+
+    def _publish_source(self, handle: str, record: SourceRecord) -> None:
+        """Publish a new record's blob, then its manifest with the record added (under
+        the records' write lock: :meth:`RecordBackend.insert` calls this)."""
+        self.blobs.publish(handle, record.sha256)
+        self._write_manifest(record.sha256, add=record)
+
+    def _write_manifest(
+        self, sha256: str, *, add: SourceRecord | None = None, drop: str | None = None
+    ) -> None:
+        """Rewrite the manifest of ``sha256`` with ``add`` in it or owner ``drop`` out
+        (under the records' write lock)."""
+        held = manifest_records(sha256, self.blobs.read_features(sha256, MANIFEST_KEY)) or []
+        gone = {drop, None if add is None else add.owner}
+        kept = [r for r in held if r.owner not in gone] + ([add] if add is not None else [])
+        if not kept:
+            return  # the blob and its entries go with the last record
+        handle = self.blobs.stage(sha256, manifest_blob(kept))
+        try:
+            self.blobs.publish(handle, sha256, MANIFEST_KEY)
+        finally:
+            self.blobs.discard(handle)
+
+    def _blob_good(self, sha256: str, nbytes: int) -> bool:
+        """Whether the blob of ``sha256`` is there with its bytes (digest checked)."""
+        data = self.blobs.read(sha256, nbytes)
+        return data is not None and hashlib.sha256(data).hexdigest() == sha256
+
+    def _repair_blob(self, sha256: str, data: bytes) -> None:
+        """Publish ``data`` (of digest ``sha256``) over a damaged or missing blob that a
+        live record names; the records are left as they are."""
         handle = self.blobs.stage(sha256, bytes(data))
         try:
-            stored, created = self.records.insert(
-                record, self.quotas, lambda: self.blobs.publish(handle, sha256)
+            self.records.locked(
+                sha256, lambda live: self.blobs.publish(handle, sha256) if live else None
             )
         finally:
             self.blobs.discard(handle)
-        return AddedSource(record=stored, created=created)
 
     def mark_ready(self, sha256: str, *, owner: str) -> SourceRecord | None:
         """End ``owner``'s source's processing: references waiting for it go on."""
@@ -355,27 +414,31 @@ class SourceStore:
         timeout_s: float | None,
         deadline: float | None,
         cancel: CancelToken,
+        poll_s: float = _POLL_S,
     ) -> float:
         """The next poll's wait while ``held`` leases remain.
 
         :raises SourceBusyError: past the deadline.
         """
         cancel.check(Checkpoint.ACQUISITION)
-        left = _POLL_S if deadline is None else deadline - time.monotonic()
+        left = poll_s if deadline is None else deadline - time.monotonic()
         if left <= 0:
             raise SourceBusyError(
                 sha256,
                 detail=f"{held} request(s) still hold it after {timeout_s:g} s; it is not retired",
             )
-        return min(left, _POLL_S)
+        return min(left, poll_s)
 
     def _finish_retire(self, sha256: str, owner: str) -> SourceRecord:
         record = self.records.retire(sha256, owner)
         if record is None:  # retired by another process meanwhile
             record = self._own(sha256, owner)
             assert record is not None
-        else:
-            self._drop_if_unused(sha256)
+        elif not self._drop_if_unused(sha256):
+            # Another owner keeps the bytes: a rebuilt index must not bring this back.
+            self.records.locked(
+                sha256, lambda live: self._write_manifest(sha256, drop=owner) if live else None
+            )
         return record
 
     def _end_retire(self, sha256: str, owner: str) -> None:
@@ -617,6 +680,22 @@ class SourceStore:
     def _wake(self) -> None:
         with self._cond:
             self._cond.notify_all()
+            listening = list(self._listening)
+        for loop, event in listening:
+            with contextlib.suppress(RuntimeError):  # that loop is closed: nobody waits
+                loop.call_soon_threadsafe(event.set)
+
+    def _listen(self) -> tuple[asyncio.AbstractEventLoop, asyncio.Event]:
+        """An event the next write of this process sets (listen before reading, so a
+        write between the read and the wait is not missed)."""
+        entry = (asyncio.get_running_loop(), asyncio.Event())
+        with self._cond:
+            self._listening.add(entry)
+        return entry
+
+    def _unlisten(self, entry: tuple[asyncio.AbstractEventLoop, asyncio.Event]) -> None:
+        with self._cond:
+            self._listening.discard(entry)
 
     # --- from an event loop ----------------------------------------------------------
 
@@ -675,12 +754,31 @@ class SourceStore:
             return done
         try:
             deadline = None if timeout_s is None else time.monotonic() + timeout_s
-            while held := await self._call(lambda: self.leases_backend.held(sha256, owner)):
-                await asyncio.sleep(self._retire_left(sha256, held, timeout_s, deadline, cancel))
+            poll = _POLL_S
+            while True:
+                # Woken at once by a release in this process; other processes' releases
+                # are polled, less often the longer the wait (100 waiting retirements
+                # poll a few times a second each, not twenty).
+                entry = self._listen()
+                try:
+                    held = await self._call(lambda: self.leases_backend.held(sha256, owner))
+                    if not held:
+                        break
+                    wait = self._retire_left(sha256, held, timeout_s, deadline, cancel, poll)
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(entry[1].wait(), wait)
+                finally:
+                    self._unlisten(entry)
+                poll = min(poll * 2, _MAX_RETIRE_POLL_S)
             return await self._call(lambda: self._finish_retire(sha256, owner))
         finally:
             # Shielded: a cancelled retirement still removes its mark.
             await asyncio.shield(self._call(lambda: self._end_retire(sha256, owner)))
+
+    async def run_async(self, work: Callable[[], _T]) -> _T:
+        """``work()`` (store calls that may wait: an upload's admission and writes) in the
+        store's executor, never a thread the event loop's other work shares."""
+        return await self._call(work)
 
     async def get_async(self, sha256: str, *, owner: str) -> SourceRecord:
         """:meth:`get` in the store's executor."""
@@ -728,25 +826,34 @@ class SourceStore:
     # --- opening and closing ---------------------------------------------------------
 
     def _recover(self, *, verify: bool) -> RecoveryReport:
-        """Repair what a crash (of any process sharing the backends) left: staged writes,
-        records left processing, live records whose blob is gone or damaged (lost), and
-        blobs no live record names (orphans)."""
+        """Repair what a crash (of any process sharing the backends) or a damaged index
+        left: staged writes, records left processing, blobs no live record names (their
+        records rebuilt from their manifest, else the blob quarantined, never deleted),
+        and live records whose blob is gone or damaged (lost)."""
         unfinished = self.blobs.recover()
         resumed = self.records.resume()
+        live_digests = {sha256 for sha256, _ in self.records.live_blobs()}
+        rebuilt = quarantined = orphans = 0
+        for sha256 in sorted(set(self.blobs.digests()) - live_digests):
+            outcome = self._account_for(sha256)
+            rebuilt += self._rebuild(sha256) if outcome == "rebuild" else 0
+            quarantined += outcome == "quarantined"
+            orphans += outcome == "removed"
         live = self.records.live_blobs()
         lost = 0
         for sha256, nbytes in live:
             good = self.blobs.exists(sha256, nbytes)
             if good and verify:
-                data = self.blobs.read(sha256, nbytes)
-                good = data is not None and hashlib.sha256(data).hexdigest() == sha256
+                good = self._blob_good(sha256, nbytes)
             if not good:
                 lost += self.records.mark_lost(sha256)
-                self._drop_if_unused(sha256)
-        orphans = sum(self._drop_if_unused(sha256) for sha256 in set(self.blobs.digests()))
-        if unfinished or orphans or lost or resumed:
-            self.records.note("recover", f"unfinished={unfinished} orphans={orphans} lost={lost}")
-        return RecoveryReport(
+        if unfinished or orphans or lost or resumed or rebuilt or quarantined:
+            self.records.note(
+                "recover",
+                f"unfinished={unfinished} orphans={orphans} lost={lost} "
+                f"rebuilt={rebuilt} quarantined={quarantined}",
+            )
+        report = RecoveryReport(
             unfinished_removed=unfinished,
             orphans_removed=orphans,
             lost=lost,
@@ -754,7 +861,58 @@ class SourceStore:
             checked=len(live),
             verified=verify,
             retired_kept=self.records.retired_count(),
+            rebuilt=rebuilt,
+            quarantined=quarantined,
         )
+        repaired = unfinished or orphans or lost or rebuilt or quarantined
+        _log.log(
+            logging.WARNING if repaired else logging.INFO,
+            "source store recovered: %s",
+            " ".join(f"{name}={value}" for name, value in report.as_dict().items()),
+        )
+        return report
+
+    def _account_for(self, sha256: str) -> str:
+        """What recovery does with a digest held by the blobs that no live record names:
+        ``"rebuild"`` (its manifest's records, the blob's digest checked), ``"removed"``
+        (retired since its manifest was written, or entries without a blob),
+        ``"quarantined"`` (a blob nothing accounts for), ``"kept"`` (nothing there)."""
+        if len(sha256) != 64 or not all(c in "0123456789abcdef" for c in sha256):
+            return "quarantined" if self.blobs.quarantine(sha256) else "kept"
+        named = manifest_records(sha256, self.blobs.read_features(sha256, MANIFEST_KEY))
+        if named is None:
+            return "quarantined" if self.blobs.quarantine(sha256) else "removed"
+        current = {r.owner: r for r in self.records.current(sha256)}
+        # Only the uploads the index does not know of (it lost them) are rebuilt: one it
+        # knows is as the index says (retired, or lost until the bytes come again).
+        pending = [
+            r
+            for r in named
+            if (held := current.get(r.owner)) is None or held.created_at < r.created_at
+        ]
+        if not pending:
+            if all(r.status == "retired" for r in current.values()):
+                # Every owner retired it: a crash before the blob was removed.
+                return "removed" if self._drop_if_unused(sha256) else "kept"
+            return "kept"  # a lost record's bytes stay; uploading them again revives it
+        if not self._blob_good(sha256, pending[0].nbytes):
+            if self.blobs.quarantine(sha256):
+                return "quarantined"
+            return "removed"
+        return "rebuild"
+
+    def _rebuild(self, sha256: str) -> int:
+        """Commit the records of ``sha256``'s manifest the index does not know of (see
+        :meth:`_account_for`, which checked its blob); returns how many."""
+        named = manifest_records(sha256, self.blobs.read_features(sha256, MANIFEST_KEY)) or []
+        current = {r.owner: r for r in self.records.current(sha256)}
+        unlimited = StoreQuotas()
+        count = 0
+        for record in named:
+            held = current.get(record.owner)
+            if held is None or held.created_at < record.created_at:
+                count += self.records.insert(record, unlimited, lambda: None)[1]
+        return count
 
     def close(self) -> None:
         """Finish the writes handed to the executor, then close the backends."""

@@ -12,6 +12,11 @@ normalized samples of a longer clip (the pipeline cuts the waveform and reports 
 and received durations; the linear resampler's prefix is exact); never silently.
 Clips shorter than 513 normalized samples are refused (``min_samples_per_clip``): the
 reference would give them zero frames (see :mod:`audiogate_gemma3n.geometry`).
+
+The resampler is a choice: ``audiogate_audio_limits.resampling_algorithm`` is
+``"linear"`` (the default, mlxcel's, without anti-aliasing) or ``"torchaudio_sinc"``
+(band-limited, what vLLM runs for Gemma 3n); :mod:`audiogate_gemma3n.resample` has both,
+docs/provenance.md says why the default stays linear.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ from audiogate_gemma3n.geometry import (
     UNFOLD_SAMPLES,
     feature_frames,
 )
+from audiogate_gemma3n.resample import LINEAR, RESAMPLING_ALGORITHMS
 
 __all__ = ["FAMILY", "MODEL_TYPES", "PINNED", "POLICY_KEYS", "REVISION", "spec"]
 
@@ -62,7 +68,7 @@ PINNED: Final = AudioPolicy(
     family=FAMILY,
     revision=REVISION,
     target_rate_hz=SAMPLE_RATE_HZ,
-    resampling="linear",
+    resampling=LINEAR,
     min_source_rate_hz=1,
     max_source_rate_hz=MAX_SOURCE_RATE_HZ,
     max_source_channels=8,
@@ -95,7 +101,22 @@ PINNED: Final = AudioPolicy(
 
 _TOKEN_ID_MAX: Final = 2**31 - 1
 
-POLICY_KEYS: Final = standard_keys(
+
+def _selectable_resampler(key: PolicyKey) -> PolicyKey:
+    """The standard ``resampling_algorithm`` key, choosing among this family's resamplers
+    instead of confirming one."""
+    if key.target != "resampling":
+        return key
+    return PolicyKey(
+        target="resampling",
+        paths=key.paths,
+        kind="string",
+        enum=RESAMPLING_ALGORITHMS,
+        description="resampler to 16 kHz: linear (no anti-aliasing) or torchaudio_sinc",
+    )
+
+
+_STANDARD_KEYS: Final = standard_keys(
     PINNED,
     declared_frame_length=DECLARED_FRAME_LENGTH,
     overflow_modes=("reject", "truncate"),
@@ -147,6 +168,7 @@ POLICY_KEYS: Final = standard_keys(
         ),
     ),
 )
+POLICY_KEYS: Final = tuple(_selectable_resampler(key) for key in _STANDARD_KEYS)
 
 
 def spec() -> FamilySpec:

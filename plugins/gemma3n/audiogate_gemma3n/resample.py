@@ -18,13 +18,25 @@ advance exactly ``Q = fs/g`` inputs, and output ``k·P + r`` reads
 ``P`` outputs from strided views (no per-sample integer division), in blocks of about
 :data:`OUTPUTS_PER_BLOCK` outputs with a cancellation check per block; the few outputs
 near the right edge use the clamped formula directly. Both paths give identical values.
+
+``resampling_algorithm = "torchaudio_sinc"`` selects the band-limited path instead: what
+vLLM runs for Gemma 3n (``torchaudio.transforms.Resample(fs, 16000)`` with its defaults,
+a Hann-windowed sinc of 6 zero crossings at a 0.99 roll-off; vLLM 0.32,
+``vllm/multimodal/audio.py``). :func:`sinc_kernel` builds that kernel as torchaudio
+does (float64, then float32); :func:`sinc_resample` applies it phase by phase, each
+phase's taps against strided views of the zero-padded input, in blocks with one
+cancellation check each. Only each phase's band of nonzero taps is kept (the rest of
+torchaudio's row is exactly zero in float32), so a rate whose ratio to 16 kHz does not
+reduce (44.101 kHz) costs 16,000 short rows, not a 16,000 × 44,135 matrix.
 """
 
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 from typing import Final
 
+import attrs
 import numpy as np
 import numpy.typing as npt
 
@@ -35,13 +47,33 @@ from audiogate.records import ResamplePlan, readonly
 from audiogate_gemma3n.geometry import SAMPLE_RATE_HZ
 
 __all__ = [
+    "LINEAR",
     "OUTPUTS_PER_BLOCK",
+    "RESAMPLING_ALGORITHMS",
+    "SINC",
+    "SINC_ROLLOFF",
+    "SINC_ZERO_CROSSINGS",
     "linear_output_length",
     "linear_resample",
     "linear_working_bytes",
     "plan_resample",
     "resample",
+    "sinc_kernel",
+    "sinc_output_length",
+    "sinc_resample",
+    "sinc_working_bytes",
 ]
+
+#: The linear interpolation without anti-aliasing (mlxcel's policy): the default.
+LINEAR: Final = "linear"
+#: torchaudio's band-limited sinc resampler, as vLLM applies it to Gemma 3n.
+SINC: Final = "torchaudio_sinc"
+#: The values of the ``resampling_algorithm`` key, the default first.
+RESAMPLING_ALGORITHMS: Final = (LINEAR, SINC)
+#: ``torchaudio.transforms.Resample``'s ``lowpass_filter_width``.
+SINC_ZERO_CROSSINGS: Final = 6
+#: ``torchaudio.transforms.Resample``'s ``rolloff``.
+SINC_ROLLOFF: Final = 0.99
 
 #: Outputs per vectorised block: one cancellation check each, and the scratch bound.
 OUTPUTS_PER_BLOCK: Final = 32_768
@@ -50,6 +82,10 @@ OUTPUTS_PER_BLOCK: Final = 32_768
 _SLICED_PERIOD_MAX: Final = 32
 _FLOAT32: Final = 4
 _INT64: Final = 8
+#: Outputs of one phase per product of :func:`sinc_resample` (its block scratch).
+_SINC_ROWS_PER_BLOCK: Final = 8_192
+#: numpy's own small allocations around the products (array headers, iterator buffers).
+_SINC_LIBRARY_BYTES: Final = 64 * 1024
 
 
 def linear_output_length(
@@ -184,17 +220,179 @@ def linear_resample(
     return readonly(out)
 
 
+@attrs.frozen
+class SincKernel:
+    """torchaudio's sinc kernel for one rate pair, as bands of nonzero taps.
+
+    :param in_step: ``fs / gcd``: input samples per period of ``out_step`` outputs.
+    :param out_step: ``16000 / gcd``: the phases.
+    :param width: zero samples torchaudio pads in front of the input.
+    :param offsets: per phase, its band's first tap (into the padded input of a period)
+        ``[shape=(out_step,)]``.
+    :param taps: per phase, the band's taps, float32 ``[shape=(out_step, band)]``.
+    """
+
+    in_step: int
+    out_step: int
+    width: int
+    offsets: npt.NDArray[np.int64] = attrs.field(eq=False)
+    taps: npt.NDArray[np.float32] = attrs.field(eq=False)
+
+
+def _reduced(in_rate_hz: int, out_rate_hz: int) -> tuple[int, int, float, int]:
+    g = math.gcd(in_rate_hz, out_rate_hz)
+    in_step, out_step = in_rate_hz // g, out_rate_hz // g
+    base = min(in_step, out_step) * SINC_ROLLOFF
+    width = math.ceil(SINC_ZERO_CROSSINGS * in_step / base)
+    return in_step, out_step, base, width
+
+
+def _band(in_step: int, out_step: int, base: float) -> int:
+    # The taps of a phase with |t| < 6 lie within 12·in_step/base of each other.
+    return math.floor(2 * SINC_ZERO_CROSSINGS * in_step / base) + 2
+
+
+# Bounded: a request chooses its source rate, so a cache of every rate seen could grow
+# to thousands of kernels of up to 16,000 bands.
+@lru_cache(maxsize=16)
+def sinc_kernel(in_rate_hz: int, out_rate_hz: int = SAMPLE_RATE_HZ) -> SincKernel:
+    """torchaudio's ``sinc_interp_hann`` kernel from ``in_rate_hz`` to ``out_rate_hz``.
+
+    Row ``p`` of torchaudio's kernel holds, for tap ``i`` of ``2·width + in_step``,
+    ``sinc(π·t)·cos²(π·t/12)·base/in_step`` at ``t = (i - width)/in_step - p/out_step``
+    scaled by ``base = 0.99·min(in_step, out_step)`` and clamped to ±6, computed in
+    float64 (``p/out_step`` in float32, as torch divides an integer range) and stored as
+    float32. Outside ``|t| < 6`` a tap is below float32's range, so only each row's band
+    is kept.
+    """
+    if in_rate_hz <= 0 or out_rate_hz <= 0:
+        raise ValueError(f"rates must be > 0, got {in_rate_hz} and {out_rate_hz}")
+    in_step, out_step, base, width = _reduced(in_rate_hz, out_rate_hz)
+    band = _band(in_step, out_step, base)
+    phase = -(np.arange(out_step, dtype=np.float32) / np.float32(out_step)).astype(np.float64)
+    centre = width + (-phase) * in_step  # where t = 0, in taps
+    reach = SINC_ZERO_CROSSINGS * in_step / base
+    offsets = np.clip(np.floor(centre - reach).astype(np.int64), 0, None)
+    taps = offsets[:, None] + np.arange(band, dtype=np.int64)
+    t = (phase[:, None] + (taps - width) / in_step) * base
+    np.clip(t, -SINC_ZERO_CROSSINGS, SINC_ZERO_CROSSINGS, out=t)
+    window = np.cos(t * math.pi / SINC_ZERO_CROSSINGS / 2) ** 2
+    t *= math.pi
+    with np.errstate(divide="ignore", invalid="ignore"):
+        kernel = np.where(t == 0, 1.0, np.sin(t) / t)
+    kernel *= window * (base / in_step)
+    # Taps past torchaudio's row (2·width + in_step) do not exist there.
+    kernel[taps >= 2 * width + in_step] = 0.0
+    return SincKernel(
+        in_step=in_step,
+        out_step=out_step,
+        width=width,
+        offsets=readonly(offsets),
+        taps=readonly(kernel.astype(np.float32)),
+    )
+
+
+def sinc_output_length(samples: int, *, in_rate_hz: int, out_rate_hz: int = SAMPLE_RATE_HZ) -> int:
+    """torchaudio's output length: ``ceil(out_step·samples/in_step)``, the quotient
+    rounded to float32 first (``torch.as_tensor`` of a Python float), so a quotient just
+    above an integer may give that integer."""
+    if samples < 0 or in_rate_hz <= 0 or out_rate_hz <= 0:
+        raise ValueError(
+            f"samples must be >= 0 and rates > 0; got {samples}, {in_rate_hz}, {out_rate_hz}"
+        )
+    if in_rate_hz == out_rate_hz:
+        return samples
+    in_step, out_step, _, _ = _reduced(in_rate_hz, out_rate_hz)
+    return math.ceil(float(np.float32(out_step * samples / in_step)))
+
+
+def _sinc_padded_samples(samples: int, kernel: SincKernel, outputs: int) -> int:
+    blocks = -(-outputs // kernel.out_step)
+    last = int(kernel.offsets.max(initial=0)) + kernel.taps.shape[1]
+    return int(max(samples + kernel.width, (blocks - 1) * kernel.in_step + last))
+
+
+def sinc_working_bytes(samples: int, *, in_rate_hz: int, out_rate_hz: int = SAMPLE_RATE_HZ) -> int:
+    """Peak scratch of :func:`sinc_resample` besides its input and output: the padded
+    input, the kernel's bands (built in float64), and one block's gathered taps and sums."""
+    if in_rate_hz == out_rate_hz:
+        return 0
+    in_step, out_step, base, _ = _reduced(in_rate_hz, out_rate_hz)
+    band = _band(in_step, out_step, base)
+    outputs = sinc_output_length(samples, in_rate_hz=in_rate_hz, out_rate_hz=out_rate_hz)
+    blocks = -(-outputs // out_step)
+    padded = samples + 2 * band * (in_step + 1) + blocks * in_step + 2 * in_step
+    kernel = out_step * band * (5 * _INT64 + _FLOAT32)  # t, window, sin, taps; float32 copy
+    rows = min(max(blocks, 1), _SINC_ROWS_PER_BLOCK)
+    block = rows * band * _FLOAT32 + rows * _FLOAT32
+    return padded * _FLOAT32 + kernel + block + _SINC_LIBRARY_BYTES
+
+
+def sinc_resample(
+    samples: npt.NDArray[np.float32],
+    *,
+    in_rate_hz: int,
+    out_rate_hz: int = SAMPLE_RATE_HZ,
+    clip_index: int = 0,
+    cancel: CancelToken = NEVER,
+) -> npt.NDArray[np.float32]:
+    """Resample mono float32 ``[shape=(n,)]`` as ``torchaudio.transforms.Resample`` does.
+
+    Output ``k·out_step + p`` is phase ``p``'s taps against the input zero-padded by
+    ``width`` in front, from sample ``k·in_step + offsets[p]``; sums in float32.
+
+    :returns: read-only float32 ``[shape=(sinc_output_length(n),)]``; a copy at equal rates.
+    :raises ValueError: not a 1-D float32 array, or a rate is not positive.
+    """
+    if samples.ndim != 1 or samples.dtype != np.float32:
+        raise ValueError(f"expected mono float32 samples, got {samples.dtype}{list(samples.shape)}")
+    length = sinc_output_length(samples.shape[0], in_rate_hz=in_rate_hz, out_rate_hz=out_rate_hz)
+    cancel.check(Checkpoint.RESAMPLE, clip_index)
+    if in_rate_hz == out_rate_hz:
+        return readonly(samples.copy())
+    kernel = sinc_kernel(in_rate_hz, out_rate_hz)
+    out = np.empty(length, dtype=np.float32)
+    if length == 0:
+        return readonly(out)
+    padded = np.zeros(_sinc_padded_samples(samples.shape[0], kernel, length), dtype=np.float32)
+    padded[kernel.width : kernel.width + samples.shape[0]] = samples
+    band = kernel.taps.shape[1]
+    step = padded.strides[0]
+    checked = 0
+    for phase in range(kernel.out_step):
+        count = (length - phase + kernel.out_step - 1) // kernel.out_step
+        if count <= 0:
+            break
+        start = int(kernel.offsets[phase])
+        taps = kernel.taps[phase]
+        for first in range(0, count, _SINC_ROWS_PER_BLOCK):
+            checked += min(_SINC_ROWS_PER_BLOCK, count - first)
+            if checked >= OUTPUTS_PER_BLOCK:
+                cancel.check(Checkpoint.RESAMPLE, clip_index)
+                checked = 0
+            rows = min(_SINC_ROWS_PER_BLOCK, count - first)
+            view = np.lib.stride_tricks.as_strided(
+                padded[start + first * kernel.in_step :],
+                shape=(rows, band),
+                strides=(kernel.in_step * step, step),
+                writeable=False,
+            )
+            out[phase + first * kernel.out_step :: kernel.out_step][:rows] = view @ taps
+    return readonly(out)
+
+
 def plan_resample(
     policy: AudioPolicy, *, source_rate_hz: int, source_samples: int, clip_index: int
 ) -> ResamplePlan | None:
-    """Plan the identity (16 kHz sources) or the linear resampler.
+    """Plan the identity (16 kHz sources), the linear resampler or torchaudio's sinc,
+    as ``policy.resampling`` selects (:data:`RESAMPLING_ALGORITHMS`).
 
-    :returns: the plan, or ``None`` when the policy selects another resampler than
-        ``"linear"`` (the core's default then plans it).
+    :returns: the plan, or ``None`` when the policy selects another resampler (the core's
+        default then plans it).
     :raises DecodeError: the rate is below the policy's minimum.
     :raises LimitError: the rate is above the policy's maximum.
     """
-    if policy.resampling != "linear":
+    if policy.resampling not in RESAMPLING_ALGORITHMS:
         return None
     if source_rate_hz < max(policy.min_source_rate_hz, 1):
         raise DecodeError(
@@ -211,19 +409,40 @@ def plan_resample(
             clip_index=clip_index,
         )
     target = policy.target_rate_hz
-    identity = source_rate_hz == target
+    rates = {"in_rate_hz": source_rate_hz, "out_rate_hz": target}
+    if source_rate_hz == target:
+        return ResamplePlan(
+            source_rate_hz=source_rate_hz,
+            source_samples=source_samples,
+            output_rate_hz=target,
+            output_samples=source_samples,
+            working_bytes=0,
+            algorithm="identity",
+            detail={},
+        )
+    if policy.resampling == SINC:
+        return ResamplePlan(
+            source_rate_hz=source_rate_hz,
+            source_samples=source_samples,
+            output_rate_hz=target,
+            output_samples=sinc_output_length(source_samples, **rates),
+            working_bytes=sinc_working_bytes(source_samples, **rates),
+            algorithm=SINC,
+            detail={
+                "interpolation": "sinc_interp_hann",
+                "anti_aliasing": True,
+                "zero_crossings": SINC_ZERO_CROSSINGS,
+                "rolloff": SINC_ROLLOFF,
+            },
+        )
     return ResamplePlan(
         source_rate_hz=source_rate_hz,
         source_samples=source_samples,
         output_rate_hz=target,
-        output_samples=linear_output_length(
-            source_samples, in_rate_hz=source_rate_hz, out_rate_hz=target
-        ),
-        working_bytes=linear_working_bytes(
-            source_samples, in_rate_hz=source_rate_hz, out_rate_hz=target
-        ),
-        algorithm="identity" if identity else "linear",
-        detail={} if identity else {"interpolation": "linear", "anti_aliasing": False},
+        output_samples=linear_output_length(source_samples, **rates),
+        working_bytes=linear_working_bytes(source_samples, **rates),
+        algorithm=LINEAR,
+        detail={"interpolation": "linear", "anti_aliasing": False},
     )
 
 
@@ -235,14 +454,16 @@ def resample(
     clip_index: int,
     cancel: CancelToken,
 ) -> npt.NDArray[np.float32] | None:
-    """Run a ``"linear"`` or ``"identity"`` plan from :func:`plan_resample`.
+    """Run an ``"identity"``, ``"linear"`` or ``"torchaudio_sinc"`` plan from
+    :func:`plan_resample`.
 
     :returns: read-only float32 ``[shape=(plan.output_samples,)]``, or ``None`` for a plan
         of another algorithm (the core's default runs it).
     """
-    if plan.algorithm not in {"linear", "identity"}:
+    if plan.algorithm not in {"identity", *RESAMPLING_ALGORITHMS}:
         return None
-    return linear_resample(
+    run = sinc_resample if plan.algorithm == SINC else linear_resample
+    return run(
         samples,
         in_rate_hz=plan.source_rate_hz,
         out_rate_hz=plan.output_rate_hz,

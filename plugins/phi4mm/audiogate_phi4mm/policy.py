@@ -17,6 +17,10 @@ Two checkpoint variants share these bounds and differ in their frontend:
   1 Hz; the decoder and the policy's maximum still bound it); it has no 8 kHz path and
   uses the unnumbered ``<|audio|>`` placeholder.
 
+A remote-code checkpoint may choose vLLM's resampling instead of the processor's rule:
+``audiogate_audio_limits.resampling_algorithm = "scipy_polyphase_exact"``
+(:mod:`audiogate_phi4mm.resample`; docs/provenance.md says why the default stays).
+
 :func:`parse_policy` picks the variant from what the checkpoint's own files declare.
 """
 
@@ -40,6 +44,7 @@ from audiogate.policy import (
     standard_keys,
 )
 from audiogate_phi4mm._version import __version__
+from audiogate_phi4mm.resample import RESAMPLING_ALGORITHMS
 
 __all__ = [
     "FAMILY",
@@ -114,10 +119,29 @@ VARIANT_RESAMPLING: Final[Mapping[str, str]] = {
 #: (and ``max_source_rate_hz``) still apply.
 NATIVE_MIN_SOURCE_RATE_HZ: Final = 1
 
-# ``resampling_algorithm`` (a standard key) confirms the pinned remote-code frontend,
-# ``"scipy_polyphase_integer"``; the native variant's ``"soxr_hq"`` follows from the
-# processor the checkpoint declares, so a native checkpoint must not set the key.
-POLICY_KEYS: Final = standard_keys(
+
+def _selectable_resampler(key: PolicyKey) -> PolicyKey:
+    """The standard ``resampling_algorithm`` key, choosing the remote-code variant's
+    resampler instead of confirming it."""
+    if key.target != "resampling":
+        return key
+    return PolicyKey(
+        target="resampling",
+        paths=key.paths,
+        kind="string",
+        enum=RESAMPLING_ALGORITHMS,
+        description=(
+            "remote-code resampler: scipy_polyphase_integer (the processor's integer-ratio "
+            "rule) or scipy_polyphase_exact (vLLM's exact ratio)"
+        ),
+    )
+
+
+# ``resampling_algorithm`` (a standard key) chooses the remote-code variant's resampler:
+# ``"scipy_polyphase_integer"`` (the published processor's rule, the default) or
+# ``"scipy_polyphase_exact"`` (vLLM's); the native variant's ``"soxr_hq"`` follows from
+# the processor the checkpoint declares, so a native checkpoint must not set the key.
+_STANDARD_KEYS: Final = standard_keys(
     PINNED,
     extra=(
         PolicyKey(
@@ -151,6 +175,8 @@ POLICY_KEYS: Final = standard_keys(
         ),
     ),
 )
+
+POLICY_KEYS: Final = tuple(_selectable_resampler(key) for key in _STANDARD_KEYS)
 
 # --- variants ------------------------------------------------------------------------
 

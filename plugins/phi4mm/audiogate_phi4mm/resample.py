@@ -39,12 +39,24 @@ float32 array in float32. A caller that loads audio as float32 (``librosa.load``
 does) gets samples an ulp or so away from these, which moves the log-mel of quiet bands
 by up to ~1e-4. audiogate follows the model card, whose example reads with
 ``soundfile.read`` (float64).
+
+``resampling_algorithm = "scipy_polyphase_exact"`` (remote-code checkpoints) selects what
+vLLM runs for Phi-4 MM instead (vLLM 0.32, ``resample_audio_scipy`` in
+``vllm/multimodal/audio.py``): ``resample_poly(x, 16000/g, fs/g)`` at the exact ratio
+(``g = gcd(fs, 16000)``) on the float32 waveform, so every rate becomes true 16 kHz
+before the processor's rule, which then changes nothing: a 5 s 44.1 kHz clip is
+80,000 samples (63 audio tokens), not 110,250 relabelled ones (86). It runs blockwise
+(:func:`resample_exact`): each block of outputs is SciPy's ``upfirdn`` with
+``resample_poly``'s own filter and offsets on the window of input that block reads,
+starting at a multiple of ``fs/g`` so the polyphase grid is the whole clip's; each output
+is then the same float32 sum in the same order, equal to ``resample_poly`` on the whole
+clip bit for bit.
 """
 
 from __future__ import annotations
 
 import math
-from functools import cache
+from functools import cache, lru_cache
 from typing import Final
 
 import numpy as np
@@ -62,21 +74,31 @@ from audiogate.resample import plan_soxr_hq, run_soxr_hq_plan
 __all__ = [
     "ALGORITHM",
     "BLOCK_OUTPUTS",
+    "EXACT",
     "KAISER_BETA",
     "MAX_DOWNSAMPLE_FACTOR",
     "MAX_POLYPHASE_WORK_UNITS",
     "MIN_SOURCE_RATE_HZ",
+    "RESAMPLING_ALGORITHMS",
     "decimate",
     "decimation_filter",
+    "exact_filter",
+    "exact_ratio",
+    "plan_exact_resample",
     "plan_resample",
     "plan_speechlib_resample",
     "resample",
+    "resample_exact",
     "resample_speechlib",
     "speechlib_rate_rule",
 ]
 
 #: The algorithm name in plans and in ``resampling_algorithm`` config keys.
 ALGORITHM: Final = "scipy_polyphase_integer"
+#: ``resample_poly`` at the exact ratio to 16 kHz, as vLLM resamples for Phi-4 MM.
+EXACT: Final = "scipy_polyphase_exact"
+#: The values of the remote-code variant's ``resampling_algorithm`` key, the default first.
+RESAMPLING_ALGORITHMS: Final = (ALGORITHM, EXACT)
 #: mlxcel's ``MAX_PHI4MM_DOWNSAMPLE_FACTOR`` (192 kHz // 16 kHz).
 MAX_DOWNSAMPLE_FACTOR: Final = 12
 #: mlxcel's ``MAX_POLYPHASE_WORK_UNITS``: output samples × filter taps.
@@ -306,6 +328,138 @@ def resample_speechlib(
     return decimate(samples, down=down, clip_index=clip_index, cancel=cancel)
 
 
+# --- the exact ratio (vLLM) ----------------------------------------------------------
+
+
+def exact_ratio(source_rate_hz: int, target_rate_hz: int = WIDEBAND_RATE_HZ) -> tuple[int, int]:
+    """``(up, down)``: the rate ratio in lowest terms."""
+    g = math.gcd(source_rate_hz, target_rate_hz)
+    return target_rate_hz // g, source_rate_hz // g
+
+
+def _exact_taps(up: int, down: int) -> int:
+    return 2 * HALF_LENGTH_PER_FACTOR * max(up, down) + 1
+
+
+def _exact_output(samples: int, up: int, down: int) -> int:
+    return -(-samples * up // down)
+
+
+def _upfirdn_output(samples: int, taps: int, up: int, down: int) -> int:
+    # upfirdn's output length for ``samples`` inputs and ``taps`` filter taps.
+    return ((samples - 1) * up + taps) // down + 1
+
+
+# Bounded: a request chooses its source rate (a filter is up to 3.8 M taps at 192 kHz).
+@lru_cache(maxsize=8)
+def _scaled_filter(up: int, down: int) -> npt.NDArray[np.float32]:
+    from scipy.signal import firwin
+
+    half = HALF_LENGTH_PER_FACTOR * max(up, down)
+    h = np.asarray(firwin(2 * half + 1, 1.0 / max(up, down), window=("kaiser", KAISER_BETA)))
+    scaled = h.astype(np.float32)
+    scaled *= np.float32(up)
+    return readonly(scaled)
+
+
+def exact_filter(up: int, down: int, samples: int) -> tuple[npt.NDArray[np.float32], int]:
+    """``resample_poly``'s filter for ``up/down`` on ``samples`` float32 inputs, padded
+    as it pads it, and the number of leading outputs it drops: ``(h, pre_remove)``.
+
+    ``firwin(20·max + 1, 1/max, kaiser 5.0)`` cast to float32 and scaled by ``up``; zeros
+    in front so the delay is whole outputs, and behind until the output is long enough
+    (which depends on ``samples``, hence the argument).
+    """
+    scaled = _scaled_filter(up, down)
+    half = HALF_LENGTH_PER_FACTOR * max(up, down)
+    pre_pad = down - half % down
+    pre_remove = (half + pre_pad) // down
+    post_pad = 0
+    needed = _exact_output(samples, up, down) + pre_remove
+    while _upfirdn_output(samples, scaled.shape[0] + pre_pad + post_pad, up, down) < needed:
+        post_pad += 1
+    padded = np.concatenate((np.zeros(pre_pad, np.float32), scaled, np.zeros(post_pad, np.float32)))
+    return readonly(padded), pre_remove
+
+
+def plan_exact_resample(
+    *, source_rate_hz: int, source_samples: int, target_rate_hz: int = WIDEBAND_RATE_HZ
+) -> ResamplePlan:
+    """Plan ``resample_poly`` at the exact ratio (the identity at 16 kHz).
+
+    Its scratch: the filter (``firwin`` in float64 with its window, the float32 copy and
+    its padded form, ``upfirdn``'s transposed phases) and one block's window and output.
+    """
+    if source_samples < 0:
+        raise ValueError(f"source_samples must be >= 0, got {source_samples}")
+    if source_rate_hz == target_rate_hz:
+        return plan_identity(
+            source_rate_hz=source_rate_hz,
+            source_samples=source_samples,
+            output_rate_hz=target_rate_hz,
+            detail={"up": 1, "down": 1},
+        )
+    up, down = exact_ratio(source_rate_hz, target_rate_hz)
+    taps = _exact_taps(up, down)
+    output = _exact_output(source_samples, up, down)
+    window = BLOCK_OUTPUTS * down // up + taps // up + 2 * down + 2
+    block = BLOCK_OUTPUTS + taps // down + 2
+    working = (
+        taps * (4 * _F64 + 4 * 4)
+        + 2 * (up + down) * 4
+        + window * 4
+        + 2 * block * 4
+        + LIBRARY_SCRATCH_BYTES
+    )
+    return ResamplePlan(
+        source_rate_hz=source_rate_hz,
+        source_samples=source_samples,
+        output_rate_hz=target_rate_hz,
+        output_samples=output,
+        working_bytes=working,
+        algorithm=EXACT,
+        detail={"up": up, "down": down, "taps": taps},
+    )
+
+
+def resample_exact(
+    samples: npt.NDArray[np.float32],
+    *,
+    up: int,
+    down: int,
+    clip_index: int,
+    cancel: CancelToken,
+) -> npt.NDArray[np.float32]:
+    """``resample_poly(samples, up, down)`` on float32 samples, blockwise and cancellable.
+
+    :param samples: mono float32 ``[shape=(n,)]``; ``up`` and ``down`` coprime.
+    :returns: read-only float32 ``[shape=(ceil(n·up/down),)]``.
+    """
+    from scipy.signal import upfirdn
+
+    source = np.ascontiguousarray(samples, dtype=np.float32)
+    n = source.shape[0]
+    total = _exact_output(n, up, down)
+    out = np.empty(total, dtype=np.float32)
+    cancel.check(Checkpoint.RESAMPLE, clip_index)
+    if total == 0:
+        return readonly(out)
+    h, pre_remove = exact_filter(up, down, n)
+    taps = h.shape[0]
+    for first in range(0, total, BLOCK_OUTPUTS):
+        cancel.check(Checkpoint.RESAMPLE, clip_index)
+        stop = min(first + BLOCK_OUTPUTS, total)
+        # Output m of upfirdn reads inputs (m·down - taps + 1)/up .. m·down/up; the window
+        # starts at a multiple of ``down`` so its outputs sit on the clip's grid.
+        low = max(0, -(-((first + pre_remove) * down - taps + 1) // up))
+        start = low // down * down
+        end = min(n, (stop - 1 + pre_remove) * down // up + 1)
+        shift = start * up // down
+        window = upfirdn(h, source[start:end], up, down)
+        out[first:stop] = window[first + pre_remove - shift : stop + pre_remove - shift]
+    return readonly(out)
+
+
 def plan_resample(
     policy: AudioPolicy, *, source_rate_hz: int, source_samples: int, clip_index: int
 ) -> ResamplePlan:
@@ -318,6 +472,14 @@ def plan_resample(
     """
     if policy.variant == "native":
         return plan_soxr_hq(
+            source_rate_hz=source_rate_hz,
+            source_samples=source_samples,
+            target_rate_hz=policy.target_rate_hz,
+        )
+    if policy.resampling == EXACT:
+        # The remote processor's 8 kHz floor still holds: the rate rule refuses below it.
+        speechlib_rate_rule(source_rate_hz, clip_index=clip_index)
+        return plan_exact_resample(
             source_rate_hz=source_rate_hz,
             source_samples=source_samples,
             target_rate_hz=policy.target_rate_hz,
@@ -342,4 +504,12 @@ def resample(
     """
     if policy.variant == "native":
         return run_soxr_hq_plan(plan, samples, clip_index=clip_index, cancel=cancel)
+    if plan.algorithm == EXACT:
+        return resample_exact(
+            samples,
+            up=int(plan.detail["up"]),
+            down=int(plan.detail["down"]),
+            clip_index=clip_index,
+            cancel=cancel,
+        )
     return resample_speechlib(plan, samples, clip_index=clip_index, cancel=cancel)

@@ -1,0 +1,211 @@
+"""audiogate's render endpoint against vLLM's own render server, in one run (issue #31).
+
+Both servers render the same ``POST /v1/chat/completions/render`` requests on the
+bundled checkpoint (default Qwen2-Audio): a 5 s 16 kHz mono clip and a 5 s 48 kHz stereo
+clip from :mod:`audiogate.vllm.fixtures`, features in bf16. Per server:
+
+* **start-up**: from the process start to its health endpoint answering;
+* **resident memory** of the server's process tree (``/proc``), idle after start-up and
+  after the load;
+* **answer bytes** of one answer per request;
+* **throughput and latency** over HTTP at concurrency 1, 4 and 16 (``--requests`` per
+  level, after a warm-up; one keep-alive connection per client thread).
+
+vLLM comes from ``scripts/vllm/setup_env.sh``'s environment; audiogate runs
+``audiogate serve`` from this checkout's ``.venv`` (one worker thread per core, the
+defaults otherwise). Run on an idle machine, under ``flock /tmp/bench.lock``, and give the
+load (``uptime``) next to any figure. Tests never assert on these numbers.
+
+    .venv/bin/python benchmarks/bench_vllm_render.py [--vllm-env ../vllm-env] [--requests 48]
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "core"))
+
+from audiogate.vllm.fixtures import RENDER_REQUESTS, request_body  # noqa: E402
+
+MODELS = {
+    "qwen2audio": ROOT / "examples" / "models" / "qwen2-audio-7b-instruct",
+    "gemma3n": ROOT / "examples" / "models" / "gemma-3n-e4b-it",
+}
+CASES = ("mono16k_5s", "stereo48k_5s")
+PATH = "/v1/chat/completions/render"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _tree_rss(pid: int) -> int:
+    """Resident bytes of ``pid`` and its descendants."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            children.setdefault(int(fields[1]), []).append(int(entry))
+    total, stack = 0, [pid]
+    while stack:
+        current = stack.pop()
+        stack.extend(children.get(current, []))
+        try:
+            for line in Path(f"/proc/{current}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1]) * 1024
+        except OSError:
+            pass
+    return total
+
+
+def _wait(port: int, path: str, process: subprocess.Popen[bytes], timeout_s: float) -> float:
+    started = time.monotonic()
+    while time.monotonic() - started < timeout_s:
+        if process.poll() is not None:
+            raise RuntimeError(f"the server exited with {process.returncode}")
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+            conn.request("GET", path)
+            if conn.getresponse().status == 200:
+                return time.monotonic() - started
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise TimeoutError("the server did not start")
+
+
+def _load(port: int, bodies: list[bytes], concurrency: int, requests: int) -> dict[str, Any]:
+    def client(count: int) -> list[float]:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+        latencies = []
+        for i in range(count):
+            started = time.perf_counter()
+            conn.request(
+                "POST", PATH, bodies[i % len(bodies)], {"Content-Type": "application/json"}
+            )
+            response = conn.getresponse()
+            response.read()
+            if response.status != 200:
+                raise RuntimeError(f"status {response.status}")
+            latencies.append(time.perf_counter() - started)
+        conn.close()
+        return latencies
+
+    per_client = max(1, requests // concurrency)
+    started = time.perf_counter()
+    with ThreadPoolExecutor(concurrency) as pool:
+        results = list(pool.map(client, [per_client] * concurrency))
+    wall = time.perf_counter() - started
+    latencies = sorted(x for r in results for x in r)
+    return {
+        "concurrency": concurrency,
+        "requests": len(latencies),
+        "requests_per_s": round(len(latencies) / wall, 2),
+        "p50_ms": round(1000 * statistics.median(latencies), 1),
+        "p90_ms": round(1000 * latencies[int(0.9 * (len(latencies) - 1))], 1),
+    }
+
+
+def run_server(
+    name: str,
+    command: list[str],
+    port: int,
+    health: str,
+    family: str,
+    requests: int,
+    levels: Sequence[int],
+) -> dict[str, Any]:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    served = MODELS[family].name
+    cases = {case.name: case for case in RENDER_REQUESTS}
+    bodies = [json.dumps(request_body(cases[c], served)).encode() for c in CASES]
+    log = open(f"/tmp/bench-vllm-render-{name}.log", "wb")  # noqa: SIM115
+    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
+    try:
+        startup = _wait(port, health, process, 900)
+        idle_rss = _tree_rss(process.pid)
+        answer_bytes = {}
+        for case, body in zip(CASES, bodies, strict=True):
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+            conn.request("POST", PATH, body, {"Content-Type": "application/json"})
+            answer_bytes[case] = len(conn.getresponse().read())
+        _load(port, bodies, 2, 8)  # warm-up
+        loads = [_load(port, bodies, level, requests) for level in levels]
+        return {
+            "server": name,
+            "startup_s": round(startup, 1),
+            "rss_idle_mib": round(idle_rss / 2**20),
+            "rss_after_mib": round(_tree_rss(process.pid) / 2**20),
+            "answer_bytes": answer_bytes,
+            "load": loads,
+        }
+    finally:
+        process.terminate()
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        log.close()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--vllm-env", type=Path, default=ROOT.parent / "vllm-env")
+    parser.add_argument("--family", choices=sorted(MODELS), default="qwen2audio")
+    parser.add_argument("--requests", type=int, default=48)
+    parser.add_argument("--levels", type=int, nargs="+", default=[1, 4, 16])
+    parser.add_argument("--skip-vllm", action="store_true")
+    parser.add_argument("--json", type=Path, help="also write the results here")
+    args = parser.parse_args(argv)
+    model = MODELS[args.family]
+    results = []
+    port = _free_port()
+    audiogate = [str(ROOT / ".venv" / "bin" / "audiogate"), "serve", "--model", str(model)]
+    audiogate += ["--port", str(port), "--workers", str(os.cpu_count() or 1), "--no-access-log"]
+    results.append(
+        run_server(
+            "audiogate", audiogate, port, "/healthz", args.family, args.requests, args.levels
+        )
+    )
+    if not args.skip_vllm:
+        port = _free_port()
+        vllm = [
+            str(args.vllm_env / "bin" / "python"),
+            "-m",
+            "vllm.entrypoints.launchers.render.entry",
+        ]
+        vllm += ["--model", str(model), "--served-model-name", model.name, "--port", str(port)]
+        results.append(
+            run_server("vllm", vllm, port, "/health", args.family, args.requests, args.levels)
+        )
+    with open("/proc/loadavg") as f:
+        load = f.read().split()[:3]
+    report = {"family": args.family, "loadavg": load, "cpus": os.cpu_count(), "results": results}
+    print(json.dumps(report, indent=1))
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

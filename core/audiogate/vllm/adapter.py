@@ -1,0 +1,224 @@
+"""What vLLM calls each family's inputs: one adapter per family, in one table.
+
+Everything here is specific to the vLLM versions in :data:`SUPPORTED_VLLM`: the names of
+the per-item tensors (``MultiModalKwargsItem`` keys), which positions a placeholder range
+covers, and the architectures vLLM serves a family under. A family outside this module
+joins the table with :func:`register_vllm_family`, or declares its adapter under the
+``audiogate.vllm`` entry-point group (``name = "module:ADAPTER"``), loaded the first time
+the family is asked for.
+
+Per item (one clip), as vLLM 0.32 renders it:
+
+========== ============================================== ===================================
+family     tensors                                        placeholder range
+========== ============================================== ===================================
+qwen2audio ``input_features`` [128, 3000] float,          the run of ``<|AUDIO|>``
+           ``feature_attention_mask`` [3000] int32
+gemma3n    ``input_features_padded`` [frames, 128] float, the whole block: the newline token,
+           ``input_features_mask`` [frames] bool          ``<start_of_audio>``, the soft
+                                                          tokens, ``<end_of_audio>``, the
+                                                          newline token (192 for 188 tokens)
+========== ============================================== ===================================
+
+Phi-4 MM is not in the table: vLLM serves it only through the checkpoint's remote code,
+which audiogate never runs (and vLLM's transformers-native class was removed in 0.12).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from importlib import metadata
+from typing import Any, Final
+
+import attrs
+import numpy as np
+
+from audiogate.errors import PluginError
+from audiogate.request import PreparedRequest
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "SUPPORTED_VLLM",
+    "TESTED_VLLM",
+    "VllmFamily",
+    "VllmVersionError",
+    "check_vllm_version",
+    "register_vllm_family",
+    "vllm_families",
+    "vllm_family",
+]
+
+#: The vLLM releases whose render protocol (``GenerateRequest`` with ``kwargs_data``)
+#: and per-family names this module follows: ``(first, first unsupported)``.
+SUPPORTED_VLLM: Final = ((0, 21, 0), (0, 33, 0))
+#: The release the committed fixtures were recorded with (``tests/data/vllm/``).
+TESTED_VLLM: Final = "0.32.0"
+#: Entry points of this group each name a :class:`VllmFamily`.
+ENTRY_POINT_GROUP: Final = "audiogate.vllm"
+
+
+class VllmVersionError(RuntimeError):
+    """An installed vLLM outside :data:`SUPPORTED_VLLM`."""
+
+
+def _release(version: str) -> tuple[int, int, int]:
+    parts: list[int] = []
+    for piece in version.split(".")[:3]:
+        digits = ""
+        for char in piece:
+            if not char.isdigit():
+                break
+            digits += char
+        parts.append(int(digits or 0))
+    while len(parts) < 3:
+        parts.append(0)
+    return parts[0], parts[1], parts[2]
+
+
+def check_vllm_version(version: str) -> None:
+    """Refuse a vLLM release outside :data:`SUPPORTED_VLLM`.
+
+    :raises VllmVersionError: naming the range.
+    """
+    first, stop = SUPPORTED_VLLM
+    if not first <= _release(version) < stop:
+        raise VllmVersionError(
+            f"vLLM {version} is not supported: audiogate's vLLM adapter follows vLLM "
+            f">={'.'.join(map(str, first))},<{'.'.join(map(str, stop))} "
+            f"(fixtures recorded with {TESTED_VLLM})"
+        )
+
+
+#: ``items(prepared, clip) -> {vLLM key: array}`` for one clip.
+ItemTensors = Callable[[PreparedRequest, int], Mapping[str, np.ndarray]]
+#: ``placeholder(prepared, clip) -> (offset, length)`` into ``prepared.input_ids``.
+PlaceholderRange = Callable[[PreparedRequest, int], tuple[int, int]]
+
+
+def _str_tuple(values: Iterable[str]) -> tuple[str, ...]:
+    return tuple(values)
+
+
+@attrs.frozen(kw_only=True)
+class VllmFamily:
+    """How one audiogate family's prepared request reads in vLLM.
+
+    :param family: the audiogate family name.
+    :param architectures: the ``config.json`` architectures vLLM serves it under.
+    :param keys: the per-item tensor names, sorted (as vLLM writes them).
+    :param items: one clip's tensors, named as vLLM's ``MultiModalKwargsItem``.
+    :param placeholder: one clip's placeholder range in the expanded prompt.
+    :param modality: the ``features`` key (``"audio"``).
+    :param wire: a tag of this layout, part of every ``mm_hash``: bump it when ``items``
+        or ``placeholder`` change what they give.
+    """
+
+    family: str
+    architectures: tuple[str, ...] = attrs.field(converter=_str_tuple)
+    keys: tuple[str, ...] = attrs.field(converter=_str_tuple)
+    items: ItemTensors
+    placeholder: PlaceholderRange
+    modality: str = "audio"
+    wire: str = "1"
+
+
+def _span(prepared: PreparedRequest, clip: int) -> tuple[int, int]:
+    start, stop = prepared.audio_spans[clip]
+    return start, stop - start
+
+
+def _qwen2audio_items(prepared: PreparedRequest, clip: int) -> Mapping[str, np.ndarray]:
+    features = np.asarray(prepared.features[clip])
+    mask = prepared.masks[clip]
+    if mask is None:
+        raise PluginError("qwen2audio prepared a clip without its frame mask")
+    return {
+        "input_features": features,
+        "feature_attention_mask": np.asarray(mask).astype(np.int32),
+    }
+
+
+def _gemma3n_items(prepared: PreparedRequest, clip: int) -> Mapping[str, np.ndarray]:
+    features = np.asarray(prepared.features[clip])
+    mask = prepared.masks[clip]
+    if mask is None:
+        mask = np.ones(features.shape[0], dtype=bool)
+    return {"input_features_padded": features, "input_features_mask": np.asarray(mask, bool)}
+
+
+def _gemma3n_placeholder(prepared: PreparedRequest, clip: int) -> tuple[int, int]:
+    # vLLM's range is the processor's whole replacement: the blank-line token before
+    # <start_of_audio> (merged with a preceding newline into one token), the block, and
+    # the blank-line token after <end_of_audio>.
+    start, stop = prepared.audio_spans[clip]
+    options = prepared.policy.options
+    ids = prepared.input_ids
+    boa, eoa = int(options["boa_token_id"]), int(options["eoa_token_id"])
+    if start < 2 or stop + 2 > len(ids) or ids[start - 1] != boa or ids[stop] != eoa:
+        raise PluginError(
+            f"gemma3n clip {clip}: the audio block at {start}:{stop} is not wrapped in "
+            "a newline token and <start_of_audio> ... <end_of_audio> and a newline token"
+        )
+    return start - 2, stop - start + 4
+
+
+QWEN2AUDIO: Final = VllmFamily(
+    family="qwen2audio",
+    architectures=("Qwen2AudioForConditionalGeneration",),
+    keys=("feature_attention_mask", "input_features"),
+    items=_qwen2audio_items,
+    placeholder=_span,
+)
+GEMMA3N: Final = VllmFamily(
+    family="gemma3n",
+    architectures=("Gemma3nForConditionalGeneration",),
+    keys=("input_features_mask", "input_features_padded"),
+    items=_gemma3n_items,
+    placeholder=_gemma3n_placeholder,
+)
+
+_lock = threading.Lock()
+_table: dict[str, VllmFamily] = {QWEN2AUDIO.family: QWEN2AUDIO, GEMMA3N.family: GEMMA3N}
+_entry_points_loaded = False
+
+
+def register_vllm_family(adapter: VllmFamily, *, replace: bool = False) -> None:
+    """Add ``adapter`` to the table.
+
+    :raises ValueError: the family has an adapter already (unless ``replace``).
+    """
+    with _lock:
+        if adapter.family in _table and not replace:
+            raise ValueError(f"family {adapter.family!r} already has a vLLM adapter")
+        _table[adapter.family] = adapter
+
+
+def _load_entry_points() -> None:
+    global _entry_points_loaded
+    with _lock:
+        if _entry_points_loaded:
+            return
+        _entry_points_loaded = True
+        found = list(metadata.entry_points(group=ENTRY_POINT_GROUP))
+    for entry in found:
+        adapter: Any = entry.load()
+        if not isinstance(adapter, VllmFamily):
+            raise PluginError(
+                f"entry point {entry.name!r} of {ENTRY_POINT_GROUP!r} is a "
+                f"{type(adapter).__name__}, not a VllmFamily"
+            )
+        with _lock:
+            _table.setdefault(adapter.family, adapter)
+
+
+def vllm_families() -> dict[str, VllmFamily]:
+    """Every family with a vLLM adapter, by name."""
+    _load_entry_points()
+    with _lock:
+        return dict(_table)
+
+
+def vllm_family(family: str) -> VllmFamily | None:
+    """The adapter of ``family``, or ``None`` when vLLM does not serve it."""
+    return vllm_families().get(family)

@@ -1,0 +1,276 @@
+"""``AudiogateProcessor`` against each family's transformers processor (5.24.0) on the
+bundled example directories: keys, shapes, dtypes, ids and masks equal, features within
+the family's parity tolerance; and audiogate's refusals where transformers would go on.
+
+Gemma 3n's and Phi-4 MM's processors also hold an image processor, which needs PIL and
+torchvision (not installed): the references are built from the checkpoint's tokenizer
+and feature extractor with a stand-in image processor, never called without images.
+"""
+
+from __future__ import annotations
+
+import io
+import wave
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytest.importorskip("transformers")
+pytest.importorskip("torch")
+
+import torch
+from transformers import AutoFeatureExtractor, AutoTokenizer, BatchFeature
+from transformers.processing_utils import ProcessorMixin
+
+from audiogate.errors import AcquisitionError, LimitError, PlaceholderError, PolicyError
+from audiogate.integrations.transformers_processor import AudiogateProcessor
+
+MODELS = Path(__file__).resolve().parents[2] / "examples" / "models"
+RATE = 16_000
+
+
+class _NoImages:
+    """Stands in for the image processor a processor is constructed with."""
+
+    model_input_names: tuple[str, ...] = ()
+
+
+@pytest.fixture(autouse=True)
+def _offline(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+def _without_image_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    original = ProcessorMixin.check_argument_for_proper_class
+
+    def check(self: Any, name: str, argument: Any) -> Any:
+        if isinstance(argument, _NoImages):
+            return _NoImages
+        return original(self, name, argument)
+
+    monkeypatch.setattr(ProcessorMixin, "check_argument_for_proper_class", check)
+
+
+def _qwen2audio(directory: Path, _monkeypatch: pytest.MonkeyPatch) -> Any:
+    from transformers import AutoProcessor
+
+    return AutoProcessor.from_pretrained(directory)
+
+
+def _gemma3n(directory: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    from transformers import Gemma3nProcessor
+
+    _without_image_check(monkeypatch)
+    tokenizer = AutoTokenizer.from_pretrained(directory)
+    return Gemma3nProcessor(
+        feature_extractor=AutoFeatureExtractor.from_pretrained(directory),
+        image_processor=_NoImages(),
+        tokenizer=tokenizer,
+        chat_template=tokenizer.chat_template,
+    )
+
+
+def _phi4mm(directory: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    from transformers import Phi4MultimodalProcessor
+
+    _without_image_check(monkeypatch)
+    tokenizer = AutoTokenizer.from_pretrained(directory)
+    return Phi4MultimodalProcessor(
+        image_processor=_NoImages(),
+        audio_processor=AutoFeatureExtractor.from_pretrained(directory),
+        tokenizer=tokenizer,
+        chat_template=tokenizer.chat_template,
+    )
+
+
+#: directory → (reference builder, audio text of clip k, feature tolerance, mask key
+#: whose false rows the reference computes from padding and audiogate fills with zeros)
+FAMILIES: dict[str, tuple[Callable[..., Any], Callable[[int], str], float, str | None]] = {
+    "qwen2-audio-7b-instruct": (
+        _qwen2audio,
+        lambda k: f"Audio {k}: <|audio_bos|><|AUDIO|><|audio_eos|>\n",
+        # 3e-5 but where the reference's own float32 error is larger (qwen2audio_helpers).
+        5e-5,
+        None,
+    ),
+    "gemma-3n-e4b-it": (_gemma3n, lambda k: "<audio_soft_token>", 5e-6, None),
+    "phi-4-multimodal-instruct-hf": (
+        _phi4mm,
+        lambda k: "<|audio|>",
+        2e-6,
+        "audio_attention_mask",
+    ),
+}
+
+
+def _tone(seconds: float, hz: float = 440.0) -> np.ndarray:
+    t = np.arange(round(seconds * RATE)) / RATE
+    return (0.3 * np.sin(2 * np.pi * hz * t) + 0.01 * np.cos(2 * np.pi * 3_100 * t)).astype(
+        np.float32
+    )
+
+
+def _pcm16(seconds: float) -> np.ndarray:
+    return np.round(_tone(seconds) * 32_767).astype(np.int16)
+
+
+def _wav(samples: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    with wave.open(buffer, "wb") as out:
+        out.setnchannels(1)
+        out.setsampwidth(2)
+        out.setframerate(RATE)
+        out.writeframes(samples.tobytes())
+    return buffer.getvalue()
+
+
+@pytest.fixture(scope="module")
+def processors() -> dict[str, AudiogateProcessor]:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("HF_HUB_OFFLINE", "1")
+        return {name: AudiogateProcessor.from_pretrained(MODELS / name) for name in FAMILIES}
+
+
+def _assert_same(name: str, expected: Any, got: Any) -> None:
+    _, _, tolerance, padded_mask = FAMILIES[name]
+    assert isinstance(got, BatchFeature)
+    assert sorted(got.keys()) == sorted(expected.keys())
+    for key, want in expected.items():
+        have = got[key]
+        assert tuple(have.shape) == tuple(want.shape), key
+        assert have.dtype == want.dtype, key
+        if not torch.is_floating_point(want):
+            assert torch.equal(have, want), key
+            continue
+        valid = torch.ones(want.shape[:2], dtype=torch.bool)
+        if padded_mask is not None and padded_mask in expected:
+            valid = expected[padded_mask].bool()
+        np.testing.assert_allclose(
+            have[valid].numpy(), want[valid].numpy(), atol=tolerance, rtol=0, err_msg=key
+        )
+
+
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_one_text_one_clip(name, processors, monkeypatch):
+    build, token, _, _ = FAMILIES[name]
+    reference = build(MODELS / name, monkeypatch)
+    text = f"Listen. {token(1)}What is said?"
+    audio = _tone(2.0)
+    kwargs: dict[str, Any] = {"sampling_rate": RATE, "return_tensors": "pt"}
+    expected = reference(text=text, audio=[audio], **kwargs)
+    _assert_same(name, expected, processors[name](text=text, audio=[audio], **kwargs))
+    # One array without a list, under the older keyword: the same.
+    _assert_same(name, expected, processors[name](text=text, audios=audio, **kwargs))
+
+
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_one_text_two_clips(name, processors, monkeypatch):
+    build, token, _, _ = FAMILIES[name]
+    reference = build(MODELS / name, monkeypatch)
+    text = f"First {token(1)} then {token(2)}compare."
+    clips = [_tone(2.0), _tone(0.7, 1_000.0)]
+    kwargs: dict[str, Any] = {"sampling_rate": RATE, "return_tensors": "pt"}
+    _assert_same(
+        name,
+        reference(text=text, audio=clips, **kwargs),
+        processors[name](text=text, audio=clips, **kwargs),
+    )
+
+
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_a_batch_of_texts_one_clip_each_padded(name, processors, monkeypatch):
+    build, token, _, _ = FAMILIES[name]
+    reference = build(MODELS / name, monkeypatch)
+    texts = [f"A long question first. {token(1)}Answer it.", f"{token(1)}Short."]
+    clips = [_tone(1.2), _tone(3.1, 250.0)]
+    kwargs: dict[str, Any] = {"sampling_rate": RATE, "return_tensors": "pt", "padding": True}
+    expected = reference(text=texts, audio=clips, **kwargs)
+    got = processors[name](text=texts, audio=clips, **kwargs)
+    assert int(got["attention_mask"].sum()) < got["attention_mask"].numel()  # really padded
+    _assert_same(name, expected, got)
+
+
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_apply_chat_template_tokenized(name, processors, monkeypatch):
+    build, _, _, _ = FAMILIES[name]
+    reference = build(MODELS / name, monkeypatch)
+    messages = [
+        {
+            "role": "user",
+            "content": [{"type": "audio", "audio": _tone(1.5)}, {"type": "text", "text": "Why?"}],
+        }
+    ]
+    kwargs: dict[str, Any] = {
+        "tokenize": True,
+        "return_dict": True,
+        "return_tensors": "pt",
+        "add_generation_prompt": True,
+    }
+    expected = reference.apply_chat_template(messages, **kwargs)
+    _assert_same(name, expected, processors[name].apply_chat_template(messages, **kwargs))
+    text = processors[name].apply_chat_template(messages, add_generation_prompt=True)
+    assert text == reference.apply_chat_template(messages, add_generation_prompt=True)
+
+
+def test_bytes_paths_and_arrays_prepare_the_same(processors, tmp_path):
+    processor = processors["qwen2-audio-7b-instruct"]
+    samples = _pcm16(1.3)
+    path = tmp_path / "clip.wav"
+    path.write_bytes(_wav(samples))
+    text = "Audio 1: <|audio_bos|><|AUDIO|><|audio_eos|>\nWhat?"
+    from_array = processor(text=text, audio=samples, sampling_rate=RATE, return_tensors="np")
+    for source in (_wav(samples), path, str(path)):
+        got = processor(text=text, audio=[source], return_tensors="np")
+        assert sorted(got.keys()) == sorted(from_array.keys())
+        for key in from_array:
+            np.testing.assert_array_equal(got[key], from_array[key])
+
+
+def test_without_tensors_ids_are_lists(processors):
+    processor = processors["phi-4-multimodal-instruct-hf"]
+    out = processor(text="<|audio|>Hi", audio=[_tone(1.0)], sampling_rate=RATE)
+    assert isinstance(out["input_ids"], list)
+    assert isinstance(out["input_ids"][0], list)
+    assert out["attention_mask"] == [[1] * len(out["input_ids"][0])]
+
+
+def test_refusals_where_transformers_goes_on(processors):
+    qwen = processors["qwen2-audio-7b-instruct"]
+    text = "Audio 1: <|audio_bos|><|AUDIO|><|audio_eos|>\nWhat?"
+    # Qwen2AudioProcessor cuts a clip past 30 s to 30 s without a word.
+    with pytest.raises(LimitError):
+        qwen(text=text, audio=[_tone(31.0)], sampling_rate=RATE)
+    # A waveform's rate is not assumed.
+    with pytest.raises(AcquisitionError):
+        qwen(text=text, audio=[_tone(1.0)])
+    with pytest.raises(PlaceholderError, match="1 audio token"):
+        qwen(text=text, audio=[_tone(1.0), _tone(1.0)], sampling_rate=RATE)
+    with pytest.raises(TypeError, match="truncation"):
+        qwen(text=text, audio=[_tone(1.0)], sampling_rate=RATE, truncation=True)
+    with pytest.raises(TypeError, match="audio= or audios="):
+        qwen(text=text, audio=[_tone(1.0)], audios=[_tone(1.0)], sampling_rate=RATE)
+    with pytest.raises(TypeError, match="numpy waveform"):
+        qwen(text=text, audio=[[0.0] * 100], sampling_rate=RATE)
+    gemma = processors["gemma-3n-e4b-it"]
+    with pytest.raises(ValueError, match="padding=True"):
+        gemma(
+            text=["<audio_soft_token>a", "<audio_soft_token>a b c d e f"],
+            audio=[_tone(1.0), _tone(1.0)],
+            sampling_rate=RATE,
+            return_tensors="np",
+        )
+
+
+def test_a_remote_code_checkpoint_has_no_transformers_processor():
+    with pytest.raises(PolicyError, match="no processor for model_type 'phi4mm'"):
+        AudiogateProcessor.from_pretrained(MODELS / "phi-4-multimodal-instruct")
+
+
+def test_exported_lazily():
+    import audiogate
+
+    assert audiogate.AudiogateProcessor is AudiogateProcessor
+    assert "AudiogateProcessor" in audiogate.__all__

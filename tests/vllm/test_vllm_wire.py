@@ -1,0 +1,133 @@
+"""The wire pieces: the msgpack subset and tensors as vLLM carries them."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from audiogate.vllm.msgpack import MAX_DEPTH, Ext, MsgpackError, packb, unpackb
+from audiogate.vllm.tensors import bfloat16_bits, decode_tensor, encode_tensor
+
+VALUES = [
+    None,
+    True,
+    False,
+    0,
+    127,
+    128,
+    255,
+    65_535,
+    65_536,
+    2**32,
+    2**64 - 1,
+    -1,
+    -32,
+    -33,
+    -129,
+    -32_769,
+    -(2**31) - 1,
+    -(2**63),
+    1.5,
+    "",
+    "x" * 31,
+    "é" * 40,
+    "y" * 70_000,
+    b"",
+    b"\x00" * 300,
+    [],
+    list(range(20)),
+    {"a": {"b": [1, {"c": None}]}},
+    {str(i): i for i in range(20)},
+    Ext(3, b"abcd"),
+    Ext(3, b"a" * 3),
+    Ext(3, b"z" * 70_000),
+]
+
+
+@pytest.mark.parametrize("value", VALUES, ids=range(len(VALUES)))
+def test_round_trip(value: object) -> None:
+    assert unpackb(packb(value)) == value
+
+
+@pytest.mark.parametrize("value", VALUES, ids=range(len(VALUES)))
+def test_bytes_match_the_msgpack_library(value: object) -> None:
+    msgpack = pytest.importorskip("msgpack")
+
+    def convert(v: object) -> object:
+        if isinstance(v, Ext):
+            return msgpack.ExtType(v.code, v.data)
+        if isinstance(v, dict):
+            return {k: convert(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [convert(x) for x in v]
+        return v
+
+    assert packb(value) == msgpack.packb(convert(value), use_bin_type=True)
+
+
+@pytest.mark.parametrize(
+    ("data", "match"),
+    [
+        (b"", "truncated"),
+        (b"\x92\x01", "truncated"),
+        (b"\x01\x02", "after the msgpack value"),
+        (b"\xc1", "unsupported"),
+        (b"\x82\xa1a\x01\xa1a\x02", "duplicate map key"),
+        (b"\x81\x90\x01", "map key"),
+        (b"\x91" * (MAX_DEPTH + 2) + b"\x01", "nested deeper"),
+        (b"\xdb\xff\xff\xff\xff", "truncated"),
+    ],
+)
+def test_malformed_msgpack_is_refused(data: bytes, match: str) -> None:
+    with pytest.raises(MsgpackError, match=match):
+        unpackb(data)
+
+
+def test_bfloat16_rounds_to_nearest_even_like_torch() -> None:
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(0)
+    values = np.concatenate(
+        [
+            rng.standard_normal(10_000).astype(np.float32) * 100,
+            np.array([0.0, -0.0, np.inf, -np.inf, 1e-40, 3.4e38, 1.00390625, 1.01171875], "f4"),
+        ]
+    )
+    expected = torch.from_numpy(values).to(torch.bfloat16).view(torch.int16).numpy()
+    assert np.array_equal(bfloat16_bits(values), expected.view(np.uint16))
+    assert np.isnan(decode_tensor(encode_tensor(np.array([np.nan], "f4"), "bfloat16"))).all()
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
+def test_float_tensors_travel_in_the_model_dtype(dtype: str) -> None:
+    values = np.linspace(-3, 3, 24, dtype=np.float32).reshape(2, 3, 4)
+    triple = encode_tensor(values, dtype)  # type: ignore[arg-type]
+    name, shape, raw = triple
+    assert (name, shape) == (dtype, [2, 3, 4])
+    assert isinstance(raw, Ext)
+    assert raw.code == 3
+    assert len(raw.data) == values.size * (4 if dtype == "float32" else 2)
+    tolerance = {"bfloat16": 2**-8, "float16": 2**-11, "float32": 0.0}[dtype]
+    np.testing.assert_allclose(decode_tensor(triple), values, rtol=tolerance, atol=0)
+
+
+def test_integer_and_boolean_tensors_keep_their_dtype() -> None:
+    mask = np.array([True, False, True])
+    ints = np.array([1, 0, 1], dtype=np.int32)
+    assert encode_tensor(mask, "bfloat16")[:2] == ["bool", [3]]
+    assert encode_tensor(ints, "bfloat16")[:2] == ["int32", [3]]
+    assert np.array_equal(decode_tensor(encode_tensor(ints, "float16")), ints)
+
+
+@pytest.mark.parametrize(
+    "triple",
+    [
+        ["float32", [2], Ext(3, b"\x00" * 4)],
+        ["float32", [2], Ext(4, b"\x00" * 8)],
+        ["complex64", [1], Ext(3, b"\x00" * 8)],
+        ["float32", [-1], Ext(3, b"")],
+        ["float32", [1]],
+    ],
+)
+def test_malformed_tensors_are_refused(triple: list[object]) -> None:
+    with pytest.raises(ValueError, match=r"tensor|bytes|dtype|shape"):
+        decode_tensor(triple)
