@@ -306,10 +306,17 @@ class WhisperClipStream(_BaseStream):
     def _planned_nbytes(self, more: int) -> int:
         source, target = self._rates
         # The 16 kHz waveform (capacity), the streamed frames (one float32 column of
-        # n_mels per 160 samples) and one block of filter delay.
+        # n_mels per 160 samples), one sample of filter delay and the source frames
+        # waiting for the resampler.
         out = -(-(self._frames + more) * target // source) + 1
         columns = out // 160 + 1
-        return self._mel.nbytes + (out - self._mel.samples) * 4 + columns * self._family.n_mels * 4
+        waiting = (self._waiting_frames + more) * 4
+        return (
+            self._mel.nbytes
+            + (out - self._mel.samples) * 4
+            + columns * self._family.n_mels * 4
+            + waiting
+        )
 
     def _drop(self) -> None:
         self._resampler = None
