@@ -153,3 +153,23 @@ def test_transport_raw_and_wav(family: str, channels: int) -> None:
             )
             assert streamed.sha256 == whole.sha256
             same_clip(streamed, whole)
+
+
+@pytest.mark.parametrize("family", ["voxtral", "phi4mm"])
+def test_transport_raw_f32_stereo(family: str) -> None:
+    """f32 frames (8 bytes in stereo) split anywhere across byte chunks."""
+    from audiogate.decode.geometry import SourceFormat
+
+    rate, frames = 48_000, 48_000 * 3 // 2
+    policy = policy_of(family)
+    samples = noise_pcm16(frames, 2, seed=9).astype("<f4") / np.float32(40000)
+    data = samples.tobytes()
+    source_format = SourceFormat.raw("f32", rate_hz=rate, channels=2)
+    whole = whole_clip(policy, data, source_format)
+    for sizes in ([3, 5, 8191], [1920 * 8]):
+        streamed = asyncio.run(
+            prepare_stream(
+                family_host(), policy, byte_chunks(data, sizes), source_format=source_format
+            )
+        )
+        same_clip(streamed, whole)
