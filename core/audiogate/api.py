@@ -216,8 +216,8 @@ class AudioGate:
             else FeatureCache(feature_cache_bytes, store=feature_store)
         )
         self.host = host
-        host.check_feature_backend(policy.family, feature_backend)
         self.policy = attrs.evolve(policy, feature_backend=feature_backend)
+        host.check_feature_backend(policy.family, self.policy.feature_backend)
         self.tokenizer = tokenizer
         self.renderer = renderer
         self.acquisition = (acquisition or AcquisitionPolicy()).narrowed(policy)

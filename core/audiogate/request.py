@@ -157,8 +157,8 @@ class Request:
         self.convert = convert_tensors(return_tensors)  # a wrong value fails before any work
         policy = gate.policy
         if feature_backend is not None and feature_backend != policy.feature_backend:
-            gate.host.check_feature_backend(policy.family, feature_backend)
             policy = attrs.evolve(policy, feature_backend=feature_backend)
+            gate.host.check_feature_backend(policy.family, policy.feature_backend)
         if return_tensors is None and policy.feature_backend == "mlx":
             # What the backend computed is mx arrays: the inputs a family derives from
             # the prompt (numpy) follow them.
