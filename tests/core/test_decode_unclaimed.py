@@ -1,14 +1,19 @@
 """Formats audiogate does not decode are refused naming the format and the conversion
-to run (issue #32): ADPCM and GSM 6.10 WAV, ALAC in M4A, CAF, Sun AU, RIFX."""
+to run (issue #32): ADPCM and GSM 6.10 WAV, ALAC in M4A, CAF, RIFX. Sun AU is decoded
+(libsndfile), to libsndfile's samples."""
 
 from __future__ import annotations
 
+import io
+import struct
 from pathlib import Path
 
+import numpy as np
 import pytest
+import soundfile
 from wavbuild import chunk, fmt_payload, riff
 
-from audiogate.decode import inspect
+from audiogate.decode import decode, inspect
 from audiogate.decode.geometry import AUTO, CONVERT_ADVICE
 from audiogate.errors import DecodeError
 
@@ -37,7 +42,6 @@ def test_compressed_wav_encodings_are_named_with_the_conversion(tag, bits, name)
     ("head", "name"),
     [
         (b"caff\x00\x01\x00\x00desc", "CAF (Core Audio Format)"),
-        (b".snd\x00\x00\x00\x18\xff\xff\xff\xff\x00\x00\x00\x03", "Sun AU"),
         (b"RIFX\x00\x00\x00\x24WAVEfmt ", "RIFX (big-endian RIFF)"),
     ],
 )
@@ -59,3 +63,30 @@ def test_alac_in_m4a_is_named_with_the_conversion():
 
 def test_no_advice_for_what_is_not_audio():
     assert CONVERT_ADVICE not in _refusal(b"%PDF-1.7" + bytes(64)).detail
+
+
+def _au(encoding: int, payload: bytes, *, rate: int = 16_000, channels: int = 1) -> bytes:
+    return struct.pack(">4s5I", b".snd", 24, len(payload), encoding, rate, channels) + payload
+
+
+@pytest.mark.parametrize(("encoding", "width"), [(1, 1), (3, 2), (4, 3), (6, 4), (27, 1)])
+def test_sun_au_decodes_to_libsndfiles_samples(encoding, width):
+    rng = np.random.default_rng(encoding)
+    if encoding == 6:
+        payload = rng.uniform(-0.9, 0.9, 2_000).astype(">f4").tobytes()
+    else:
+        payload = rng.integers(0, 256, 1_000 * width, dtype=np.uint8).tobytes()
+    data = _au(encoding, payload, channels=2 if width > 1 else 1)
+    geometry = inspect(data, clip_index=0, source_format=AUTO)
+    assert geometry.container == "au"
+    assert geometry.exact
+    got = decode(data, geometry, clip_index=0)
+    samples, _rate = soundfile.read(io.BytesIO(data), dtype="float64", always_2d=True)
+    want = np.clip(samples.mean(axis=1), -1.0, 1.0).astype(np.float32)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_sun_au_headers_are_checked():
+    assert _refusal(_au(23, bytes(100))).code == "unsupported_codec"  # G.721 ADPCM
+    lying = _au(3, bytes(100))[:8] + struct.pack(">I", 1_000) + _au(3, bytes(100))[12:]
+    assert "declares 1000 bytes" in _refusal(lying).detail

@@ -208,6 +208,44 @@ def _inspect_aiff(view: memoryview, clip_index: int) -> StreamHeader:
     return StreamHeader("aiff", "pcm", int(rate), channels, frames, True)
 
 
+# --- Sun AU --------------------------------------------------------------------------
+
+#: Sun AU encodings libsndfile decodes → bits per sample (µ-law, 8/16/24/32-bit linear,
+#: float, double, A-law).
+_AU_BITS: Final = {1: 8, 2: 8, 3: 16, 4: 24, 5: 32, 6: 32, 7: 64, 27: 8}
+
+
+def _inspect_au(view: memoryview, clip_index: int) -> StreamHeader:
+    """A Sun/NeXT ``.snd`` header: data offset and size, encoding, rate, channels."""
+    if view.nbytes < 24:
+        raise _malformed("au", "shorter than its 24-byte header", clip_index)
+    offset, size, encoding, rate, channels = struct.unpack_from(">5I", view, 4)
+    if encoding not in _AU_BITS:
+        raise _unsupported(
+            "au",
+            f"encoding {encoding}; accepted: 1 (µ-law), 2-5 (8 to 32-bit PCM), 6 and 7 "
+            f"(float), 27 (A-law); {CONVERT_ADVICE}",
+            clip_index,
+        )
+    if not 24 <= offset <= view.nbytes or rate < 1 or not 1 <= channels <= 255:
+        raise _malformed(
+            "au", f"data offset {offset}, {channels} channel(s) at {rate} Hz", clip_index
+        )
+    available = view.nbytes - offset
+    if size == 0xFFFFFFFF:  # unknown: to the end of the file
+        size = available
+    if size > available:
+        raise _malformed(
+            "au",
+            f"the header declares {size} bytes of samples, the file holds {available}",
+            clip_index,
+        )
+    frames = size // (channels * _AU_BITS[encoding] // 8)
+    if frames == 0:
+        raise EmptyAudioError(clip_index=clip_index, detail="no sample frames")
+    return StreamHeader("au", "pcm", rate, channels, frames, True)
+
+
 # --- FLAC ----------------------------------------------------------------------------
 
 
@@ -925,6 +963,7 @@ _INSPECTORS: Final[dict[str, Callable[[memoryview, int], StreamHeader]]] = {
     "ogg": _inspect_ogg,
     "webm": _inspect_webm,
     "mp4": _inspect_mp4,
+    "au": _inspect_au,
 }
 
 
