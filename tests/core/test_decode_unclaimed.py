@@ -1,6 +1,6 @@
 """Formats audiogate does not decode are refused naming the format and the conversion
-to run (issue #32): ADPCM and GSM 6.10 WAV, ALAC in M4A, CAF, RIFX. Sun AU is decoded
-(libsndfile), to libsndfile's samples."""
+to run (issue #32): ADPCM and GSM 6.10 WAV, ALAC in M4A, RIFX. Sun AU and CAF (PCM,
+G.711, ALAC) are decoded (libsndfile), to libsndfile's samples."""
 
 from __future__ import annotations
 
@@ -41,7 +41,6 @@ def test_compressed_wav_encodings_are_named_with_the_conversion(tag, bits, name)
 @pytest.mark.parametrize(
     ("head", "name"),
     [
-        (b"caff\x00\x01\x00\x00desc", "CAF (Core Audio Format)"),
         (b"RIFX\x00\x00\x00\x24WAVEfmt ", "RIFX (big-endian RIFF)"),
     ],
 )
@@ -90,3 +89,27 @@ def test_sun_au_headers_are_checked():
     assert _refusal(_au(23, bytes(100))).code == "unsupported_codec"  # G.721 ADPCM
     lying = _au(3, bytes(100))[:8] + struct.pack(">I", 1_000) + _au(3, bytes(100))[12:]
     assert "declares 1000 bytes" in _refusal(lying).detail
+
+
+@pytest.mark.parametrize("subtype", ["PCM_16", "PCM_24", "FLOAT", "ULAW", "ALAW", "ALAC_16"])
+def test_caf_decodes_to_libsndfiles_samples(subtype):
+    rng = np.random.default_rng(7)
+    signal = rng.uniform(-0.5, 0.5, (3_001, 2))
+    out = io.BytesIO()
+    soundfile.write(out, signal, 16_000, format="CAF", subtype=subtype)
+    data = out.getvalue()
+    geometry = inspect(data, clip_index=0, source_format=AUTO)
+    assert (geometry.container, geometry.frames, geometry.exact) == ("caf", 3_001, True)
+    got = decode(data, geometry, clip_index=0)
+    samples, _rate = soundfile.read(io.BytesIO(data), dtype="float64", always_2d=True)
+    want = np.clip(samples.mean(axis=1), -1.0, 1.0).astype(np.float32)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_caf_of_another_format_is_named_with_the_conversion():
+    out = io.BytesIO()
+    soundfile.write(out, np.zeros((100, 1)), 16_000, format="CAF", subtype="PCM_16")
+    data = out.getvalue().replace(b"lpcm", b"aac ", 1)
+    error = _refusal(data)
+    assert error.code == "unsupported_codec"
+    assert CONVERT_ADVICE in error.detail

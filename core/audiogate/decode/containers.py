@@ -246,6 +246,60 @@ def _inspect_au(view: memoryview, clip_index: int) -> StreamHeader:
     return StreamHeader("au", "pcm", rate, channels, frames, True)
 
 
+# --- CAF -----------------------------------------------------------------------------
+
+#: CAF formats libsndfile decodes (linear PCM, µ-law, A-law, Apple Lossless).
+_CAF_FORMATS: Final = (b"lpcm", b"ulaw", b"alaw", b"alac")
+
+
+def _inspect_caf(view: memoryview, clip_index: int) -> StreamHeader:
+    """Apple's Core Audio Format: ``desc`` (rate, format, packet geometry, channels),
+    ``data`` and, for ALAC, ``pakt`` (the valid frames)."""
+    if view.nbytes < 8 or struct.unpack_from(">H", view, 4)[0] != 1:
+        raise _malformed("caf", "not a version-1 'caff' header", clip_index)
+    chunks: dict[bytes, tuple[int, int]] = {}
+    offset = 8
+    while offset + 12 <= view.nbytes and len(chunks) < 256:
+        kind, size = struct.unpack_from(">4sq", view, offset)
+        start = offset + 12
+        end = view.nbytes if size == -1 and kind == b"data" else start + size
+        if size < -1 or end > view.nbytes:
+            raise _malformed(
+                "caf", f"chunk {kind!r} at byte {offset} runs past the end", clip_index
+            )
+        chunks.setdefault(kind, (start, end))
+        offset = end
+    if b"desc" not in chunks or b"data" not in chunks:
+        raise _malformed("caf", "a desc and a data chunk are required", clip_index)
+    start, end = chunks[b"desc"]
+    if end - start < 32:
+        raise _malformed("caf", "desc chunk shorter than 32 bytes", clip_index)
+    rate, kind, _flags, packet_bytes, packet_frames, channels, _bits = struct.unpack_from(
+        ">d4s5I", view, start
+    )
+    if kind not in _CAF_FORMATS:
+        raise _unsupported(
+            "caf",
+            f"format {kind!r}; accepted: lpcm, ulaw, alaw, alac; {CONVERT_ADVICE}",
+            clip_index,
+        )
+    if not math.isfinite(rate) or rate < 1 or rate != int(rate) or not 1 <= channels <= 255:
+        raise _malformed("caf", f"{channels} channel(s) at {rate} Hz", clip_index)
+    data_start, data_end = chunks[b"data"]
+    audio = data_end - data_start - 4  # after the edit count
+    if kind == b"alac":
+        if b"pakt" not in chunks or chunks[b"pakt"][1] - chunks[b"pakt"][0] < 24:
+            raise _malformed("caf", "ALAC without a pakt chunk", clip_index)
+        (frames,) = struct.unpack_from(">q", view, chunks[b"pakt"][0] + 8)
+    elif packet_bytes and packet_frames:
+        frames = max(audio, 0) // packet_bytes * packet_frames
+    else:
+        raise _malformed("caf", "a constant-bitrate format without a packet size", clip_index)
+    if frames <= 0:
+        raise EmptyAudioError(clip_index=clip_index, detail="no sample frames")
+    return StreamHeader("caf", "pcm", int(rate), channels, frames, True)
+
+
 # --- FLAC ----------------------------------------------------------------------------
 
 
@@ -964,6 +1018,7 @@ _INSPECTORS: Final[dict[str, Callable[[memoryview, int], StreamHeader]]] = {
     "webm": _inspect_webm,
     "mp4": _inspect_mp4,
     "au": _inspect_au,
+    "caf": _inspect_caf,
 }
 
 

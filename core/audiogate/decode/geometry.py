@@ -38,7 +38,9 @@ __all__ = [
 
 #: What a clip's bytes are: RIFF/WAVE (RF64 included), headerless samples, or a container
 #: that the codecs decode (``audiogate[codecs]``; see docs/formats.md).
-Container: TypeAlias = Literal["wav", "raw", "aiff", "flac", "mp3", "ogg", "webm", "mp4", "au"]
+Container: TypeAlias = Literal[
+    "wav", "raw", "aiff", "flac", "mp3", "ogg", "webm", "mp4", "au", "caf"
+]
 #: The sample encoding (PCM containers) or the codec (compressed containers).
 Encoding: TypeAlias = Literal[
     "u8",
@@ -132,6 +134,7 @@ CONTAINER_LABELS: Final[dict[str, str]] = {
     "webm": "WebM/Matroska",
     "mp4": "MP4/M4A",
     "au": "Sun AU",
+    "caf": "CAF (Core Audio Format)",
 }
 
 
@@ -157,6 +160,8 @@ def sniff_container(view: memoryview) -> Container | None:
         return "flac"
     if head[:4] == b".snd":
         return "au"
+    if head[:4] == b"caff":
+        return "caf"
     if head[:4] == b"OggS":
         return "ogg"
     if head[:4] == b"\x1aE\xdf\xa3":

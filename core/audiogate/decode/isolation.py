@@ -82,6 +82,7 @@ _MAX_ERROR_BYTES: Final = 4096
 _EXTRAS: Final = {
     "aiff": ("codecs", "soundfile"),
     "au": ("codecs", "soundfile"),
+    "caf": ("codecs", "soundfile"),
     "flac": ("codecs", "soundfile"),
     "mp3": ("codecs", "soundfile"),
     "ogg": ("codecs", "soundfile"),
