@@ -1,6 +1,6 @@
 """Formats audiogate does not decode are refused naming the format and the conversion
-to run (issue #32): ADPCM and GSM 6.10 WAV, ALAC in M4A, RIFX. Sun AU and CAF (PCM,
-G.711, ALAC) are decoded (libsndfile), to libsndfile's samples."""
+to run (issue #32): ALAC in M4A, RIFX. Sun AU, CAF (PCM, G.711, ALAC) and ADPCM and
+GSM 6.10 WAV are decoded (libsndfile), to libsndfile's samples."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import soundfile
 from wavbuild import chunk, fmt_payload, riff
 
 from audiogate.decode import decode, inspect
-from audiogate.decode.geometry import AUTO, CONVERT_ADVICE
+from audiogate.decode.geometry import AUTO, CONVERT_ADVICE, WAV
 from audiogate.errors import DecodeError
 
 CORPUS = Path(__file__).resolve().parents[1] / "data" / "audio"
@@ -27,15 +27,28 @@ def _refusal(data: bytes) -> DecodeError:
 
 
 @pytest.mark.parametrize(
-    ("tag", "bits", "name"),
-    [(0x0002, 4, "Microsoft ADPCM"), (0x0011, 4, "IMA ADPCM"), (0x0031, 0, "GSM 6.10")],
+    ("subtype", "rate"), [("IMA_ADPCM", 16_000), ("MS_ADPCM", 22_050), ("GSM610", 8_000)]
 )
-def test_compressed_wav_encodings_are_named_with_the_conversion(tag, bits, name):
-    fmt = fmt_payload(format_tag=tag, bits=bits, block_align=256, byte_rate=4_000)
+def test_adpcm_and_gsm_wav_decode_to_libsndfiles_samples(subtype, rate):
+    signal = np.random.default_rng(3).uniform(-0.5, 0.5, (5_003, 1))
+    out = io.BytesIO()
+    soundfile.write(out, signal, rate, format="WAV", subtype=subtype)
+    data = out.getvalue()
+    for declared in (AUTO, WAV):
+        geometry = inspect(data, clip_index=0, source_format=declared)
+        assert geometry.container == "wavcodec"
+        got = decode(data, geometry, clip_index=0)
+    samples, _rate = soundfile.read(io.BytesIO(data), dtype="float64", always_2d=True)
+    want = np.clip(samples.mean(axis=1), -1.0, 1.0).astype(np.float32)
+    np.testing.assert_array_equal(got, want)
+    assert geometry.frames >= got.shape[0]  # a bound of whole blocks
+
+
+def test_a_broken_adpcm_header_keeps_the_wav_walkers_refusal():
+    fmt = fmt_payload(format_tag=0x0011, bits=4, block_align=0, byte_rate=0)
     error = _refusal(riff(chunk(b"fmt ", fmt), chunk(b"data", bytes(256))))
     assert error.code == "unsupported_format"
-    assert name in error.detail
-    assert CONVERT_ADVICE in error.detail
+    assert "IMA ADPCM" in error.detail
 
 
 @pytest.mark.parametrize(

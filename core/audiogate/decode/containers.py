@@ -55,12 +55,14 @@ __all__ = [
     "CONTAINER_LABELS",
     "MAX_MP3_PARTS",
     "MAX_OGG_LINKS",
+    "WAV_CODEC_TAGS",
     "StreamHeader",
     "flac_without_total",
     "inspect_container",
     "mp3_parts",
     "ogg_links",
     "sniff_container",
+    "wav_codec_tag",
 ]
 
 #: The ``code`` of each refusal here.
@@ -298,6 +300,61 @@ def _inspect_caf(view: memoryview, clip_index: int) -> StreamHeader:
     if frames <= 0:
         raise EmptyAudioError(clip_index=clip_index, detail="no sample frames")
     return StreamHeader("caf", "pcm", int(rate), channels, frames, True)
+
+
+# --- RIFF/WAVE with a compressed codec ----------------------------------------------
+
+#: WAV format tags of codecs libsndfile decodes (the core's WAV walker refuses them).
+WAV_CODEC_TAGS: Final = {0x0002: "Microsoft ADPCM", 0x0011: "IMA ADPCM", 0x0031: "GSM 6.10"}
+
+
+def _riff_chunks(view: memoryview) -> dict[bytes, tuple[int, int]]:
+    """The first ``(start, size)`` of each chunk of a plain RIFF/WAVE (at most 256)."""
+    chunks: dict[bytes, tuple[int, int]] = {}
+    offset = 12
+    while offset + 8 <= view.nbytes and len(chunks) < 256:
+        kind, size = struct.unpack_from("<4sI", view, offset)
+        chunks.setdefault(kind, (offset + 8, size))
+        offset += 8 + size + (size & 1)
+    return chunks
+
+
+def wav_codec_tag(view: memoryview) -> int | None:
+    """The ``fmt `` tag of a RIFF/WAVE whose codec is one of :data:`WAV_CODEC_TAGS`."""
+    if bytes(view[:4]) != b"RIFF" or bytes(view[8:12]) != b"WAVE":
+        return None
+    fmt = _riff_chunks(view).get(b"fmt ")
+    if fmt is None or fmt[1] < 16 or fmt[0] + 16 > view.nbytes:
+        return None
+    (tag,) = struct.unpack_from("<H", view, fmt[0])
+    return tag if tag in WAV_CODEC_TAGS else None
+
+
+def _inspect_wavcodec(view: memoryview, clip_index: int) -> StreamHeader:
+    """ADPCM and GSM 6.10 WAV: the rate and channels of ``fmt ``, and a bound of whole
+    blocks of the ``data`` chunk (libsndfile decodes whole blocks; ``fact`` is not what
+    it gives)."""
+    chunks = _riff_chunks(view)
+    if b"fmt " not in chunks or b"data" not in chunks:
+        raise _malformed("wavcodec", "a fmt and a data chunk are required", clip_index)
+    start, _size = chunks[b"fmt "]
+    tag, channels, rate, _byte_rate, block, _bits = struct.unpack_from("<HHIIHH", view, start)
+    if channels < 1 or rate < 1 or block < 1:
+        raise _malformed(
+            "wavcodec", f"{channels} channel(s) at {rate} Hz, blocks of {block}", clip_index
+        )
+    if tag == 0x0011:
+        per_block = (block - 4 * channels) * 8 // (4 * channels) + 1
+    elif tag == 0x0002:
+        per_block = (block - 7 * channels) * 2 // channels + 2
+    else:
+        per_block = 320 * max(block // 65, 1)
+    data_start, data_size = chunks[b"data"]
+    data_size = min(data_size, view.nbytes - data_start)
+    if per_block < 1 or data_size < 1:
+        raise EmptyAudioError(clip_index=clip_index, detail="no sample blocks")
+    frames = (data_size // block + 1) * per_block
+    return StreamHeader("wavcodec", "pcm", rate, channels, frames, False)
 
 
 # --- FLAC ----------------------------------------------------------------------------
@@ -1019,6 +1076,7 @@ _INSPECTORS: Final[dict[str, Callable[[memoryview, int], StreamHeader]]] = {
     "mp4": _inspect_mp4,
     "au": _inspect_au,
     "caf": _inspect_caf,
+    "wavcodec": _inspect_wavcodec,
 }
 
 

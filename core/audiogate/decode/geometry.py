@@ -39,7 +39,7 @@ __all__ = [
 #: What a clip's bytes are: RIFF/WAVE (RF64 included), headerless samples, or a container
 #: that the codecs decode (``audiogate[codecs]``; see docs/formats.md).
 Container: TypeAlias = Literal[
-    "wav", "raw", "aiff", "flac", "mp3", "ogg", "webm", "mp4", "au", "caf"
+    "wav", "raw", "aiff", "flac", "mp3", "ogg", "webm", "mp4", "au", "caf", "wavcodec"
 ]
 #: The sample encoding (PCM containers) or the codec (compressed containers).
 Encoding: TypeAlias = Literal[
@@ -135,6 +135,7 @@ CONTAINER_LABELS: Final[dict[str, str]] = {
     "mp4": "MP4/M4A",
     "au": "Sun AU",
     "caf": "CAF (Core Audio Format)",
+    "wavcodec": "RIFF/WAVE with ADPCM or GSM 6.10",
 }
 
 

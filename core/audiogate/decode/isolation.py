@@ -83,6 +83,7 @@ _EXTRAS: Final = {
     "aiff": ("codecs", "soundfile"),
     "au": ("codecs", "soundfile"),
     "caf": ("codecs", "soundfile"),
+    "wavcodec": ("codecs", "soundfile"),
     "flac": ("codecs", "soundfile"),
     "mp3": ("codecs", "soundfile"),
     "ogg": ("codecs", "soundfile"),
