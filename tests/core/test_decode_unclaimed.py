@@ -1,6 +1,7 @@
 """Formats audiogate does not decode are refused naming the format and the conversion
-to run (issue #32): ALAC in M4A, RIFX. Sun AU, CAF (PCM, G.711, ALAC) and ADPCM and
-GSM 6.10 WAV are decoded (libsndfile), to libsndfile's samples."""
+to run (issue #32): ALAC in M4A, RIFX other than PCM and float. Sun AU, CAF (PCM,
+G.711, ALAC), RIFX and ADPCM and GSM 6.10 WAV are decoded (libsndfile), to libsndfile's
+samples."""
 
 from __future__ import annotations
 
@@ -54,7 +55,7 @@ def test_a_broken_adpcm_header_keeps_the_wav_walkers_refusal():
 @pytest.mark.parametrize(
     ("head", "name"),
     [
-        (b"RIFX\x00\x00\x00\x24WAVEfmt ", "RIFX (big-endian RIFF)"),
+        (b"RIFX\x00\x00\x00\x24XWAV", "RIFX (big-endian RIFF)"),
     ],
 )
 def test_other_audio_containers_are_named_with_the_conversion(head, name):
@@ -124,5 +125,28 @@ def test_caf_of_another_format_is_named_with_the_conversion():
     soundfile.write(out, np.zeros((100, 1)), 16_000, format="CAF", subtype="PCM_16")
     data = out.getvalue().replace(b"lpcm", b"aac ", 1)
     error = _refusal(data)
+    assert error.code == "unsupported_codec"
+    assert CONVERT_ADVICE in error.detail
+
+
+def _rifx(samples: np.ndarray, *, tag: int = 1, rate: int = 16_000) -> bytes:
+    """A big-endian RIFF/WAVE of 16-bit ``[shape=(frames, channels)]`` samples."""
+    channels = samples.shape[1]
+    payload = samples.astype(">i2").tobytes()
+    fmt = struct.pack(">HHIIHH", tag, channels, rate, rate * 2 * channels, 2 * channels, 16)
+    body = b"WAVE" + b"fmt " + struct.pack(">I", 16) + fmt
+    body += b"data" + struct.pack(">I", len(payload)) + payload
+    return b"RIFX" + struct.pack(">I", len(body)) + body
+
+
+def test_rifx_decodes_to_libsndfiles_samples():
+    samples = np.random.default_rng(5).integers(-32768, 32767, (2_001, 2))
+    data = _rifx(samples)
+    geometry = inspect(data, clip_index=0, source_format=AUTO)
+    assert (geometry.container, geometry.frames, geometry.exact) == ("rifx", 2_001, True)
+    got = decode(data, geometry, clip_index=0)
+    want, _rate = soundfile.read(io.BytesIO(data), dtype="float64", always_2d=True)
+    np.testing.assert_array_equal(got, np.clip(want.mean(axis=1), -1, 1).astype(np.float32))
+    error = _refusal(_rifx(samples, tag=0xFFFE))
     assert error.code == "unsupported_codec"
     assert CONVERT_ADVICE in error.detail

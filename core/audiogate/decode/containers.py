@@ -357,6 +357,41 @@ def _inspect_wavcodec(view: memoryview, clip_index: int) -> StreamHeader:
     return StreamHeader("wavcodec", "pcm", rate, channels, frames, False)
 
 
+# --- RIFX ----------------------------------------------------------------------------
+
+
+def _inspect_rifx(view: memoryview, clip_index: int) -> StreamHeader:
+    """Big-endian RIFF/WAVE (RIFX) of PCM or IEEE float: ``fmt `` and ``data``, exact."""
+    chunks: dict[bytes, tuple[int, int]] = {}
+    offset = 12
+    while offset + 8 <= view.nbytes and len(chunks) < 256:
+        kind, size = struct.unpack_from(">4sI", view, offset)
+        chunks.setdefault(kind, (offset + 8, size))
+        offset += 8 + size + (size & 1)
+    if b"fmt " not in chunks or b"data" not in chunks or chunks[b"fmt "][1] < 16:
+        raise _malformed("rifx", "a fmt chunk of 16 bytes or more and a data chunk", clip_index)
+    tag, channels, rate, _byte_rate, block, bits = struct.unpack_from(
+        ">HHIIHH", view, chunks[b"fmt "][0]
+    )
+    if (tag, bits) not in ((1, 8), (1, 16), (1, 24), (1, 32), (3, 32), (3, 64)):
+        raise _unsupported(
+            "rifx",
+            f"format {tag} at {bits} bits; accepted: PCM, IEEE float; {CONVERT_ADVICE}",
+            clip_index,
+        )
+    if channels < 1 or rate < 1 or block != channels * bits // 8:
+        raise _malformed(
+            "rifx", f"{channels} channel(s) at {rate} Hz, blocks of {block}", clip_index
+        )
+    data_start, size = chunks[b"data"]
+    if data_start + size > view.nbytes:
+        raise _malformed("rifx", f"the data chunk declares {size} bytes past the end", clip_index)
+    frames = size // block
+    if frames == 0:
+        raise EmptyAudioError(clip_index=clip_index, detail="no sample frames")
+    return StreamHeader("rifx", "pcm", rate, channels, frames, True)
+
+
 # --- FLAC ----------------------------------------------------------------------------
 
 
@@ -1077,6 +1112,7 @@ _INSPECTORS: Final[dict[str, Callable[[memoryview, int], StreamHeader]]] = {
     "au": _inspect_au,
     "caf": _inspect_caf,
     "wavcodec": _inspect_wavcodec,
+    "rifx": _inspect_rifx,
 }
 
 

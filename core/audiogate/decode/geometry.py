@@ -39,7 +39,7 @@ __all__ = [
 #: What a clip's bytes are: RIFF/WAVE (RF64 included), headerless samples, or a container
 #: that the codecs decode (``audiogate[codecs]``; see docs/formats.md).
 Container: TypeAlias = Literal[
-    "wav", "raw", "aiff", "flac", "mp3", "ogg", "webm", "mp4", "au", "caf", "wavcodec"
+    "wav", "raw", "aiff", "flac", "mp3", "ogg", "webm", "mp4", "au", "caf", "wavcodec", "rifx"
 ]
 #: The sample encoding (PCM containers) or the codec (compressed containers).
 Encoding: TypeAlias = Literal[
@@ -136,6 +136,7 @@ CONTAINER_LABELS: Final[dict[str, str]] = {
     "au": "Sun AU",
     "caf": "CAF (Core Audio Format)",
     "wavcodec": "RIFF/WAVE with ADPCM or GSM 6.10",
+    "rifx": "RIFX (big-endian RIFF/WAVE)",
 }
 
 
@@ -163,6 +164,8 @@ def sniff_container(view: memoryview) -> Container | None:
         return "au"
     if head[:4] == b"caff":
         return "caf"
+    if head[:4] == b"RIFX" and head[8:12] == b"WAVE":
+        return "rifx"
     if head[:4] == b"OggS":
         return "ogg"
     if head[:4] == b"\x1aE\xdf\xa3":

@@ -84,6 +84,7 @@ _EXTRAS: Final = {
     "au": ("codecs", "soundfile"),
     "caf": ("codecs", "soundfile"),
     "wavcodec": ("codecs", "soundfile"),
+    "rifx": ("codecs", "soundfile"),
     "flac": ("codecs", "soundfile"),
     "mp3": ("codecs", "soundfile"),
     "ogg": ("codecs", "soundfile"),
