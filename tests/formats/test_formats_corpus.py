@@ -177,10 +177,15 @@ DECLARED = {
     "webm": "webm",
     "matroska": "webm",
     "mp4": "m4a",
+    # recognised from the bytes only (no declared name): "auto" is what a client sends
+    "au": "auto",
+    "caf": "auto",
+    "rifx": "auto",
 }
 #: A declaration each container's bytes are not.
 WRONG = {"wav": "mp3", "rf64": "flac", "aiff": "wav", "aifc": "ogg", "flac": "mp3"}
 WRONG |= {"mp3": "flac", "ogg": "webm", "webm": "ogg", "matroska": "m4a", "mp4": "mp3"}
+WRONG |= {"au": "wav", "caf": "mp3", "rifx": "wav"}
 
 
 @pytest.fixture(scope="module")
