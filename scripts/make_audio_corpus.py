@@ -194,7 +194,7 @@ CLIPS: tuple[tuple[str, int, int, float, str, list[str]], ...] = (
     ("aac-mov-stereo-44100.mov", 44100, 2, 1.5, "f32",
      [*FFMPEG, "-c:a", "aac", "-b:a", "96k", "-f", "mov", "{out}"]),
     # Formats libsndfile decodes beside the claimed ones (issue #32): IMA ADPCM WAV,
-    # big-endian RIFX, Sun AU and CAF (linear PCM and Apple Lossless)
+    # big-endian RIFX, Sun AU and CAF
     ("wav-ima-adpcm-mono-16000.wav", 16000, 1, 1.5, "s16",
      [*SOX, "-t", "wav", "-e", "ima-adpcm", "{out}"]),
     ("rifx-s16-stereo-11025.wav", 11025, 2, 1.0, "s16",
@@ -205,6 +205,9 @@ CLIPS: tuple[tuple[str, int, int, float, str, list[str]], ...] = (
      [*SOX, "-t", "au", "-e", "u-law", "{out}"]),
     ("caf-s16-mono-16000.caf", 16000, 1, 1.0, "s16",
      [*SOX, "-t", "caf", "-e", "signed-integer", "-b", "16", "{out}"]),
+    # Apple Lossless in M4A (iPhone Voice Memos), FFmpeg's encoder
+    ("alac-mono-16000.m4a", 16000, 1, 1.2, "s16",
+     [*FFMPEG, "-c:a", "alac", "-f", "ipod", "{out}"]),
 )  # fmt: skip
 
 #: Container of each file, by its first bytes and extension (what the tests sniff too).

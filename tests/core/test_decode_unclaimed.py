@@ -1,7 +1,7 @@
 """Formats audiogate does not decode are refused naming the format and the conversion
-to run (issue #32): ALAC in M4A, RIFX other than PCM and float. Sun AU, CAF (PCM,
-G.711, ALAC), RIFX and ADPCM and GSM 6.10 WAV are decoded (libsndfile), to libsndfile's
-samples."""
+to run (issue #32): RIFX other than PCM and float, MP4 of other codecs. Sun AU, CAF
+(PCM, G.711, ALAC), RIFX and ADPCM and GSM 6.10 WAV are decoded (libsndfile), to
+libsndfile's samples; ALAC in M4A by FFmpeg."""
 
 from __future__ import annotations
 
@@ -65,12 +65,36 @@ def test_other_audio_containers_are_named_with_the_conversion(head, name):
     assert CONVERT_ADVICE in error.detail
 
 
-def test_alac_in_m4a_is_named_with_the_conversion():
+def _alac_m4a(samples: np.ndarray, rate: int) -> bytes:
+    """Apple Lossless in an M4A, by FFmpeg's encoder (PyAV), as iPhone Voice Memos."""
+    import av
+
+    out = io.BytesIO()
+    with av.open(out, "w", format="ipod") as container:
+        stream = container.add_stream("alac", rate=rate)
+        stream.layout = "mono"
+        frame = av.AudioFrame.from_ndarray(samples.reshape(1, -1), format="s16p", layout="mono")
+        frame.sample_rate = rate
+        for packet in [*stream.encode(frame), *stream.encode(None)]:
+            container.mux(packet)
+    return out.getvalue()
+
+
+def test_alac_in_m4a_decodes_as_ffmpeg_decodes_it():
+    pytest.importorskip("av")
+    samples = (np.random.default_rng(9).uniform(-0.5, 0.5, 10_000) * 32767).astype(np.int16)
+    data = _alac_m4a(samples, 16_000)
+    geometry = inspect(data, clip_index=0, source_format=AUTO)
+    assert (geometry.container, geometry.encoding) == ("mp4", "alac")
+    got = decode(data, geometry, clip_index=0)
+    np.testing.assert_array_equal(got, samples.astype(np.float32) / 32768)  # lossless
+
+
+def test_mp4_of_another_codec_is_named_with_the_conversion():
     aac = (CORPUS / "aac-mono-8000.m4a").read_bytes()
-    alac = aac.replace(b"mp4a", b"alac", 1)
-    error = _refusal(alac)
+    error = _refusal(aac.replace(b"mp4a", b"ac-3", 1))
     assert error.code == "unsupported_codec"
-    assert "ALAC, Apple Lossless" in error.detail
+    assert "alac (Apple Lossless)" in error.detail
     assert CONVERT_ADVICE in error.detail
 
 

@@ -54,10 +54,11 @@ SEEDS = {
     "rifx": "rifx-s16-stereo-11025.wav",
     "au": "au-ulaw-mono-8000.au",
     "caf": "caf-s16-mono-16000.caf",
+    "mp4-alac": "alac-mono-16000.m4a",
 }
 COMPRESSED = frozenset(
     {"flac", "mp3", "mp3-id3v2", "ogg-vorbis", "ogg-opus", "webm-opus", "matroska-opus", "mp4-aac"}
-    | {"wav-ima-adpcm", "rifx", "au", "caf"}  # libsndfile, in the decoder process
+    | {"wav-ima-adpcm", "rifx", "au", "caf", "mp4-alac"}  # in the decoder process
 )
 #: The corpus container of each seed.
 CONTAINER_OF = {
@@ -83,6 +84,7 @@ DECLARED = {
     "rifx": "auto",
     "au": "auto",
     "caf": "auto",
+    "mp4-alac": "m4a",
 }
 #: Mutants per container: a few of each in-process container in the quick run; a bounded
 #: count in the slow one, fewer of a compressed container (each refusal there costs a

@@ -1027,6 +1027,34 @@ def _mp4_understated(
     return ""
 
 
+def _alac_header(
+    view: memoryview,
+    moov: tuple[int, int],
+    trak: tuple[int, int],
+    entry: tuple[bytes, int, int],
+    stsz: tuple[int, int],
+) -> StreamHeader:
+    """Apple Lossless in MP4/M4A (iPhone Voice Memos), decoded by FFmpeg: the rate,
+    channels and frames per packet of its ``ALACSpecificConfig``; the length a bound of
+    whole packets (the last one may be shorter)."""
+    _kind, start, end = entry
+    config = _find(view, start + 28, end, b"alac")
+    if not config or config[0][1] - config[0][0] < 28:
+        raise ValueError("the alac entry has no ALACSpecificConfig")
+    at = config[0][0] + 4  # after version and flags
+    (frame_length,) = struct.unpack_from(">I", view, at)
+    channels = view[at + 9]
+    (rate,) = struct.unpack_from(">I", view, at + 20)
+    if not 1 <= frame_length <= 1 << 16 or channels < 1 or rate < 1:
+        raise ValueError(f"ALAC of {channels} channel(s) at {rate} Hz, {frame_length} per packet")
+    (count,) = struct.unpack_from(">I", view, stsz[0] + 8)
+    if _find(view, *moov, b"mvex"):
+        count += _fragment_samples(view, _track_id(view, trak))
+    if count == 0:
+        raise ValueError("the sound track holds no samples")
+    return StreamHeader("mp4", "alac", rate, channels, count * frame_length, False)
+
+
 def _inspect_mp4(view: memoryview, clip_index: int) -> StreamHeader:
     try:
         moov = _find(view, 0, view.nbytes, b"moov")
@@ -1050,11 +1078,13 @@ def _inspect_mp4(view: memoryview, clip_index: int) -> StreamHeader:
         if not stsd or not stsz:
             raise ValueError("the sound track has no stsd or stsz box")
         entries = _boxes(view, stsd[0][0] + 8, stsd[0][1])
+        if len(entries) == 1 and entries[0][0] == b"alac":
+            return _alac_header(view, moov[0], sound_traks[0], entries[0], stsz[0])
         if len(entries) != 1 or entries[0][0] != b"mp4a":
             kinds = [k for k, _, _ in entries]
-            named = " (ALAC, Apple Lossless)" if b"alac" in kinds else ""
             raise LookupError(
-                f"sample entries {kinds!r}{named}; accepted: one mp4a (AAC); {CONVERT_ADVICE}"
+                f"sample entries {kinds!r}; accepted: one mp4a (AAC) or alac (Apple "
+                f"Lossless); {CONVERT_ADVICE}"
             )
         _kind, entry, entry_end = entries[0]
         # A QuickTime sound description of version 1 or 2 (.mov) is longer, and may hold

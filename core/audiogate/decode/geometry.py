@@ -57,6 +57,7 @@ Encoding: TypeAlias = Literal[
     "vorbis",
     "opus",
     "aac",
+    "alac",
 ]
 
 #: Bytes per sample of each encoding the core decodes in-process (WAV and raw).
