@@ -21,7 +21,11 @@ What each container must hold:
 * **MP4 / M4A**: one sound track of AAC (``mp4a``, QuickTime's version-1 and 2 sound
   descriptions too, the ``esds`` directly or in a ``wave`` box) with its
   ``AudioSpecificConfig``; the length from the sample count (1024 frames per AAC access
-  unit, 2048 with SBR), of ``stsz`` or, fragmented, of every ``moof``'s ``trun``.
+  unit, 2048 with SBR), of ``stsz`` or, fragmented, of every ``moof``'s ``trun``; or one
+  of ALAC (``alac``, its ``ALACSpecificConfig``; a bound of whole packets);
+* **Sun AU**, **CAF** (``lpcm``, ``ulaw``, ``alaw``, ``alac``), **RIFX** (PCM, float) and
+  **ADPCM/GSM 6.10 WAV** (container ``wavcodec``): read by libsndfile; their lengths from
+  their headers (ADPCM/GSM: a bound of whole blocks).
 
 Every refusal is a :class:`~audiogate.errors.DecodeError` with one of
 :data:`CONTAINER_ERROR_CODES`.
