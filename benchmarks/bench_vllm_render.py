@@ -12,8 +12,8 @@ clip from :mod:`audiogate.vllm.fixtures`, features in bf16. Per server:
   level, after a warm-up; one keep-alive connection per client thread).
 
 vLLM comes from ``scripts/vllm/setup_env.sh``'s environment; audiogate runs
-``audiogate serve`` from this checkout's ``.venv`` (one worker thread per core, the
-defaults otherwise). Run on an idle machine, under ``flock /tmp/bench.lock``, and give the
+``audiogate serve`` from this checkout's ``.venv`` (one worker thread per core, a queue
+deep enough for every client, the defaults otherwise). Run on an idle machine, under ``flock /tmp/bench.lock``, and give the
 load (``uptime``) next to any figure. Tests never assert on these numbers.
 
     .venv/bin/python benchmarks/bench_vllm_render.py [--vllm-env ../vllm-env] [--requests 48]
@@ -182,6 +182,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     port = _free_port()
     audiogate = [str(ROOT / ".venv" / "bin" / "audiogate"), "serve", "--model", str(model)]
     audiogate += ["--port", str(port), "--workers", str(os.cpu_count() or 1), "--no-access-log"]
+    # Room for every client of the highest level: a 429 is not a throughput figure.
+    audiogate += ["--queue-depth", str(2 * max(args.levels))]
     results.append(
         run_server(
             "audiogate", audiogate, port, "/healthz", args.family, args.requests, args.levels

@@ -20,8 +20,16 @@ gauge is back to 0, and that the peak RSS stayed within the warmed-up baseline p
 the configured budgets (body, acquired, queued, in-flight host bytes). Exit status 1
 otherwise.
 
+Then one overload phase (issue #33; ``--overload SECONDS``, 60 by default, 0: none):
+the goodput of valid 1 s requests is probed (8 clients, 5 s), then requests arrive open
+loop at twice that rate for SECONDS, then, once the server is idle again, the probe is
+repeated. It fails unless the goodput after is at least 90 % of the goodput before, every
+byte gauge is back to 0 and the RSS is back within 10 % (plus 16 MiB) of what it was
+before the phase.
+
     python benchmarks/soak_server.py                 # 180 s, -c 64
     python benchmarks/soak_server.py -d 30 -c 16     # a short run
+    python benchmarks/soak_server.py -d 30 --overload 20
 """
 
 from __future__ import annotations
@@ -45,7 +53,10 @@ from loadtest_server import (
     MIB,
     PREPARE,
     ServerProcess,
+    percentile,
     reasons,
+    request_body,
+    run_clients,
     scrape,
     wav_bytes,
 )
@@ -240,6 +251,113 @@ async def drive(port: int, *, concurrency: int, duration_s: float, seed: int) ->
     return counts
 
 
+# --- the overload phase (issue #33) ------------------------------------------------------
+
+#: Clients of the goodput probe before and after the overload, and its seconds.
+PROBE_CLIENTS = 8
+PROBE_S = 5.0
+#: Requests the open-loop overload keeps in flight at most (its client's own bound).
+OVERLOAD_INFLIGHT = 256
+
+
+def probe(url: str, bodies: list[bytes]) -> float:
+    """Goodput (200s per second) of :data:`PROBE_CLIENTS` closed-loop clients."""
+    started = time.perf_counter()
+    _, statuses, _, _ = run_clients(
+        url,
+        bodies,
+        concurrency=PROBE_CLIENTS,
+        duration_s=PROBE_S,
+        verify=False,
+        processes=1,
+        raw=True,  # httpx's own CPU would make the probe measure the client
+    )
+    return statuses.get(200, 0) / (time.perf_counter() - started)
+
+
+async def open_loop(
+    url: str, bodies: list[bytes], *, rate: float, duration_s: float
+) -> tuple[Counter[object], list[float]]:
+    """Requests arriving at ``rate`` per second for ``duration_s``, whatever the answers
+    (at most :data:`OVERLOAD_INFLIGHT` in flight; an arrival past it counts as
+    ``client-bound``): the answers by status and the latencies of the 200s."""
+    statuses: Counter[object] = Counter()
+    latencies: list[float] = []
+    limits = httpx.Limits(max_connections=OVERLOAD_INFLIGHT)
+    headers = {"content-type": "application/json"}
+    tasks: set[asyncio.Task[None]] = set()
+    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=60.0) as client:
+
+        async def one(body: bytes) -> None:
+            started = time.perf_counter()
+            try:
+                response = await client.post(PREPARE, content=body, headers=headers)
+            except httpx.HTTPError as exc:
+                statuses[type(exc).__name__] += 1
+                return
+            statuses[response.status_code] += 1
+            if response.status_code == 200:
+                latencies.append(time.perf_counter() - started)
+
+        start = time.perf_counter()
+        n = 0
+        while (now := time.perf_counter()) < start + duration_s:
+            due = start + n / rate
+            if due > now:
+                await asyncio.sleep(due - now)
+            n += 1
+            if len(tasks) >= OVERLOAD_INFLIGHT:
+                statuses["client-bound"] += 1
+                continue
+            task = asyncio.create_task(one(bodies[n % len(bodies)]))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+        if tasks:
+            await asyncio.wait(tasks)
+    return statuses, latencies
+
+
+def overload_phase(server: ServerProcess, client: httpx.Client, seconds: float) -> list[str]:
+    """One overload phase: probe, twice the probed rate for ``seconds``, probe again; the
+    failures (empty: goodput, gauges and memory recovered)."""
+    bodies = [request_body(1.0, seed=i) for i in range(4)]
+    before_rss = server.status("VmRSS")
+    before = probe(server.url, bodies)
+    rate = 2 * max(before, 1.0)
+    print(
+        f"\noverload: goodput {before:.1f}/s (probe), then {rate:.0f} requests/s "
+        f"for {seconds:.0f} s"
+    )
+    started = time.perf_counter()
+    statuses, latencies = asyncio.run(open_loop(server.url, bodies, rate=rate, duration_s=seconds))
+    elapsed = time.perf_counter() - started
+    print(
+        f"  during: {statuses.get(200, 0) / elapsed:.1f} answers/s, answers "
+        f"{dict(sorted(statuses.items(), key=str))}, p50 {percentile(latencies, 50) * 1e3:.0f} ms, "
+        f"p99 {percentile(latencies, 99) * 1e3:.0f} ms"
+    )
+    gauges = _wait_idle(client, 60)
+    time.sleep(1.0)  # the server's connections from the overload close
+    after_rss = server.status("VmRSS")
+    after = probe(server.url, bodies)
+    print(
+        f"  after: goodput {after:.1f}/s ({after / max(before, 1e-9):.0%} of before), gauges "
+        f"{gauges}, RSS {before_rss / MIB:.1f} MiB before, {after_rss / MIB:.1f} MiB after"
+    )
+    failures = []
+    if after < 0.9 * before:
+        failures.append(f"goodput after the overload {after:.1f}/s < 90 % of {before:.1f}/s")
+    if any(v != 0 for v in gauges.values()):
+        failures.append(f"gauges not back to 0 after the overload: {gauges}")
+    if after_rss > 1.1 * before_rss + 16 * MIB:
+        failures.append(
+            f"RSS after the overload {after_rss / MIB:.1f} MiB, before {before_rss / MIB:.1f} MiB"
+        )
+    if statuses.get(200, 0) == 0:
+        failures.append("no request succeeded during the overload")
+    return failures
+
+
 # --- the run ------------------------------------------------------------------------------
 
 
@@ -261,6 +379,14 @@ def main() -> int:
     parser.add_argument("-c", "--concurrency", type=int, default=64)
     parser.add_argument("-d", "--duration", type=float, default=180.0, help="seconds")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--overload",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="then one overload phase at twice the probed goodput for this long (default "
+        "%(default)g, as `make soak`; 0: none)",
+    )
     args = parser.parse_args()
     budget = sum(BUDGETS.values())
     print(
@@ -286,6 +412,8 @@ def main() -> int:
             gauges = _wait_idle(client, 60)
             after = scrape(client)
             peak = server.status("VmHWM")
+            if args.overload > 0:
+                failures += overload_phase(server, client, args.overload)
     finally:
         server.stop()
 

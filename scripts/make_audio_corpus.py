@@ -193,6 +193,21 @@ CLIPS: tuple[tuple[str, int, int, float, str, list[str]], ...] = (
       "-frag_duration", "500000", "-f", "mp4", "{out}"]),
     ("aac-mov-stereo-44100.mov", 44100, 2, 1.5, "f32",
      [*FFMPEG, "-c:a", "aac", "-b:a", "96k", "-f", "mov", "{out}"]),
+    # Formats libsndfile decodes beside the claimed ones (issue #32): IMA ADPCM WAV,
+    # big-endian RIFX, Sun AU and CAF
+    ("wav-ima-adpcm-mono-16000.wav", 16000, 1, 1.5, "s16",
+     [*SOX, "-t", "wav", "-e", "ima-adpcm", "{out}"]),
+    ("rifx-s16-stereo-11025.wav", 11025, 2, 1.0, "s16",
+     [*SOX, "-t", "wav", "-B", "-e", "signed-integer", "-b", "16", "{out}"]),
+    ("au-s16-mono-8000.au", 8000, 1, 2.0, "s16",
+     [*SOX, "-t", "au", "-e", "signed-integer", "-b", "16", "{out}"]),
+    ("au-ulaw-mono-8000.au", 8000, 1, 1.5, "f32",
+     [*SOX, "-t", "au", "-e", "u-law", "{out}"]),
+    ("caf-s16-mono-16000.caf", 16000, 1, 1.0, "s16",
+     [*SOX, "-t", "caf", "-e", "signed-integer", "-b", "16", "{out}"]),
+    # Apple Lossless in M4A (iPhone Voice Memos), FFmpeg's encoder
+    ("alac-mono-16000.m4a", 16000, 1, 1.2, "s16",
+     [*FFMPEG, "-c:a", "alac", "-f", "ipod", "{out}"]),
 )  # fmt: skip
 
 #: Container of each file, by its first bytes and extension (what the tests sniff too).
@@ -208,6 +223,8 @@ CONTAINERS = {
     ".m4a": "mp4",
     ".mp4": "mp4",
     ".mov": "mp4",
+    ".au": "au",
+    ".caf": "caf",
 }
 LOSSY = {"mp3", "vorbis", "opus", "aac"}
 TOOLS = {
@@ -409,7 +426,7 @@ def codec_family(codec: str) -> str:
 
 def container_of(path: Path, data: bytes) -> str:
     if path.suffix == ".wav":
-        return {b"RIFF": "wav", b"RF64": "rf64"}[data[:4]]
+        return {b"RIFF": "wav", b"RF64": "rf64", b"RIFX": "rifx"}[data[:4]]
     return CONTAINERS[path.suffix]
 
 

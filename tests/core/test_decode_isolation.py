@@ -73,6 +73,9 @@ def test_a_decoder_that_aborts_is_decoder_crashed_and_is_replaced(flac):
 
 def test_a_decoder_spinning_past_its_cpu_cap_is_decoder_timeout(flac):
     spinning = _pool("spin", cpu_seconds=1)
+    # The CPU cap is the one that must end it: a loaded machine gives one CPU second
+    # past the default wall-clock deadline (2 x 1 + 5 s).
+    spinning.wall_seconds = 600
     try:
         with pytest.raises(DecoderFailedError) as info:
             decode(flac, _geometry(flac), clip_index=0, decoders=spinning)

@@ -158,12 +158,13 @@ BAD_VALUES = [
     ("mlxcel namespace", {"mlxcel_audio_limits": {"max_clips": 17}}, "pinned maximum"),
     ("channels", {"feature_extractor": {"channels": 2}}, "must be exactly 1"),
     ("dtype", {"feature_extractor": {"dtype": "float32"}}, "must be exactly 'f32'"),
+    # A family's resampler is pinned ("must be exactly") or chosen ("must be one of").
     (
         "resampler",
         {"audiogate_audio_limits": {"resampling_algorithm": "sinc"}},
-        "resampling algorithm",
+        "resampling_algorithm: must be",
     ),
-    ("numeric resampler", {"mlxcel_audio_limits": {"resampling_algorithm": 3}}, "exactly"),
+    ("numeric resampler", {"mlxcel_audio_limits": {"resampling_algorithm": 3}}, "(got 3)"),
     ("duration above pinned", {"max_audio_duration": 100_000}, "pinned maximum"),
     ("namespace typo", {"audiogate_audio_limits": {"max_clip": 3}}, "not a recognized key"),
     ("namespace type", {"audiogate_audio_limits": [1, 2]}, "JSON object"),

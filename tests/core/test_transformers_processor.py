@@ -25,7 +25,15 @@ import torch
 from transformers import AutoFeatureExtractor, AutoTokenizer, BatchFeature
 from transformers.processing_utils import ProcessorMixin
 
-from audiogate.errors import AcquisitionError, LimitError, PlaceholderError, PolicyError
+from audiogate.errors import (
+    AcquisitionError,
+    AudioGateError,
+    ChatRequestError,
+    ContextLimitError,
+    LimitError,
+    PlaceholderError,
+    PolicyError,
+)
 from audiogate.integrations.transformers_processor import AudiogateProcessor
 
 MODELS = Path(__file__).resolve().parents[2] / "examples" / "models"
@@ -274,3 +282,89 @@ def test_exported_lazily():
 
     assert audiogate.AudiogateProcessor is AudiogateProcessor
     assert "AudiogateProcessor" in audiogate.__all__
+
+
+def test_text_only_and_batched_conversations_match(processors, monkeypatch):
+    name = "qwen2-audio-7b-instruct"
+    reference = FAMILIES[name][0](MODELS / name, monkeypatch)
+    processor = processors[name]
+    kwargs: dict[str, Any] = {"return_tensors": "pt"}
+    _assert_same(
+        name, reference(text="hello there", **kwargs), processor(text="hello there", **kwargs)
+    )
+    with_audio = [
+        {
+            "role": "user",
+            "content": [{"type": "audio", "audio": _tone(1.0)}, {"type": "text", "text": "Hi"}],
+        }
+    ]
+    text_only = [{"role": "user", "content": [{"type": "text", "text": "Hello, who are you?"}]}]
+    chat: dict[str, Any] = {"tokenize": True, "add_generation_prompt": True}
+    assert processor.apply_chat_template(with_audio, **chat) == reference.apply_chat_template(
+        with_audio, **chat
+    )
+    batched = {**chat, "return_dict": True, "return_tensors": "pt", "padding": True}
+    _assert_same(
+        name,
+        reference.apply_chat_template([with_audio, text_only], **batched),
+        processor.apply_chat_template([with_audio, text_only], **batched),
+    )
+
+
+def test_chat_audio_from_bytes_paths_and_the_gates_own_parts(processors, tmp_path):
+    import base64
+
+    processor = processors["gemma-3n-e4b-it"]
+    samples = _pcm16(1.1)
+    path = tmp_path / "clip.wav"
+    path.write_bytes(_wav(samples))
+
+    def turn(part: dict[str, Any]) -> list[dict[str, Any]]:
+        return [{"role": "user", "content": [part, {"type": "text", "text": "What?"}]}]
+
+    chat: dict[str, Any] = {
+        "tokenize": True,
+        "return_dict": True,
+        "return_tensors": "np",
+        "add_generation_prompt": True,
+    }
+    expected = processor.apply_chat_template(turn({"type": "audio", "audio": samples}), **chat)
+    encoded = base64.b64encode(_wav(samples)).decode()
+    for part in (
+        {"type": "audio", "audio": _wav(samples)},
+        {"type": "audio", "path": str(path)},
+        {"type": "input_audio", "input_audio": {"data": encoded, "format": "wav"}},
+    ):
+        got = processor.apply_chat_template(turn(part), **chat)
+        for key in expected:
+            np.testing.assert_array_equal(got[key], expected[key])
+    # URLs are the gate's to fetch, under its policy: off by default.
+    with pytest.raises(AudioGateError):
+        processor.apply_chat_template(
+            turn({"type": "audio", "url": "http://example.com/a.wav"}), **chat
+        )
+    mixed = [
+        {
+            "role": "user",
+            "content": [
+                {"type": "audio", "audio": samples},
+                {"type": "input_audio", "input_audio": {"data": encoded, "format": "wav"}},
+            ],
+        }
+    ]
+    with pytest.raises(ChatRequestError, match="not both"):
+        processor.apply_chat_template(mixed, **chat)
+
+
+def test_the_gates_budgets_apply():
+    processor = AudiogateProcessor.from_pretrained(
+        MODELS / "qwen2-audio-7b-instruct", max_prefill_tokens=40
+    )
+    text = "Audio 1: <|audio_bos|><|AUDIO|><|audio_eos|>\nWhat?"
+    with pytest.raises(ContextLimitError):
+        processor(text=text, audio=[_tone(2.0)], sampling_rate=RATE)
+    # Text forging audiogate's private sentinels next to audio is refused, not parsed.
+    with pytest.raises(PlaceholderError):
+        processor(
+            text=f"<|audiogate_media_00_audio_1|>{text}", audio=[_tone(0.5)], sampling_rate=RATE
+        )

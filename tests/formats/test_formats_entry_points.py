@@ -40,7 +40,7 @@ def _input_audio(data: bytes, **declared: str) -> dict:
 #: The media type a client would put in a data URI for each container.
 MEDIA_TYPES = {"wav": "wav", "rf64": "wav", "aiff": "aiff", "aifc": "aiff", "flac": "flac"}
 MEDIA_TYPES |= {"mp3": "mpeg", "ogg": "ogg", "webm": "webm", "matroska": "x-matroska"}
-MEDIA_TYPES |= {"mp4": "mp4"}
+MEDIA_TYPES |= {"mp4": "mp4", "au": "basic", "caf": "x-caf", "rifx": "wav"}
 
 
 def _audio_url(data: bytes, media: str = "wav", **declared: str) -> dict:

@@ -50,9 +50,15 @@ SEEDS = {
     "webm-opus": "webm-opus-mono-16000.webm",
     "matroska-opus": "mka-opus-mono-24000.mka",
     "mp4-aac": "aac-mono-8000.m4a",
+    "wav-ima-adpcm": "wav-ima-adpcm-mono-16000.wav",
+    "rifx": "rifx-s16-stereo-11025.wav",
+    "au": "au-ulaw-mono-8000.au",
+    "caf": "caf-s16-mono-16000.caf",
+    "mp4-alac": "alac-mono-16000.m4a",
 }
 COMPRESSED = frozenset(
     {"flac", "mp3", "mp3-id3v2", "ogg-vorbis", "ogg-opus", "webm-opus", "matroska-opus", "mp4-aac"}
+    | {"wav-ima-adpcm", "rifx", "au", "caf", "mp4-alac"}  # in the decoder process
 )
 #: The corpus container of each seed.
 CONTAINER_OF = {
@@ -74,10 +80,15 @@ DECLARED = {
     "webm-opus": "webm",
     "matroska-opus": "webm",
     "mp4-aac": "m4a",
+    "wav-ima-adpcm": "wav",
+    "rifx": "auto",
+    "au": "auto",
+    "caf": "auto",
+    "mp4-alac": "m4a",
 }
 #: Mutants per container: a few of each in-process container in the quick run; a bounded
-#: count in the slow one, fewer of a compressed container (each refusal there replaces
-#: its decoder process: 0.1 to 0.25 s); per container through the server.
+#: count in the slow one, fewer of a compressed container (each refusal there costs a
+#: decoder round trip); per container through the server.
 QUICK, LONG, LONG_COMPRESSED, SERVED = 8, 200, 50, 8
 #: Values a header field is set to (each written in 1, 2, 4 or 8 bytes, either order).
 EDGE_VALUES = (0, 1, 2, 0x7F, 0x80, 0xFF, 0x7FFF, 0x8000, 0xFFFF, 0x7FFFFFFF, 0x80000000)

@@ -76,6 +76,14 @@ def _garble(path: Path) -> None:
     path.write_bytes(bytes(data))
 
 
+def _garble_pages(path: Path) -> None:
+    """Every page but the first (the header intact: only a page check finds it)."""
+    data = bytearray(path.read_bytes())
+    for at in range(4096, len(data), 61):
+        data[at] ^= 0x5A
+    path.write_bytes(bytes(data))
+
+
 def _garble_header(path: Path) -> None:
     data = bytearray(path.read_bytes())
     data[:100] = b"\xa5" * 100
@@ -91,7 +99,8 @@ DAMAGE: dict[str, tuple[str, Callable[[Path], None], bool]] = {
     "index deleted, closed": ("index.sqlite3", Path.unlink, True),
     "index garbled": ("index.sqlite3", _garble, False),
     "index header garbled, closed": ("index.sqlite3", _garble_header, True),
-    "index pages garbled, closed": ("index.sqlite3", _garble, True),
+    "index garbled, closed": ("index.sqlite3", _garble, True),
+    "index pages garbled, closed": ("index.sqlite3", _garble_pages, True),
     "wal deleted": ("index.sqlite3-wal", Path.unlink, False),
     "wal truncated": ("index.sqlite3-wal", lambda p: p.write_bytes(p.read_bytes()[:5000]), False),
     "wal garbled": ("index.sqlite3-wal", _garble, False),

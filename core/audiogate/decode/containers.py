@@ -21,7 +21,11 @@ What each container must hold:
 * **MP4 / M4A**: one sound track of AAC (``mp4a``, QuickTime's version-1 and 2 sound
   descriptions too, the ``esds`` directly or in a ``wave`` box) with its
   ``AudioSpecificConfig``; the length from the sample count (1024 frames per AAC access
-  unit, 2048 with SBR), of ``stsz`` or, fragmented, of every ``moof``'s ``trun``.
+  unit, 2048 with SBR), of ``stsz`` or, fragmented, of every ``moof``'s ``trun``; or one
+  of ALAC (``alac``, its ``ALACSpecificConfig``; a bound of whole packets);
+* **Sun AU**, **CAF** (``lpcm``, ``ulaw``, ``alaw``, ``alac``), **RIFX** (PCM, float) and
+  **ADPCM/GSM 6.10 WAV** (container ``wavcodec``): read by libsndfile; their lengths from
+  their headers (ADPCM/GSM: a bound of whole blocks).
 
 Every refusal is a :class:`~audiogate.errors.DecodeError` with one of
 :data:`CONTAINER_ERROR_CODES`.
@@ -55,12 +59,14 @@ __all__ = [
     "CONTAINER_LABELS",
     "MAX_MP3_PARTS",
     "MAX_OGG_LINKS",
+    "WAV_CODEC_TAGS",
     "StreamHeader",
     "flac_without_total",
     "inspect_container",
     "mp3_parts",
     "ogg_links",
     "sniff_container",
+    "wav_codec_tag",
 ]
 
 #: The ``code`` of each refusal here.
@@ -206,6 +212,188 @@ def _inspect_aiff(view: memoryview, clip_index: int) -> StreamHeader:
             clip_index,
         )
     return StreamHeader("aiff", "pcm", int(rate), channels, frames, True)
+
+
+# --- Sun AU --------------------------------------------------------------------------
+
+#: Sun AU encodings libsndfile decodes → bits per sample (µ-law, 8/16/24/32-bit linear,
+#: float, double, A-law).
+_AU_BITS: Final = {1: 8, 2: 8, 3: 16, 4: 24, 5: 32, 6: 32, 7: 64, 27: 8}
+
+
+def _inspect_au(view: memoryview, clip_index: int) -> StreamHeader:
+    """A Sun/NeXT ``.snd`` header: data offset and size, encoding, rate, channels."""
+    if view.nbytes < 24:
+        raise _malformed("au", "shorter than its 24-byte header", clip_index)
+    offset, size, encoding, rate, channels = struct.unpack_from(">5I", view, 4)
+    if encoding not in _AU_BITS:
+        raise _unsupported(
+            "au",
+            f"encoding {encoding}; accepted: 1 (µ-law), 2-5 (8 to 32-bit PCM), 6 and 7 "
+            f"(float), 27 (A-law); {CONVERT_ADVICE}",
+            clip_index,
+        )
+    if not 24 <= offset <= view.nbytes or rate < 1 or not 1 <= channels <= 255:
+        raise _malformed(
+            "au", f"data offset {offset}, {channels} channel(s) at {rate} Hz", clip_index
+        )
+    available = view.nbytes - offset
+    if size == 0xFFFFFFFF:  # unknown: to the end of the file
+        size = available
+    if size > available:
+        raise _malformed(
+            "au",
+            f"the header declares {size} bytes of samples, the file holds {available}",
+            clip_index,
+        )
+    frames = size // (channels * _AU_BITS[encoding] // 8)
+    if frames == 0:
+        raise EmptyAudioError(clip_index=clip_index, detail="no sample frames")
+    return StreamHeader("au", "pcm", rate, channels, frames, True)
+
+
+# --- CAF -----------------------------------------------------------------------------
+
+#: CAF formats libsndfile decodes (linear PCM, µ-law, A-law, Apple Lossless).
+_CAF_FORMATS: Final = (b"lpcm", b"ulaw", b"alaw", b"alac")
+
+
+def _inspect_caf(view: memoryview, clip_index: int) -> StreamHeader:
+    """Apple's Core Audio Format: ``desc`` (rate, format, packet geometry, channels),
+    ``data`` and, for ALAC, ``pakt`` (the valid frames)."""
+    if view.nbytes < 8 or struct.unpack_from(">H", view, 4)[0] != 1:
+        raise _malformed("caf", "not a version-1 'caff' header", clip_index)
+    chunks: dict[bytes, tuple[int, int]] = {}
+    offset = 8
+    while offset + 12 <= view.nbytes and len(chunks) < 256:
+        kind, size = struct.unpack_from(">4sq", view, offset)
+        start = offset + 12
+        end = view.nbytes if size == -1 and kind == b"data" else start + size
+        if size < -1 or end > view.nbytes:
+            raise _malformed(
+                "caf", f"chunk {kind!r} at byte {offset} runs past the end", clip_index
+            )
+        chunks.setdefault(kind, (start, end))
+        offset = end
+    if b"desc" not in chunks or b"data" not in chunks:
+        raise _malformed("caf", "a desc and a data chunk are required", clip_index)
+    start, end = chunks[b"desc"]
+    if end - start < 32:
+        raise _malformed("caf", "desc chunk shorter than 32 bytes", clip_index)
+    rate, kind, _flags, packet_bytes, packet_frames, channels, _bits = struct.unpack_from(
+        ">d4s5I", view, start
+    )
+    if kind not in _CAF_FORMATS:
+        raise _unsupported(
+            "caf",
+            f"format {kind!r}; accepted: lpcm, ulaw, alaw, alac; {CONVERT_ADVICE}",
+            clip_index,
+        )
+    if not math.isfinite(rate) or rate < 1 or rate != int(rate) or not 1 <= channels <= 255:
+        raise _malformed("caf", f"{channels} channel(s) at {rate} Hz", clip_index)
+    data_start, data_end = chunks[b"data"]
+    audio = data_end - data_start - 4  # after the edit count
+    if kind == b"alac":
+        if b"pakt" not in chunks or chunks[b"pakt"][1] - chunks[b"pakt"][0] < 24:
+            raise _malformed("caf", "ALAC without a pakt chunk", clip_index)
+        (frames,) = struct.unpack_from(">q", view, chunks[b"pakt"][0] + 8)
+    elif packet_bytes and packet_frames:
+        frames = max(audio, 0) // packet_bytes * packet_frames
+    else:
+        raise _malformed("caf", "a constant-bitrate format without a packet size", clip_index)
+    if frames <= 0:
+        raise EmptyAudioError(clip_index=clip_index, detail="no sample frames")
+    return StreamHeader("caf", "pcm", int(rate), channels, frames, True)
+
+
+# --- RIFF/WAVE with a compressed codec ----------------------------------------------
+
+#: WAV format tags of codecs libsndfile decodes (the core's WAV walker refuses them).
+WAV_CODEC_TAGS: Final = {0x0002: "Microsoft ADPCM", 0x0011: "IMA ADPCM", 0x0031: "GSM 6.10"}
+
+
+def _riff_chunks(view: memoryview) -> dict[bytes, tuple[int, int]]:
+    """The first ``(start, size)`` of each chunk of a plain RIFF/WAVE (at most 256)."""
+    chunks: dict[bytes, tuple[int, int]] = {}
+    offset = 12
+    while offset + 8 <= view.nbytes and len(chunks) < 256:
+        kind, size = struct.unpack_from("<4sI", view, offset)
+        chunks.setdefault(kind, (offset + 8, size))
+        offset += 8 + size + (size & 1)
+    return chunks
+
+
+def wav_codec_tag(view: memoryview) -> int | None:
+    """The ``fmt `` tag of a RIFF/WAVE whose codec is one of :data:`WAV_CODEC_TAGS`."""
+    if bytes(view[:4]) != b"RIFF" or bytes(view[8:12]) != b"WAVE":
+        return None
+    fmt = _riff_chunks(view).get(b"fmt ")
+    if fmt is None or fmt[1] < 16 or fmt[0] + 16 > view.nbytes:
+        return None
+    (tag,) = struct.unpack_from("<H", view, fmt[0])
+    return tag if tag in WAV_CODEC_TAGS else None
+
+
+def _inspect_wavcodec(view: memoryview, clip_index: int) -> StreamHeader:
+    """ADPCM and GSM 6.10 WAV: the rate and channels of ``fmt ``, and a bound of whole
+    blocks of the ``data`` chunk (libsndfile decodes whole blocks; ``fact`` is not what
+    it gives)."""
+    chunks = _riff_chunks(view)
+    if b"fmt " not in chunks or b"data" not in chunks:
+        raise _malformed("wavcodec", "a fmt and a data chunk are required", clip_index)
+    start, _size = chunks[b"fmt "]
+    tag, channels, rate, _byte_rate, block, _bits = struct.unpack_from("<HHIIHH", view, start)
+    if channels < 1 or rate < 1 or block < 1:
+        raise _malformed(
+            "wavcodec", f"{channels} channel(s) at {rate} Hz, blocks of {block}", clip_index
+        )
+    if tag == 0x0011:
+        per_block = (block - 4 * channels) * 8 // (4 * channels) + 1
+    elif tag == 0x0002:
+        per_block = (block - 7 * channels) * 2 // channels + 2
+    else:
+        per_block = 320 * max(block // 65, 1)
+    data_start, data_size = chunks[b"data"]
+    data_size = min(data_size, view.nbytes - data_start)
+    if per_block < 1 or data_size < 1:
+        raise EmptyAudioError(clip_index=clip_index, detail="no sample blocks")
+    frames = (data_size // block + 1) * per_block
+    return StreamHeader("wavcodec", "pcm", rate, channels, frames, False)
+
+
+# --- RIFX ----------------------------------------------------------------------------
+
+
+def _inspect_rifx(view: memoryview, clip_index: int) -> StreamHeader:
+    """Big-endian RIFF/WAVE (RIFX) of PCM or IEEE float: ``fmt `` and ``data``, exact."""
+    chunks: dict[bytes, tuple[int, int]] = {}
+    offset = 12
+    while offset + 8 <= view.nbytes and len(chunks) < 256:
+        kind, size = struct.unpack_from(">4sI", view, offset)
+        chunks.setdefault(kind, (offset + 8, size))
+        offset += 8 + size + (size & 1)
+    if b"fmt " not in chunks or b"data" not in chunks or chunks[b"fmt "][1] < 16:
+        raise _malformed("rifx", "a fmt chunk of 16 bytes or more and a data chunk", clip_index)
+    tag, channels, rate, _byte_rate, block, bits = struct.unpack_from(
+        ">HHIIHH", view, chunks[b"fmt "][0]
+    )
+    if (tag, bits) not in ((1, 8), (1, 16), (1, 24), (1, 32), (3, 32), (3, 64)):
+        raise _unsupported(
+            "rifx",
+            f"format {tag} at {bits} bits; accepted: PCM, IEEE float; {CONVERT_ADVICE}",
+            clip_index,
+        )
+    if channels < 1 or rate < 1 or block != channels * bits // 8:
+        raise _malformed(
+            "rifx", f"{channels} channel(s) at {rate} Hz, blocks of {block}", clip_index
+        )
+    data_start, size = chunks[b"data"]
+    if data_start + size > view.nbytes:
+        raise _malformed("rifx", f"the data chunk declares {size} bytes past the end", clip_index)
+    frames = size // block
+    if frames == 0:
+        raise EmptyAudioError(clip_index=clip_index, detail="no sample frames")
+    return StreamHeader("rifx", "pcm", rate, channels, frames, True)
 
 
 # --- FLAC ----------------------------------------------------------------------------
@@ -843,6 +1031,34 @@ def _mp4_understated(
     return ""
 
 
+def _alac_header(
+    view: memoryview,
+    moov: tuple[int, int],
+    trak: tuple[int, int],
+    entry: tuple[bytes, int, int],
+    stsz: tuple[int, int],
+) -> StreamHeader:
+    """Apple Lossless in MP4/M4A (iPhone Voice Memos), decoded by FFmpeg: the rate,
+    channels and frames per packet of its ``ALACSpecificConfig``; the length a bound of
+    whole packets (the last one may be shorter)."""
+    _kind, start, end = entry
+    config = _find(view, start + 28, end, b"alac")
+    if not config or config[0][1] - config[0][0] < 28:
+        raise ValueError("the alac entry has no ALACSpecificConfig")
+    at = config[0][0] + 4  # after version and flags
+    (frame_length,) = struct.unpack_from(">I", view, at)
+    channels = view[at + 9]
+    (rate,) = struct.unpack_from(">I", view, at + 20)
+    if not 1 <= frame_length <= 1 << 16 or channels < 1 or rate < 1:
+        raise ValueError(f"ALAC of {channels} channel(s) at {rate} Hz, {frame_length} per packet")
+    (count,) = struct.unpack_from(">I", view, stsz[0] + 8)
+    if _find(view, *moov, b"mvex"):
+        count += _fragment_samples(view, _track_id(view, trak))
+    if count == 0:
+        raise ValueError("the sound track holds no samples")
+    return StreamHeader("mp4", "alac", rate, channels, count * frame_length, False)
+
+
 def _inspect_mp4(view: memoryview, clip_index: int) -> StreamHeader:
     try:
         moov = _find(view, 0, view.nbytes, b"moov")
@@ -866,11 +1082,13 @@ def _inspect_mp4(view: memoryview, clip_index: int) -> StreamHeader:
         if not stsd or not stsz:
             raise ValueError("the sound track has no stsd or stsz box")
         entries = _boxes(view, stsd[0][0] + 8, stsd[0][1])
+        if len(entries) == 1 and entries[0][0] == b"alac":
+            return _alac_header(view, moov[0], sound_traks[0], entries[0], stsz[0])
         if len(entries) != 1 or entries[0][0] != b"mp4a":
             kinds = [k for k, _, _ in entries]
-            named = " (ALAC, Apple Lossless)" if b"alac" in kinds else ""
             raise LookupError(
-                f"sample entries {kinds!r}{named}; accepted: one mp4a (AAC); {CONVERT_ADVICE}"
+                f"sample entries {kinds!r}; accepted: one mp4a (AAC) or alac (Apple "
+                f"Lossless); {CONVERT_ADVICE}"
             )
         _kind, entry, entry_end = entries[0]
         # A QuickTime sound description of version 1 or 2 (.mov) is longer, and may hold
@@ -925,6 +1143,10 @@ _INSPECTORS: Final[dict[str, Callable[[memoryview, int], StreamHeader]]] = {
     "ogg": _inspect_ogg,
     "webm": _inspect_webm,
     "mp4": _inspect_mp4,
+    "au": _inspect_au,
+    "caf": _inspect_caf,
+    "wavcodec": _inspect_wavcodec,
+    "rifx": _inspect_rifx,
 }
 
 

@@ -96,6 +96,7 @@ from audiogate.decode.containers import (
     StreamHeader,
     inspect_container,
     sniff_container,
+    wav_codec_tag,
 )
 from audiogate.decode.geometry import (
     BYTES_PER_SAMPLE,
@@ -289,12 +290,23 @@ def inspect(
                 _refuse_unrecognised(view, clip_index)
             if declared == "wav" or (declared == "auto" and container in (None, "wav")):
                 # The strict RIFF walker: its refusals name what is wrong with a WAV.
-                geometry = inspect_wav(
-                    view,
-                    clip_index=clip_index,
-                    cancel=cancel,
-                    check_rate=lambda rate_hz: check_rate(rate_hz, limits, clip_index=clip_index),
-                )
+                try:
+                    geometry = inspect_wav(
+                        view,
+                        clip_index=clip_index,
+                        cancel=cancel,
+                        check_rate=lambda rate_hz: check_rate(
+                            rate_hz, limits, clip_index=clip_index
+                        ),
+                    )
+                except DecodeError as refused:
+                    # ADPCM and GSM 6.10 WAV: libsndfile decodes them in a decoder process.
+                    if refused.code != "unsupported_format" or wav_codec_tag(view) is None:
+                        raise
+                    try:
+                        geometry = _inspect_compressed(view, "auto", "wavcodec", limits, clip_index)
+                    except DecodeError:
+                        raise refused from None
             else:
                 cancel.check(Checkpoint.DECODE, clip_index)
                 geometry = _inspect_compressed(view, declared, container, limits, clip_index)

@@ -38,7 +38,9 @@ __all__ = [
 
 #: What a clip's bytes are: RIFF/WAVE (RF64 included), headerless samples, or a container
 #: that the codecs decode (``audiogate[codecs]``; see docs/formats.md).
-Container: TypeAlias = Literal["wav", "raw", "aiff", "flac", "mp3", "ogg", "webm", "mp4"]
+Container: TypeAlias = Literal[
+    "wav", "raw", "aiff", "flac", "mp3", "ogg", "webm", "mp4", "au", "caf", "wavcodec", "rifx"
+]
 #: The sample encoding (PCM containers) or the codec (compressed containers).
 Encoding: TypeAlias = Literal[
     "u8",
@@ -55,6 +57,7 @@ Encoding: TypeAlias = Literal[
     "vorbis",
     "opus",
     "aac",
+    "alac",
 ]
 
 #: Bytes per sample of each encoding the core decodes in-process (WAV and raw).
@@ -131,6 +134,10 @@ CONTAINER_LABELS: Final[dict[str, str]] = {
     "ogg": "Ogg",
     "webm": "WebM/Matroska",
     "mp4": "MP4/M4A",
+    "au": "Sun AU",
+    "caf": "CAF (Core Audio Format)",
+    "wavcodec": "RIFF/WAVE with ADPCM or GSM 6.10",
+    "rifx": "RIFX (big-endian RIFF/WAVE)",
 }
 
 
@@ -154,6 +161,12 @@ def sniff_container(view: memoryview) -> Container | None:
         return "aiff"
     if head[:4] == b"fLaC":
         return "flac"
+    if head[:4] == b".snd":
+        return "au"
+    if head[:4] == b"caff":
+        return "caf"
+    if head[:4] == b"RIFX" and head[8:12] == b"WAVE":
+        return "rifx"
     if head[:4] == b"OggS":
         return "ogg"
     if head[:4] == b"\x1aE\xdf\xa3":

@@ -81,6 +81,10 @@ _MAX_ERROR_BYTES: Final = 4096
 #: The extra that brings each compressed container's codec, and the module it installs.
 _EXTRAS: Final = {
     "aiff": ("codecs", "soundfile"),
+    "au": ("codecs", "soundfile"),
+    "caf": ("codecs", "soundfile"),
+    "wavcodec": ("codecs", "soundfile"),
+    "rifx": ("codecs", "soundfile"),
     "flac": ("codecs", "soundfile"),
     "mp3": ("codecs", "soundfile"),
     "ogg": ("codecs", "soundfile"),

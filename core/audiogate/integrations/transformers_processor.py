@@ -293,8 +293,8 @@ class AudiogateProcessor:
         ``{"type": "audio", "url": ...}`` are acquired by the gate under its acquisition
         policy. A conversation mixes neither kind with the other.
 
-        :returns: the text (or texts); with ``tokenize``, the ``input_ids`` (one list per
-            conversation), or with ``return_dict`` the ``BatchFeature``.
+        :returns: the text (or texts); with ``tokenize``, the ``input_ids`` (one row per
+            conversation, also for one), or with ``return_dict`` the ``BatchFeature``.
         """
         self._refuse(unsupported)
         batched = bool(conversation) and not isinstance(conversation[0], Mapping)
@@ -320,10 +320,8 @@ class AudiogateProcessor:
             # transformers' rule: a rendered prompt starting with the BOS gets no more.
             specials.append(not (bos and (result.text or "").startswith(bos)))
         out = self._batch(results, specials, return_tensors, padding)
-        if return_dict:
-            return out
-        ids = out["input_ids"]
-        return ids if batched or return_tensors is not None else ids[0]
+        # transformers returns the ids of one conversation as a batch of one too.
+        return out if return_dict else out["input_ids"]
 
     def decode(self, *args: Any, **kwargs: Any) -> Any:
         """The tokenizer's ``decode``."""

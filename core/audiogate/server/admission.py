@@ -173,9 +173,12 @@ class HeadAdmission:
     now, or while its client holds more than its share of the worker.
 
     A client's share: at most ``max_requests_per_client`` requests in flight (head to
-    answer); and while the requests in flight fill the worker (threads plus queue) and
-    other clients have some, the worker's capacity divided among the clients with requests
-    in flight. Reconnecting changes neither: both count by client address.
+    answer); and while the requests in flight fill the worker's places (threads plus
+    queue), the places divided among the clients with requests in flight (a client alone:
+    all of them). So the queue does not overflow with requests admitted at once and
+    refused only after their bodies were parsed, and a newcomer is admitted while the
+    others hold more than their share. Reconnecting changes nothing: both count by client
+    address.
     """
 
     def __init__(
@@ -188,6 +191,7 @@ class HeadAdmission:
         self.total = 0
         # Each refusal increments two counters: their children are looked up once.
         self._rejections: dict[str, Any] = {}
+        self._head_refusals: dict[str, Any] = {}
         self._responses_429 = server.server_metrics.responses.labels(status="429")
         server.metrics.ensure_family(server.family)
 
@@ -246,17 +250,26 @@ class HeadAdmission:
             )
         limits = self.server.worker.limits
         capacity = limits.threads + limits.queue_depth
-        others = len(self.inflight) - (1 if mine else 0)
-        if self.total >= capacity and others:
-            share = max(1, capacity // (others + 1))
+        if self.total >= capacity:
+            # Saturated: the worker's places are shared among the clients with requests in
+            # flight. Refused here, from the head, a request costs nothing more; admitted
+            # past the places, it would be parsed and planned, then refused at the queue.
+            clients = len(self.inflight) + (0 if mine else 1)
+            share = max(1, capacity // clients)
             if mine >= share:
                 return QueueFullError(
-                    f"the audio worker is saturated and this client has {mine} requests in "
-                    f"flight, its share of {capacity} among {others + 1} clients; retry later"
+                    f"the audio worker is saturated ({self.total} requests in flight for "
+                    f"{capacity} places) and this client has {mine}, its share among "
+                    f"{clients} clients; retry later"
                 )
         return None
 
     def _count(self, path: str, error: AudioGateError) -> None:
+        head = self._head_refusals.get(error.reason)
+        if head is None:
+            head = self.server.server_metrics.head_refusals.labels(reason=error.reason)
+            self._head_refusals[error.reason] = head
+        head.inc()
         if path in QUEUED_PATHS:  # a source upload is not a prepare request
             # As record_outcome counts a rejection, with the child looked up once.
             counter = self._rejections.get(error.reason)

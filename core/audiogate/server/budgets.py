@@ -139,3 +139,11 @@ class ServerMetrics:
         )
         for status in (200, 400, 408, 413, 429, 499, 500, 503):
             self.responses.labels(status=str(status))
+        self.head_refusals = Counter(
+            "audiogate_server_head_refusals",
+            "Requests refused from their head (429), before the app ran, by reason.",
+            ["reason"],
+            registry=registry,
+        )
+        for reason in ("queue_full", "memory_limit"):
+            self.head_refusals.labels(reason=reason)

@@ -49,6 +49,7 @@ __all__ = [
     "DRAIN_BYTES",
     "FD_RESERVE",
     "OVERFLOW_CONNECTIONS",
+    "REFUSED_READ_PAUSE_S",
     "connection_cap",
     "guarded_h11",
     "raw_error",
@@ -66,6 +67,9 @@ _LINGER_S: Final = 1.0
 #: Bytes of a refused request's body dropped unread (while its client reads the 429)
 #: before the connection is aborted.
 DRAIN_BYTES: Final = 256 * 1024
+#: How long a kept-alive connection is not read after a refused request's body (its
+#: answer says ``Retry-After: 1``).
+REFUSED_READ_PAUSE_S: Final = 0.1
 #: Below this soft file limit, start-up warns (and says how to raise it).
 _LOW_FILE_LIMIT: Final = 4096
 
@@ -257,7 +261,7 @@ def guarded_h11(
             if self._skip_from is not None:  # a refused request's body follows its head
                 data, self._skip_from = self._skip_from, None
                 self._skip_body(data)
-                if self._skipping:
+                if self._skipping and self._skip:
                     # The rest of the body must arrive within the head timeout, like a head.
                     self._arm_head_timer()
 
@@ -368,11 +372,24 @@ def guarded_h11(
             self._skip -= taken
             if self._skip:
                 return
+            # The body is skipped. The connection's next request is read only
+            # REFUSED_READ_PAUSE_S later: a client that sends again at once after its 429
+            # then costs the loop one refusal per pause and connection, not one per round
+            # trip (the next bytes wait in the socket; nothing is held here but them).
+            self._cancel_head_timer()
+            self.transport.pause_reading()
+            rest = data[taken:]
+            self.loop.call_later(REFUSED_READ_PAUSE_S, self._read_again, rest)
+
+        def _read_again(self, rest: bytes) -> None:
             self._skipping = False
+            if self.transport.is_closing():
+                return
             table.waiting(self)
             self._arm_head_timer()
-            if len(data) > taken:  # the next request, pipelined
-                super().data_received(data[taken:])
+            self.transport.resume_reading()
+            if rest:  # the next request, pipelined
+                super().data_received(rest)
 
         def _refuse_overload(self, excess: int, *, own: bool) -> None:
             self._refused = True

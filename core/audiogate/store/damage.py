@@ -24,7 +24,8 @@ class StoreDamagedError(AudioGateError):
 
     def __init__(self, path: str | Path, detail: str, *, store: str | Path | None = None) -> None:
         self.path = Path(path)
-        self.detail = " ".join(str(detail).split())
+        words = " ".join(str(detail).split())
+        self.detail = words if len(words) <= 160 else words[:157] + "..."
         where = self.path.parent if store is None else Path(store)
         super().__init__(
             f"source store index {self.path} is damaged ({self.detail}); nothing was changed: "

@@ -471,7 +471,8 @@ def build_generate_request(
             "mm_metadata": None,
         }
     prefix = "chatcmpl" if call.kind == "chat" else "cmpl"
-    request_id = f"{prefix}-{call.request_id or uuid.uuid4().hex}"
+    # 16 hex digits, as vLLM's own ids: the answer is no longer than vLLM's.
+    request_id = f"{prefix}-{call.request_id or uuid.uuid4().hex[:16]}"
     return {
         "request_id": request_id,
         "token_ids": token_ids,
