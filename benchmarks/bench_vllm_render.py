@@ -14,8 +14,8 @@ clip from :mod:`audiogate.vllm.fixtures`, features in bf16. Per server:
 vLLM comes from ``scripts/vllm/setup_env.sh``'s environment; audiogate runs
 ``audiogate serve`` from this checkout's ``.venv`` (one worker thread per core, a queue
 deep enough for every client, the defaults otherwise). Run on an idle machine, under
-``flock /tmp/bench.lock``, and give the load (``uptime``) next to any figure. Tests never
-assert on these numbers.
+``flock /tmp/bench.lock``, and give the load (``uptime``) next to any figure. Tests
+never assert on these numbers.
 
     .venv/bin/python benchmarks/bench_vllm_render.py [--vllm-env ../vllm-env] [--requests 48]
 """

@@ -52,7 +52,7 @@ def _audiogate_in_vllm_env() -> bool:
     return subprocess.run(check, capture_output=True, check=False).returncode == 0
 
 
-def test_in_process_generate_runs_on_vllms_prompt(tmp_path: Path) -> None:
+def test_in_process_generate_gives_vllms_greedy_tokens(tmp_path: Path) -> None:
     # The example prepares with audiogate and generates with vLLM's engine in one
     # process; it needs audiogate installed in vLLM's environment too
     # (pip install --no-deps -e . -e plugins/qwen2audio there).
@@ -70,3 +70,4 @@ def test_in_process_generate_runs_on_vllms_prompt(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "identical to vLLM's own: True" in done.stdout
+    assert "same: True" in done.stdout

@@ -1,6 +1,8 @@
 """vLLM in process: a prepared request as the input vLLM's engine takes without running
 a processor (``vllm.inputs.mm_input``: token ids, multimodal kwargs, hashes and
-placeholder ranges), for ``LLM.generate`` or ``AsyncLLM.generate``.
+placeholder ranges), for the engine's ``add_request`` (``LLM.llm_engine``, ``AsyncLLM``).
+``LLM.generate`` renders its prompts itself and would take such an input for a plain
+token prompt, dropping its multimodal kwargs.
 
 The kwargs are built exactly as the render endpoint sends them (vLLM's msgpack item,
 in the model dtype) and decoded by vLLM's own deserializer, so an in-process engine sees
