@@ -40,7 +40,7 @@ from audiogate.chat import (
     renders_parts,
 )
 from audiogate.chat.prompt_text import prompt_text_limit
-from audiogate.decode.geometry import WAV, SourceFormat
+from audiogate.decode.geometry import AUTO, SourceFormat
 from audiogate.errors import (
     AudioGateError,
     PluginError,
@@ -478,7 +478,7 @@ class AudioGate:
         *,
         owner: str = ANONYMOUS_OWNER,
         scope: Scope = "private",
-        source_format: SourceFormat = WAV,
+        source_format: SourceFormat = AUTO,
         status: SourceStatus = "ready",
         cancel: CancelToken | None = None,
     ) -> AddedSource:

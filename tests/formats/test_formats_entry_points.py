@@ -97,3 +97,27 @@ def test_bytes_that_are_no_audio_format_are_refused_naming_what_they_are(chat_ga
     assert "found PDF" in str(caught.value)
     with pytest.raises(AudioGateError, match="no known signature"):
         chat_gate.prepare(_messages(_audio_url(b"\x01\x02\x03\x04" * 1024)))
+
+
+@pytest.mark.parametrize("container", ["mp3", "flac", "ogg"])
+def test_a_source_added_without_a_format_is_recognised_from_its_bytes(
+    tmp_path, container: str
+) -> None:
+    from audiogate.api import AudioGate
+    from audiogate.store import SourceStore
+
+    entry = ONE_PER_CONTAINER[container]
+    data = read(entry)
+    store = SourceStore.open(tmp_path / "store")
+    try:
+        gate = AudioGate.from_model_dir(
+            REPO / "examples" / "models" / "gemma-3n-e4b-it", store=store
+        )
+        added = gate.add_source(data)  # no source_format: the bytes say
+        reference = {"type": "audio_ref", "audio_ref": {"sha256": added.record.sha256}}
+        got = accounting(gate.prepare(_messages(reference)))
+        want = accounting(prepare("gemma3n", data))
+        for key in ("source_rate", "channels", "source_samples", "tokens", "sha256"):
+            assert got[key] == want[key], key
+    finally:
+        store.close()

@@ -11,6 +11,7 @@ import pytest
 from storekit import source
 
 from audiogate.api import AudioGate, load_tokenizer
+from audiogate.decode.geometry import WAV
 from audiogate.errors import (
     AcquisitionError,
     DecodeError,
@@ -161,6 +162,8 @@ def test_an_upload_is_admitted_like_inline_audio_under_the_models_policy(tokeniz
     with pytest.raises(AcquisitionError, match="empty"):
         gate.add_source(b"")
     with pytest.raises(AcquisitionError, match="does not match"):
+        gate.add_source(b"RIFF" + b"\x00" * 100, source_format=WAV)
+    with pytest.raises(DecodeError):  # undeclared: the bytes say RIFF, not WAVE
         gate.add_source(b"RIFF" + b"\x00" * 100)
     with pytest.raises(DecodeError):
         gate.add_source(source(seed=9)[:30])

@@ -13,7 +13,7 @@ import attrs
 
 from audiogate.acquire import AcquisitionPolicy, EncodedClip, acquire_bytes
 from audiogate.cancel import NEVER, CancelToken
-from audiogate.decode.geometry import WAV, ClipGeometry, SourceFormat
+from audiogate.decode.geometry import AUTO, ClipGeometry, SourceFormat
 from audiogate.host import FamilyHost
 from audiogate.pipeline.preflight import preflight
 from audiogate.policy import AudioPolicy
@@ -37,7 +37,7 @@ def admit_source(
     host: FamilyHost,
     policy: AudioPolicy,
     acquisition: AcquisitionPolicy,
-    source_format: SourceFormat = WAV,
+    source_format: SourceFormat = AUTO,
     cancel: CancelToken = NEVER,
 ) -> AdmittedSource:
     """Admit ``data`` as one clip of a request would be: the acquisition's ceilings, the

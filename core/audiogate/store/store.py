@@ -33,7 +33,7 @@ from typing import Final, TypeVar
 import attrs
 
 from audiogate.cancel import NEVER, CancelToken, Checkpoint
-from audiogate.decode.geometry import WAV, ClipGeometry, SourceFormat
+from audiogate.decode.geometry import AUTO, ClipGeometry, SourceFormat
 from audiogate.errors import (
     SourceBusyError,
     SourceLostError,
@@ -259,7 +259,7 @@ class SourceStore:
         owner: str,
         duration_us: int,
         scope: Scope = "private",
-        source_format: SourceFormat = WAV,
+        source_format: SourceFormat = AUTO,
         status: SourceStatus = "ready",
         header: ClipGeometry | None = None,
     ) -> AddedSource:
