@@ -80,7 +80,7 @@ pytest:
 
 test: install-test lint typecheck pytest
 
-# The fast lane (under two minutes): every test not marked slow, failures first; add
+# The fast lane: every test not marked slow (README: how long it takes), failures first; add
 # PYTEST_ARGS=--lf to rerun only the last failures.
 test-fast: install-test
 	$(BIN)/python -m pytest -m "not slow" --ff -q $(PYTEST_ARGS)
