@@ -43,6 +43,7 @@ from audiogate.chat.prompt_text import prompt_text_limit
 from audiogate.decode.geometry import AUTO, SourceFormat
 from audiogate.errors import (
     AudioGateError,
+    PlaceholderError,
     PluginError,
     PolicyError,
     RequestError,
@@ -511,6 +512,34 @@ class AudioGate:
             status=status,
             header=admitted.geometry,
         )
+
+    def prepare_user_turn(
+        self, text: str | None, clips: Sequence[EncodedClip], **options: Any
+    ) -> PreparedRequest:
+        """``text`` as one user turn of the checkpoint's chat template, with ``clips``
+        (what ``audiogate prepare --model DIR --prompt`` and ``audiogate batch`` rows do).
+
+        The clips are audio parts before the text, so the chat path places them where the
+        template puts audio (a family whose audio goes at the start of the message puts it
+        there, not before the template's first token). A text that places the clips itself
+        with the family's placeholders (``<|audio_1|>``, ``[audio:<sha256>]``, ...) is
+        refused by the chat path and then prepared as before: the template around it as a
+        plain prompt. Without a template: a plain prompt. ``options`` are
+        :meth:`prepare`'s.
+        """
+        if self.renderer is None and not getattr(self.tokenizer, "chat_template", None):
+            return self.prepare(prompt=text, clips=clips, **options)
+        # The parts only mark positions: the clips come as ``clips``.
+        marker = {"type": "input_audio", "input_audio": {"data": "", "format": "wav"}}
+        content: list[dict[str, Any]] = [dict(marker) for _ in clips]
+        if text:
+            content.append({"type": "text", "text": text})
+        try:
+            return self.prepare([{"role": "user", "content": content}], clips=clips, **options)
+        except PlaceholderError:
+            if not text:
+                raise
+        return self.prepare(prompt=self.chat_prompt(text), clips=clips, **options)
 
     def chat_prompt(self, text: str) -> str:
         """The chat template around one user message ``text``, with the generation prompt.

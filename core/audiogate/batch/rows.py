@@ -207,12 +207,10 @@ def _prepare(gate: Any, row: Mapping[str, Any]) -> Any:
     # thread, with no event loop (a URL runs on one of its own).
     part = {"type": "audio_url", "audio_url": {"url": audio}}
     clips = acquire_parts_sync([part], policy=gate.acquisition)
-    template = gate.tokenizer is not None and getattr(gate.tokenizer, "chat_template", None)
-    if template:
-        # As `audiogate prepare --prompt`: the checkpoint's chat turn around the prompt,
-        # the family placing the clip (no prompt: the clip alone in the user turn).
-        prompt = gate.chat_prompt(prompt or "")
-    return gate.prepare(prompt=prompt, clips=clips)
+    # As `audiogate prepare --prompt`: one user turn of the checkpoint's template, the clip
+    # before the prompt (no prompt: the clip alone in the user turn); a plain prompt for
+    # a family's pinned defaults.
+    return gate.prepare_user_turn(prompt, clips)
 
 
 def prepare_row(

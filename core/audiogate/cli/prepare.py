@@ -226,14 +226,13 @@ def run(args: argparse.Namespace, host: FamilyHost, out: TextIO) -> int:
         clips = acquire_paths(args.audio, policy=acquisition, source_format=AUTO)
     seconds = sum(len(c.data) for c in clips) / 32_000  # rough: 16 kHz PCM16 mono
     bar = ProgressBar(sys.stderr, enabled=sys.stderr.isatty() and seconds > 5)
-    prompt = args.prompt
-    has_template = gate.tokenizer is not None and getattr(gate.tokenizer, "chat_template", None)
-    if prompt is not None and has_template:
-        # The checkpoint's chat turn around the prompt; the family's placeholders in it
-        # place the clips, or the family inserts them where its processor would.
-        prompt = gate.chat_prompt(prompt)
     try:
-        result = gate.prepare(prompt=prompt, clips=clips, progress=bar)
+        if args.prompt is not None:
+            # One user turn of the checkpoint's template: the clips as audio parts before
+            # the prompt, or where the prompt's own placeholders put them.
+            result = gate.prepare_user_turn(args.prompt, clips, progress=bar)
+        else:
+            result = gate.prepare(clips=clips, progress=bar)
     finally:
         bar.clear()
     summary = result.summary(policy_source=gate.policy_source)
