@@ -3,6 +3,7 @@ the summary, the engines, and reading the output without audiogate."""
 
 from __future__ import annotations
 
+import base64
 import io
 import json
 import os
@@ -79,10 +80,11 @@ def test_rows_equal_the_gate_called_directly(manifest, tmp_path):
     run_batch(_options(path, media, out), progress=io.StringIO())
     by_id = {r["id"]: r for r in _rows(out)}
     gate = AudioGate.from_model_dir(GEMMA)
-    from audiogate.acquire import acquire_paths
-
-    clips = acquire_paths([media / "c0.wav"], policy=gate.acquisition)
-    want = gate.prepare(prompt=gate.chat_prompt("What is said?"), clips=clips)
+    # The chat request a user would send: the clip, then the prompt, in one user turn.
+    data = base64.b64encode((media / "c0.wav").read_bytes()).decode()
+    audio = {"type": "input_audio", "input_audio": {"data": data, "format": "wav"}}
+    content = [audio, {"type": "text", "text": "What is said?"}]
+    want = gate.prepare([{"role": "user", "content": content}])
     row = by_id["a0"]
     assert row["input_ids"] == list(want.input_ids)
     assert row["tokens"] == [want.batch.clips[0].tokens]
