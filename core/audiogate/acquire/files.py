@@ -284,16 +284,21 @@ def _read_checked(
         raise SourceRefused(f"file was removed or replaced while it was read: {name!r}")
     if _identity(os.fstat(fd)) != _identity(before):
         raise SourceRefused(f"file changed while it was read: {name!r}")
-    _verify(fd, pieces, ctx, name)
-    if _identity(os.fstat(fd)) != _identity(before):
-        raise SourceRefused(f"file changed while it was read: {name!r}")
+    _check_unchanged(fd, pieces, before, ctx, name)
     if _settle(before, ctx):
         # Changed within the settle window before the read: it may have been read half-way
         # through a rewrite that goes on. Unchanged since, the bytes are the file's.
-        _verify(fd, pieces, ctx, name)
-        if _identity(os.fstat(fd)) != _identity(before):
-            raise SourceRefused(f"file changed while it was read: {name!r}")
+        _check_unchanged(fd, pieces, before, ctx, name)
     return b"".join(pieces)
+
+
+def _check_unchanged(
+    fd: int, pieces: list[bytes], before: os.stat_result, ctx: ClipContext, name: str
+) -> None:
+    """Another pass over the file gives ``pieces``, and its identity is still ``before``'s."""
+    _verify(fd, pieces, ctx, name)
+    if _identity(os.fstat(fd)) != _identity(before):
+        raise SourceRefused(f"file changed while it was read: {name!r}")
 
 
 def _settle(before: os.stat_result, ctx: ClipContext) -> bool:
