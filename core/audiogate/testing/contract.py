@@ -25,17 +25,21 @@ Everything is called through the plugin host, as the pipeline calls it. The chec
 * the expanded prompt holds exactly the planned number of audio positions per clip, in
   clip order, for chat and plain prompts, and a clip/placeholder count mismatch fails
   closed with :class:`~audiogate.errors.PlaceholderError`;
+* a prompt with clips prepared as one user turn (``prepare --model --prompt``, batch
+  rows) places them as the chat request with the clips as audio parts before the text;
 * cancellation is noticed inside the Decode, Resample and Feature loops of a long clip;
 * the request's reservation (:attr:`~audiogate.pipeline.RequestPlan.host_bytes`) covers
   the traced peak of preparing a large admitted request;
-* collation keeps the per-clip token counts, batches every input along axis 0, and
-  preparation is deterministic.
+* collation keeps the per-clip token counts, batches every input along axis 0 with each
+  clip's rows (one, or one per window of a windowed family, checked on a clip longer than
+  one window) in clip order, and preparation is deterministic.
 
 See ``docs/plugins/testing.md`` for what each check protects and how to configure it.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import functools
 import gc
@@ -475,6 +479,17 @@ class FamilyContract:
             for i, s in enumerate(seconds)
         ]
 
+    def collation_clips(self, policy: AudioPolicy) -> list[EncodedClip]:
+        """The expansion clips but the last, then the long clip (:meth:`long_seconds`):
+        a windowed family (30 s windows, several rows per clip) collates a clip of more
+        than one window, whose rows must stay together and in clip order."""
+        rate = policy.target_rate_hz
+        clips = self.expansion_clips(policy)[:-1]
+        long = encoded_clip(
+            seconds=self.long_seconds(policy), rate_hz=rate, ordinal=len(clips) + 1, seed=7
+        )
+        return [*clips, long]
+
     def reservation_request(self, host: FamilyHost, policy: AudioPolicy) -> list[EncodedClip]:
         """The largest request of the configured shape that the policy admits."""
         rate = max(self.rates(policy))
@@ -896,6 +911,47 @@ class FamilyContract:
             assert text_only.text == expanded.text
 
     @contract
+    def test_a_user_turn_places_the_clips_as_the_chat_request_does(
+        self, contract_host: FamilyHost, contract_policy: AudioPolicy, contract_tokenizer: Any
+    ) -> None:
+        """A prompt text with clips prepared as one user turn (``audiogate prepare --model
+        DIR --prompt``, batch rows: :meth:`~audiogate.api.AudioGate.prepare_user_turn`)
+        gives the ids, audio spans, text and per-clip tokens of the chat request a client
+        sends with the clips as audio parts before the text; the template's opening stays
+        first (clips placed before it land before the template's first token)."""
+        from audiogate.api import AudioGate
+
+        host, policy, tokenizer = contract_host, contract_policy, contract_tokenizer
+        if not getattr(tokenizer, "chat_template", None):
+            pytest.skip(f"{type(self).__name__}'s tokenizer has no chat template")
+        gate = AudioGate(host=host, policy=policy, tokenizer=tokenizer)
+        clips = self.expansion_clips(policy)[:2]
+        for count in (1, len(clips)):
+            turn = gate.prepare_user_turn(_PROMPT, clips[:count])
+            parts: list[dict[str, Any]] = [
+                {
+                    "type": "input_audio",
+                    "input_audio": {"data": base64.b64encode(clip.data).decode(), "format": "wav"},
+                }
+                for clip in clips[:count]
+            ]
+            parts.append({"type": "text", "text": _PROMPT})
+            chat = gate.prepare([{"role": "user", "content": parts}])
+            assert turn.input_ids == chat.input_ids, f"{count} clip(s): the ids differ"
+            assert turn.audio_spans == chat.audio_spans, f"{count} clip(s): the spans differ"
+            assert turn.text == chat.text, f"{count} clip(s): the texts differ"
+            assert turn.batch is not None
+            assert chat.batch is not None
+            assert [c.tokens for c in turn.batch.clips] == [c.tokens for c in chat.batch.clips]
+            if turn.text is None:  # a family without a text form: the ids said it all
+                continue
+            rendered = gate.chat_prompt(_PROMPT)
+            opening = rendered[: rendered.index(_PROMPT)].rstrip()[:8]
+            assert turn.text.startswith(opening), (
+                f"{count} clip(s): the turn does not open as the template does ({opening!r})"
+            )
+
+    @contract
     def test_plain_prompt_expansion_inserts_the_placeholders(
         self, contract_host: FamilyHost, contract_policy: AudioPolicy, contract_tokenizer: Any
     ) -> None:
@@ -1195,9 +1251,10 @@ class FamilyContract:
     def test_collation_keeps_each_clips_tokens(
         self, contract_host: FamilyHost, contract_policy: AudioPolicy
     ) -> None:
-        """Collated tokens equal the per-clip tokens; every input is batched along axis 0."""
+        """Collated tokens equal the per-clip tokens; every input is batched along axis 0,
+        each clip's rows (one, or one per window) after the previous clip's."""
         host, policy = contract_host, contract_policy
-        clips = self.expansion_clips(policy)
+        clips = self.collation_clips(policy)
         batch = prepare_clips(host, policy, clips)
         per_clip = tuple(c.tokens for c in batch.clips)
         assert batch.inputs.tokens == per_clip
@@ -1206,31 +1263,36 @@ class FamilyContract:
             collated = host.collate_features(policy, subset)
             assert collated.tokens == tuple(f.tokens for f in subset)
         assert batch.inputs.inputs, "collate_features returned no model inputs"
+        rows = _rows_per_clip(host, policy, features)
         for name, array in batch.inputs.inputs.items():
             assert isinstance(array, np.ndarray), f"{name} is a {type(array).__name__}"
             assert not array.flags.writeable, f"{name} is writable; return readonly() arrays"
-            assert array.shape[:1] == (len(clips),), (
-                f"{name} has shape {array.shape}; expected one row per clip ({len(clips)})"
+            want = sum(rows[name])
+            assert array.shape[:1] == (want,), (
+                f"{name} has shape {array.shape}; expected {want} rows, each clip's rows as "
+                f"it collates alone ({rows[name]})"
             )
 
     @contract
     def test_collation_puts_each_clip_in_its_row(
         self, contract_host: FamilyHost, contract_policy: AudioPolicy
     ) -> None:
-        """Row ``i`` of every collated input is clip ``i``'s: collating the clips in a
-        rotated order rotates every input's rows; the longest clip (no padding) collates
-        to the same row alone and in the batch; collating twice gives the same bytes
-        (padding from uninitialised memory does not); floating inputs keep the features'
-        dtype."""
+        """Clip ``i``'s rows of every collated input (one row, or one per window, as it
+        collates alone) are clip ``i``'s: collating the clips in a rotated order rotates
+        every input's rows; the longest clip (no padding) collates to the same rows alone
+        and in the batch; collating twice gives the same bytes (padding from
+        uninitialised memory does not); floating inputs keep the features' dtype."""
         host, policy = contract_host, contract_policy
-        batch = prepare_clips(host, policy, self.expansion_clips(policy))
+        batch = prepare_clips(host, policy, self.collation_clips(policy))
         features: list[ClipFeatures] = [c.features for c in batch.clips]
         count = len(features)
+        order = [*range(1, count), 0]
         first = host.collate_features(policy, features).inputs
         again = host.collate_features(policy, features).inputs
-        rotated = host.collate_features(policy, features[1:] + features[:1]).inputs
+        rotated = host.collate_features(policy, [features[i] for i in order]).inputs
         longest = max(range(count), key=lambda i: features[i].frames)
         alone = host.collate_features(policy, [features[longest]]).inputs
+        rows = _rows_per_clip(host, policy, features)
         dtype = features[0].features.dtype
         problems: list[str] = []
         for name, array in first.items():
@@ -1238,12 +1300,13 @@ class FamilyContract:
                 problems.append(f"{name}: two collations of the same clips differ")
             if array.dtype.kind == "f" and array.dtype != dtype:
                 problems.append(f"{name} is {array.dtype}; the features are {dtype}")
-            for row in range(count):
-                if not np.array_equal(rotated[name][row], array[(row + 1) % count]):
-                    problems.append(f"{name}: row {row} of a rotated batch is not its clip's")
-                    break
-            if name in alone and not np.array_equal(alone[name][0], array[longest]):
-                problems.append(f"{name}: the longest clip's row differs from collating it alone")
+            starts = np.cumsum([0, *rows[name]])
+            blocks = [array[starts[i] : starts[i + 1]] for i in range(count)]
+            want = np.concatenate([blocks[i] for i in order]) if array.ndim else array
+            if rotated[name].shape != want.shape or not np.array_equal(rotated[name], want):
+                problems.append(f"{name}: the rows of a rotated batch are not its clips'")
+            if name in alone and not np.array_equal(alone[name], blocks[longest]):
+                problems.append(f"{name}: the longest clip's rows differ from collating it alone")
         assert not problems, problems
 
     @contract
@@ -1400,6 +1463,24 @@ def _accepted(
     except PlaceholderError:
         return False
     return True
+
+
+def _rows_per_clip(
+    host: FamilyHost, policy: AudioPolicy, features: Sequence[ClipFeatures]
+) -> dict[str, list[int]]:
+    """Rows of each collated input that each clip takes, as it collates alone (one for a
+    family that batches a row per clip, its windows' count for a windowed one). An input
+    only a batch has (Phi-4's ``audio_attention_mask``, given for two clips or more) has a
+    row per clip."""
+    alone = [host.collate_features(policy, [clip]).inputs for clip in features]
+    batched = host.collate_features(policy, features).inputs
+    return {
+        name: [
+            (int(inputs[name].shape[0]) if inputs[name].ndim else 0) if name in inputs else 1
+            for inputs in alone
+        ]
+        for name in batched
+    }
 
 
 def _feature_problems(features: ClipFeatures) -> Iterator[str]:
