@@ -121,3 +121,112 @@ def test_a_source_added_without_a_format_is_recognised_from_its_bytes(
             assert got[key] == want[key], key
     finally:
         store.close()
+
+
+#: The containers declared by name since #32 (AU, CAF, RIFX: decoded by libsndfile in the
+#: decoder process) and the names a client may give each.
+NAMED = {"au": ("au", "snd", "AU"), "caf": ("caf",), "rifx": ("rifx",)}
+
+
+def _declared_parts(data: bytes, name: str, container: str) -> dict[str, dict]:
+    return {
+        "input_audio": _input_audio(data, format=name),
+        "audio_url": _audio_url(data, MEDIA_TYPES[container], format=name),
+    }
+
+
+@pytest.mark.parametrize("container", sorted(NAMED))
+def test_au_caf_and_rifx_are_declared_by_name_at_every_entry_point(
+    chat_gate, tmp_path, container: str
+) -> None:
+    from audiogate.api import AudioGate
+    from audiogate.decode import SourceFormat
+    from audiogate.store import SourceStore
+
+    entry = ONE_PER_CONTAINER[container]
+    data = read(entry)
+    want = accounting(prepare("gemma3n", data))
+    got: dict[str, dict] = {}
+    for name in NAMED[container]:
+        for shape, part in _declared_parts(data, name, container).items():
+            got[f"{shape} {name}"] = accounting(chat_gate.prepare(_messages(part)))
+    clip = EncodedClip(data=data, source_format=SourceFormat(container), ordinal=1)
+    got["library clip"] = accounting(chat_gate.prepare(prompt="Transcribe: ", clips=[clip]))
+    store = SourceStore.open(tmp_path / "store")
+    try:
+        gate = AudioGate.from_model_dir(
+            REPO / "examples" / "models" / "gemma-3n-e4b-it", store=store
+        )
+        added = gate.add_source(data, source_format=SourceFormat(container))
+        reference = {"type": "audio_ref", "audio_ref": {"sha256": added.record.sha256}}
+        got["source"] = accounting(gate.prepare(_messages(reference)))
+    finally:
+        store.close()
+    for path, result in got.items():
+        for key in ("source_rate", "channels", "source_samples", "tokens", "sha256"):
+            assert result[key] == want[key], (path, key)
+
+
+#: A file of another container for each named one: what the declaration contradicts.
+OTHER = {"au": "caf", "caf": "rifx", "rifx": "wav", "wav": "au"}
+
+
+@pytest.mark.parametrize("declared", sorted(OTHER))
+def test_a_named_container_the_bytes_contradict_is_refused_naming_both(
+    chat_gate, tmp_path, declared: str
+) -> None:
+    from audiogate.api import AudioGate
+    from audiogate.decode import SourceFormat
+    from audiogate.store import SourceStore
+
+    sent = OTHER[declared]
+    data = read(ONE_PER_CONTAINER[sent])
+    found = {"au": "Sun AU", "caf": "CAF", "rifx": "RIFX", "wav": "RIFF/WAVE"}
+    messages: dict[str, str] = {}
+    # The data URI's media type is the declared format's, as its sender would give it.
+    for shape, part in _declared_parts(data, declared, declared).items():
+        with pytest.raises(AudioGateError) as caught:
+            chat_gate.prepare(_messages(part))
+        messages[shape] = str(caught.value)
+    clip = EncodedClip(data=data, source_format=SourceFormat(declared), ordinal=1)
+    with pytest.raises(AudioGateError) as caught:
+        chat_gate.prepare(prompt="Transcribe: ", clips=[clip])
+    messages["library clip"] = str(caught.value)
+    store = SourceStore.open(tmp_path / "store")
+    try:
+        gate = AudioGate.from_model_dir(
+            REPO / "examples" / "models" / "gemma-3n-e4b-it", store=store
+        )
+        with pytest.raises(AudioGateError) as caught:
+            gate.add_source(data, source_format=SourceFormat(declared))
+        messages["source"] = str(caught.value)
+    finally:
+        store.close()
+    if declared == "wav":
+        # A library clip declared WAV keeps the RIFF walker's refusal (not_riff_wave): it
+        # names the header it wanted and the bytes it got.
+        walker = messages.pop("library clip")
+        assert "missing RIFF/WAVE header: got '.snd'" in walker, walker
+    for path, message in messages.items():
+        assert f"declared {declared}" in message or f"format {declared}" in message, (
+            path,
+            message,
+        )
+        assert found[sent] in message, (path, message)
+
+
+@pytest.mark.parametrize(("media", "container"), [("basic", "au"), ("x-caf", "caf")])
+def test_a_data_uri_media_type_names_au_and_caf(chat_gate, media: str, container: str) -> None:
+    data = read(ONE_PER_CONTAINER[container])
+    got = accounting(chat_gate.prepare(_messages(_audio_url(data, media, format=container))))
+    assert got["source_samples"] == accounting(prepare("gemma3n", data))["source_samples"]
+    with pytest.raises(AcquisitionError, match=f"does not match the declared format {container}"):
+        chat_gate.prepare(_messages(_audio_url(data, "mpeg", format=container)))
+
+
+def test_an_upload_content_type_names_au_and_caf() -> None:
+    from audiogate.decode import SourceFormat
+    from audiogate.server.sources import CONTENT_TYPES
+
+    assert CONTENT_TYPES["audio/basic"] == CONTENT_TYPES["audio/x-au"] == SourceFormat("au")
+    assert CONTENT_TYPES["audio/x-caf"] == SourceFormat("caf")

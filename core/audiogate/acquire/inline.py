@@ -48,6 +48,9 @@ CONTAINER_MEDIA_SUBTYPES: Final = {
     "webm": frozenset({"webm"}),
     "mp4": frozenset({"mp4", "m4a", "x-m4a", "aac", "x-aac", "mp4a-latm"}),
     "aiff": frozenset({"aiff", "x-aiff", "aifc", "x-aifc"}),
+    "au": frozenset({"basic", "au", "x-au", "snd"}),
+    "caf": frozenset({"x-caf", "caf"}),
+    "rifx": WAV_MEDIA_SUBTYPES | {"x-rifx"},
 }
 #: ``audio/<subtype>`` names accepted for a raw (``pcm16`` / ``f32``) declaration.
 RAW_MEDIA_SUBTYPES: Final = frozenset({"pcm", "x-pcm", "raw", "x-raw"})

@@ -5,7 +5,8 @@ Accepted parts (anything else, and any unknown key, is refused):
 * ``{"type": "input_audio", "input_audio": {"data": ..., "format": ...}}`` — OpenAI's
   shape. ``format`` is ``"wav"`` (or ``"wave"``), ``"mp3"``, or — **audiogate
   extensions** — another container (:data:`CONTAINER_FORMATS`: ``flac``, ``ogg``,
-  ``opus``, ``webm``, ``m4a``/``mp4``/``aac``, ``aiff``; docs/formats.md), or a headerless
+  ``opus``, ``webm``, ``m4a``/``mp4``/``aac``, ``aiff``, ``au``/``snd`` (Sun AU), ``caf``,
+  ``rifx`` (big-endian WAV); docs/formats.md), or a headerless
   raw format ``"pcm16"`` / ``"f32"`` (little-endian, interleaved), which then *requires*
   integer ``"sample_rate"`` and ``"channels"`` fields next to it. A container takes its
   geometry from its header, so those fields are refused with it. The bytes must be what
@@ -79,6 +80,10 @@ CONTAINER_FORMATS: Final[Mapping[str, SourceFormat]] = {
     "aiff": SourceFormat("aiff"),
     "aif": SourceFormat("aiff"),
     "aifc": SourceFormat("aiff"),
+    "au": SourceFormat("au"),
+    "snd": SourceFormat("au"),
+    "caf": SourceFormat("caf"),
+    "rifx": SourceFormat("rifx"),
     "auto": AUTO,
 }
 

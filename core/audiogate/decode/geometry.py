@@ -69,7 +69,7 @@ BYTES_PER_SAMPLE: Final[Mapping[str, int]] = MappingProxyType(
 PCM_CONTAINERS: Final = frozenset({"wav", "raw"})
 
 DeclaredContainer: TypeAlias = Literal[
-    "wav", "raw", "auto", "aiff", "flac", "mp3", "ogg", "opus", "webm", "mp4"
+    "wav", "raw", "auto", "aiff", "flac", "mp3", "ogg", "opus", "webm", "mp4", "au", "caf", "rifx"
 ]
 #: What a caller may declare: a container, ``"opus"`` (Ogg or WebM), or ``"auto"`` (sniffed).
 DECLARED_CONTAINERS: Final = (
@@ -83,6 +83,9 @@ DECLARED_CONTAINERS: Final = (
     "opus",
     "webm",
     "mp4",
+    "au",
+    "caf",
+    "rifx",
 )
 
 _CONTAINERS: Final = DECLARED_CONTAINERS

@@ -79,6 +79,9 @@ CONTENT_TYPES: Final[Mapping[str, SourceFormat]] = {
     "audio/aac": SourceFormat("mp4"),
     "audio/aiff": SourceFormat("aiff"),
     "audio/x-aiff": SourceFormat("aiff"),
+    "audio/basic": SourceFormat("au"),
+    "audio/x-au": SourceFormat("au"),
+    "audio/x-caf": SourceFormat("caf"),
     "application/octet-stream": AUTO,
 }
 
