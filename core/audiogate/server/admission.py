@@ -1,8 +1,8 @@
 """Who is served under pressure (issue #33): the connection table (a cap per client
 address and in total, making room by closing the oldest connection that waits for a
 request head) and the request head's admission (a request the worker or the body budget
-would refuse is refused from its head, its body never read; a client is held to its share
-of the worker while others wait).
+would refuse is refused from its head, its body never read; a client, by address or by
+bearer token, is held to its share of the worker while others wait).
 
 Both run on the event loop in the connection protocol (:mod:`audiogate.server.protocol`),
 before the app: refusing costs one parsed head and one written answer.
@@ -178,7 +178,7 @@ class HeadAdmission:
     all of them). So the queue does not overflow with requests admitted at once and
     refused only after their bodies were parsed, and a newcomer is admitted while the
     others hold more than their share. Reconnecting changes nothing: both count by client
-    address.
+    (:meth:`client_of`: its address, or its bearer token's owner).
     """
 
     def __init__(
@@ -187,6 +187,11 @@ class HeadAdmission:
         self.server = server
         self.max_per_client = limits.max_requests_per_client
         self.addresses = addresses
+        by_token = limits.fair_share_by == "token" or (
+            limits.fair_share_by == "auto" and server.owners is not None
+        )
+        #: The bearer tokens clients count by (``fair_share_by``); ``None``: by address.
+        self.owners = server.owners if by_token else None
         self.inflight: Counter[str] = Counter()
         self.total = 0
         # Each refusal increments two counters: their children are looked up once.
@@ -209,7 +214,7 @@ class HeadAdmission:
         error = self._pressure(path, headers)
         client = None
         if error is None and path in QUEUED_PATHS:
-            client = self.addresses.of(peer, headers)
+            client = self.client_of(peer, headers)
             error = self._beyond_share(client)
         if error is not None:
             self._count(path, error)
@@ -218,6 +223,23 @@ class HeadAdmission:
             self.inflight[client] += 1
             self.total += 1
         return client, None
+
+    def client_of(self, peer: str, headers: Sequence[tuple[bytes, bytes]]) -> str:
+        """Who a request from ``peer`` with (lower-case) ``headers`` counts against: its
+        client address, or by token (``fair_share_by``) ``"token:"`` and its bearer
+        token's owner (a request without a known token: its address; the app answers
+        it 401)."""
+        if self.owners is not None:
+            for name, value in headers:
+                if name == b"authorization":
+                    scheme, _, token = value.partition(b" ")
+                    token = token.strip(b" \t")
+                    if token and scheme.lower() == b"bearer":
+                        owner = self.owners.owner(token)
+                        if owner is not None:
+                            return "token:" + owner
+                    break
+        return self.addresses.of(peer, headers)
 
     def release(self, client: str) -> None:
         """A request :meth:`admit` counted has been answered (or its client left)."""

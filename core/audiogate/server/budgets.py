@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ipaddress
 import math
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 import attrs
 from prometheus_client import Counter, Gauge
@@ -15,6 +15,7 @@ from audiogate.metrics import AudioMetrics
 __all__ = [
     "ABSOLUTE_MAX_AUDIO_REQUEST_BYTES",
     "BODY_BYTES_LIMIT",
+    "FAIR_SHARE_KEYS",
     "JSON_OVERHEAD_BYTES",
     "ServerLimits",
     "ServerMetrics",
@@ -29,6 +30,8 @@ ABSOLUTE_MAX_AUDIO_REQUEST_BYTES: Final = 500 * MIB
 JSON_OVERHEAD_BYTES: Final = 2 * MIB
 #: The limit name of a refusal by the body budget (``ServerLimits.max_inflight_body_bytes``).
 BODY_BYTES_LIMIT: Final = "in-flight request body bytes"
+#: Who a client is for its share of the worker (``ServerLimits.fair_share_by``).
+FAIR_SHARE_KEYS: Final = ("auto", "address", "token")
 
 
 def _lower(name: str) -> str:
@@ -83,6 +86,12 @@ class ServerLimits:
     :param client_address_header: the header a trusted proxy names the client in (the
         rightmost address not itself a trusted proxy counts, as ``X-Forwarded-For``
         appends).
+    :param fair_share_by: who a client is for ``max_requests_per_client`` and the fair
+        share: ``"address"`` (its address), ``"token"`` (the owner of its bearer token;
+        a request without a known token counts by its address), or ``"auto"`` (by token
+        when the server has ``--auth-tokens``, else by address). By token, many users
+        behind one NAT or proxy without a trusted header each get a share, and one owner
+        gets one share from any number of addresses.
     """
 
     max_body_bytes: int | None = attrs.field(
@@ -109,6 +118,9 @@ class ServerLimits:
         validator=attrs.validators.deep_iterable(attrs.validators.instance_of(str)),
     )
     client_address_header: str = attrs.field(default="x-forwarded-for", converter=_lower)
+    fair_share_by: Literal["auto", "address", "token"] = attrs.field(
+        default="auto", validator=attrs.validators.in_(FAIR_SHARE_KEYS)
+    )
 
     @trusted_proxies.validator
     def _networks(self, attribute: attrs.Attribute[Any], value: tuple[str, ...]) -> None:

@@ -18,7 +18,7 @@ import attrs
 
 from audiogate.argtypes import positive_int
 from audiogate.chat.prompt_text import MAX_PROMPT_TEXT_BYTES
-from audiogate.server.budgets import ServerLimits
+from audiogate.server.budgets import FAIR_SHARE_KEYS, ServerLimits
 from audiogate.store.source_record import StoreQuotas
 from audiogate.store.store import DEFAULT_SOURCE_WAIT_S
 from audiogate.worker import WorkerLimits
@@ -292,6 +292,16 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
         ),
     )
     p.add_argument(
+        "--fair-share-by",
+        choices=FAIR_SHARE_KEYS,
+        default=_default(ServerLimits, "fair_share_by"),
+        help=(
+            "who a client is for --max-requests-per-client and the fair share: its address, "
+            "its bearer token's owner, or auto (by token with --auth-tokens, else by "
+            "address; the default)"
+        ),
+    )
+    p.add_argument(
         "--trusted-proxy",
         type=_network,
         action="append",
@@ -415,6 +425,7 @@ def serve_options(args: argparse.Namespace) -> ServeOptions:
             retire_timeout_s=args.store_retire_timeout,
             max_connections_per_client=args.max_connections_per_client,
             max_requests_per_client=args.max_requests_per_client,
+            fair_share_by=args.fair_share_by,
             trusted_proxies=tuple(args.trusted_proxy),
             client_address_header=args.client_address_header,
         ),
