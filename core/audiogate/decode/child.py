@@ -13,6 +13,15 @@ Protocol (all integers little-endian): a request is ``u32`` header length, a JSO
 ``u64`` data length and the encoded bytes; every answer is a frame, one tag byte and a
 ``u64`` payload length: :data:`BLOCK` (interleaved float32 samples), then :data:`DONE`
 (empty), or :data:`ERROR` (JSON ``{"code", "detail"}``).
+
+A streaming session (header ``"stream": true``, no data: a streamed Ogg or WebM Opus
+clip, :class:`~audiogate.decode.isolation.DecoderStream`) decodes while the bytes
+arrive: libsndfile reads a file (:class:`_PullFile`) that, when it has used every byte
+sent, answers :data:`NEED` and waits for the parent's next frame, :data:`CHUNK` (more
+bytes), :data:`END` (the stream ended) or :data:`ABORT` (the stream was dropped). The
+answers are :data:`FORMAT` (JSON ``{"rate_hz", "channels"}``, once the codec is open),
+blocks as they decode, and :data:`DONE` or :data:`ERROR`; the parent sends a frame only
+after a :data:`NEED`, so nothing is left in the pipe when a session ends.
 """
 
 from __future__ import annotations
@@ -26,7 +35,21 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO, Final
 
-__all__ = ["BLOCK", "DONE", "ERROR", "FRAME", "OVER_PLAN", "clean_detail", "encode_request", "main"]
+__all__ = [
+    "ABORT",
+    "BLOCK",
+    "CHUNK",
+    "DONE",
+    "END",
+    "ERROR",
+    "FORMAT",
+    "FRAME",
+    "NEED",
+    "OVER_PLAN",
+    "clean_detail",
+    "encode_request",
+    "main",
+]
 
 #: Answer frame header: tag, payload length.
 FRAME: Final = struct.Struct("<cQ")
@@ -35,6 +58,14 @@ DONE: Final = b"D"
 ERROR: Final = b"E"
 #: The error code of a stream longer than its plan (the parent's ``LimitError``).
 OVER_PLAN: Final = "over_plan"
+#: Streaming session answers: every byte sent is used (send the next frame); the codec
+#: is open (JSON ``{"rate_hz", "channels"}``).
+NEED: Final = b"N"
+FORMAT: Final = b"H"
+#: Streaming session frames of the parent: more bytes, the end, the stream dropped.
+CHUNK: Final = b"C"
+END: Final = b"F"
+ABORT: Final = b"X"
 
 _REQUEST: Final = struct.Struct("<I")
 _DATA: Final = struct.Struct("<Q")
@@ -284,6 +315,206 @@ def _decode(data: bytes, header: dict[str, Any], out: BinaryIO) -> int:
     return read
 
 
+#: Where a streamed file's end seems to be. libsndfile looks for an Ogg Opus file's last
+#: page when it opens it (for the length, which it then reads up to): the pull file
+#: answers from a zone of zeros ending in :func:`_probe_page`, far past any real byte,
+#: so the length is unbounded and the real bytes are read only in order.
+_PROBE_END: Final = 1 << 40
+_PROBE_ZONE: Final = 1 << 17
+_PROBE_GRANULE: Final = 1 << 62
+
+
+def _probe_page(serial: bytes) -> bytes:
+    """An empty end-of-stream Ogg page of stream ``serial`` at a huge granule position."""
+    from audiogate.decode.remux import ogg_crc
+
+    page = bytearray(
+        struct.pack("<4sBBq4sII", b"OggS", 0, 0x04, _PROBE_GRANULE, serial, 1 << 30, 0) + b"\0"
+    )
+    struct.pack_into("<I", page, 22, ogg_crc(page))
+    return bytes(page)
+
+
+#: Frames per libsndfile read in a streaming session (20 ms at 48 kHz).
+_READ_FRAMES: Final = 960
+
+
+class _Aborted(Exception):
+    """The parent dropped the stream."""
+
+
+class _PullFile:
+    """A streamed clip's Ogg bytes as a file libsndfile reads while they arrive.
+
+    ``read`` at the end of the bytes received asks the parent for more (:data:`NEED`);
+    while libsndfile opens the file (``full``) it waits for every byte it asks for (its
+    header reads expect them), after that it returns what has arrived. WebM is remuxed
+    to Ogg on the way in (:class:`~audiogate.decode.stream_remux.WebmOpusRemuxer`).
+    """
+
+    def __init__(self, header: dict[str, Any], stdin: BinaryIO, out: BinaryIO) -> None:
+        self._stdin = stdin
+        self._out = out
+        self._data = bytearray()
+        self._position = 0
+        self.full = True
+        self.ended = False
+        self.aborted = False
+        self.received = 0
+        self.remuxer: Any = None
+        self.block_frames: int = header["block_frames"]
+        self._queued: list[Any] = []
+        self._queued_frames = 0
+        if header["container"] == "webm":
+            from audiogate.decode.stream_remux import WebmOpusRemuxer
+
+            self.remuxer = WebmOpusRemuxer()
+        self.error: _Refused | None = None
+
+    def _pull(self) -> None:
+        """One frame from the parent (after telling it every byte is used)."""
+        self.flush()
+        _send(self._out, NEED)
+        head = _read_exact(self._stdin, FRAME.size)
+        if head is None:
+            raise SystemExit(0)  # the parent is gone
+        tag, length = FRAME.unpack(head)
+        payload = _read_exact(self._stdin, length) if length else b""
+        if payload is None:
+            raise SystemExit(0)
+        if tag == CHUNK:
+            self.received += len(payload)
+            self._data += self._remux(payload, end=False)
+        elif tag == END:
+            self.ended = True
+            self._data += self._remux(b"", end=True)
+        else:
+            self.ended = self.aborted = True
+
+    def _remux(self, payload: bytes, *, end: bool) -> bytes:
+        if self.remuxer is None:
+            return payload
+        from audiogate.errors import DecodeError
+
+        try:
+            ogg: bytes = self.remuxer.finish() if end else self.remuxer.feed(payload)
+            return ogg
+        except DecodeError as exc:
+            # Raised here, it would be lost in libsndfile's callback: kept, and the
+            # file ends.
+            self.error = _Refused(exc.code, exc.detail)
+            self.ended = True
+            return b""
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        if whence == io.SEEK_SET:
+            self._position = offset
+        elif whence == io.SEEK_CUR:
+            self._position += offset
+        else:
+            self._position = _PROBE_END + offset
+        return self._position
+
+    def send(self, samples: Any) -> None:
+        """Queue decoded frames (``[shape=(k, channels)]``); full blocks go out now."""
+        if self._queued_frames + samples.shape[0] > self.block_frames:
+            self.flush()
+        self._queued.append(samples.copy())
+        self._queued_frames += samples.shape[0]
+
+    def flush(self) -> None:
+        """Send the queued frames (before waiting for bytes, and at the end)."""
+        import numpy as np
+
+        if self._queued:
+            block = np.concatenate(self._queued) if len(self._queued) > 1 else self._queued[0]
+            _send(self._out, BLOCK, block.data.cast("B"))
+            self._out.flush()
+        self._queued = []
+        self._queued_frames = 0
+
+    def tell(self) -> int:
+        return self._position
+
+    def read(self, count: int) -> bytes:
+        start = self._position
+        if start > len(self._data):
+            # Only the open's look for the last page reads past the bytes received.
+            out = _probe_read(bytes(self._data[14:18]), start, count)
+        else:
+            wanted = count if self.full else 1
+            while start + wanted > len(self._data) and not self.ended:
+                self._pull()
+            out = bytes(self._data[start : start + count])
+        self._position += len(out)
+        return out
+
+
+def _probe_read(serial: bytes, start: int, count: int) -> bytes:
+    """Bytes ``start .. start + count`` of the probe zone: zeros, then the probe page at
+    :data:`_PROBE_END` (nothing before the zone, nothing after the page)."""
+    page = _probe_page(serial)
+    page_start = _PROBE_END - len(page)
+    if start < _PROBE_END - _PROBE_ZONE or start >= _PROBE_END:
+        return b""
+    stop = min(start + count, _PROBE_END)
+    zeros = max(0, min(stop, page_start) - start)
+    return bytes(zeros) + page[max(0, start - page_start) : stop - page_start]
+
+
+def _stream(header: dict[str, Any], stdin: BinaryIO, out: BinaryIO) -> None:
+    """One streaming session: decode while the parent sends the bytes."""
+    import numpy as np
+    import soundfile
+
+    _limit_cpu(header["cpu_seconds"])
+    if header.get("hook"):
+        _test_hook(header["hook"])
+    source = _PullFile(header, stdin, out)
+    try:
+        try:
+            handle = soundfile.SoundFile(source)
+        except soundfile.LibsndfileError as exc:
+            if source.error is not None:
+                raise source.error from None
+            if source.aborted:
+                raise _Aborted from None
+            if source.remuxer is not None and source.remuxer.packets == 0:
+                raise _Refused("empty", "the stream holds no Opus packet") from None
+            raise _Refused("decoder_error", f"libsndfile refused the stream: {exc}") from None
+        snd, ffi = soundfile._snd, soundfile._ffi
+        with handle:
+            source.full = False
+            value = ffi.new("int*", 48_000)  # Opus at 48 kHz, as the whole clip
+            snd.sf_command(handle._file, _SET_ORIGINAL_SAMPLERATE, value, ffi.sizeof("int"))
+            info = ffi.new("SF_INFO*")
+            snd.sf_command(handle._file, _GET_CURRENT_SF_INFO, info, ffi.sizeof("SF_INFO"))
+            channels = handle.channels
+            _send(
+                out, FORMAT, json.dumps({"rate_hz": info.samplerate, "channels": channels}).encode()
+            )
+            # A read returns once it has this many frames (or the end), and waits for
+            # bytes only when the packet it decodes needs them: every frame decoded
+            # before goes out first (``flush``), at most one read's worth waits.
+            buffer = np.empty((_READ_FRAMES, channels), dtype=np.float32)
+            pointer = ffi.cast("float*", buffer.ctypes.data)
+            while True:
+                count = snd.sf_readf_float(handle._file, pointer, _READ_FRAMES)
+                if source.aborted:
+                    raise _Aborted
+                if count <= 0:
+                    break
+                source.send(buffer[:count])
+            source.flush()
+        if source.error is not None:
+            raise source.error
+    except _Aborted:
+        pass
+    # An error or the end; the parent sends nothing more until the next request (it
+    # sends a frame only after a NEED), so no frame is left unread.
+    _send(out, DONE)
+
+
 #: Python object reprs in a codec's message (``<_io.BytesIO object at 0x7f...>``).
 _REPR: Final = re.compile(r"<[^<>]{0,200}? at 0x[0-9a-fA-F]+>")
 
@@ -313,7 +544,10 @@ def main(argv: list[str] | None = None) -> int:
         (data_length,) = _DATA.unpack(_read_exact(stdin, _DATA.size) or b"\0" * 8)
         data = _read_exact(stdin, data_length) or b""
         try:
-            _decode(data, header, stdout)
+            if header.get("stream"):
+                _stream(header, stdin, stdout)
+            else:
+                _decode(data, header, stdout)
         except _Refused as exc:
             _error(stdout, exc.code, exc.detail)
         except _OverPlan as exc:

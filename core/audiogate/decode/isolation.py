@@ -36,10 +36,15 @@ import numpy.typing as npt
 
 from audiogate.cancel import NEVER, CancelToken, Checkpoint
 from audiogate.decode.child import (
+    ABORT,
     BLOCK,
+    CHUNK,
     DONE,
+    END,
     ERROR,
+    FORMAT,
     FRAME,
+    NEED,
     OVER_PLAN,
     clean_detail,
     encode_request,
@@ -50,6 +55,7 @@ from audiogate.decode.samples import BLOCK_FRAMES, downmix_f32
 from audiogate.errors import (
     CodecsUnavailableError,
     DecodeError,
+    EmptyAudioError,
     LimitError,
     NonFiniteSampleError,
 )
@@ -60,6 +66,7 @@ __all__ = [
     "DEFAULT_CPU_SECONDS",
     "DecoderFailedError",
     "DecoderPool",
+    "DecoderStream",
     "default_pool",
     "missing_codecs",
 ]
@@ -276,6 +283,27 @@ class DecoderPool:
             self._release(child, healthy=healthy)
         return out, written
 
+    def open_stream(
+        self, container: str, *, clip_index: int, cancel: CancelToken = NEVER
+    ) -> DecoderStream:
+        """A decoder process for one streamed Ogg or WebM Opus clip, fed as it arrives.
+
+        The session holds one of the pool's processes until it ends (waiting, as a
+        clip does, while all are busy), under the same address-space and CPU caps; the
+        wall-clock deadline applies to each answer.
+
+        :raises PreprocessCancelled: ``cancel`` was cancelled while waiting.
+        :raises DecoderFailedError: the process could not start.
+        """
+        child = self._acquire(cancel, clip_index)
+        stream = DecoderStream(self, child, clip_index=clip_index)
+        try:
+            stream._start(container)
+        except BaseException:
+            stream.close()
+            raise
+        return stream
+
     def _run(
         self,
         child: _Child,
@@ -443,6 +471,205 @@ class DecoderPool:
             clip_index=clip_index,
             code="decoder_crashed",
         )
+
+
+class DecoderStream:
+    """One streamed clip's session in a decoder process (:meth:`DecoderPool.open_stream`).
+
+    :meth:`feed` sends the next bytes and returns the mono samples they completed;
+    :meth:`finish` ends the stream and returns the rest; :meth:`close` drops it. The
+    process decodes with libsndfile, as a whole clip (WebM remuxed to Ogg on the way,
+    :mod:`audiogate.decode.stream_remux`), so the samples are the whole clip's, bit for
+    bit. A refusal, a finish or a close leaves the process for the next clip; only a
+    crash, a timeout or a broken protocol kills it. Thread-safe: a :meth:`close` from
+    another thread waits for a :meth:`feed` in flight.
+    """
+
+    def __init__(self, pool: DecoderPool, child: _Child, *, clip_index: int) -> None:
+        self._pool = pool
+        self._child: _Child | None = child
+        self._clip_index = clip_index
+        self._lock = threading.Lock()
+        self._waiting = False  # the process asked for the next frame
+        #: The stream's rate and channels, once the codec is open (else 0).
+        self.rate_hz = 0
+        self.channels = 0
+        #: Mono frames returned so far.
+        self.frames = 0
+
+    @property
+    def done(self) -> bool:
+        """The session is over (finished, refused, dropped, or the decoder stopped)."""
+        return self._child is None
+
+    def _start(self, container: str) -> None:
+        header: dict[str, Any] = {
+            "container": container,
+            "codec": "opus",
+            "stream": True,
+            "block_frames": BLOCK_FRAMES,
+            "cpu_seconds": self._pool.cpu_seconds,
+            "hook": self._pool._test_hook or "",
+        }
+        with self._lock:
+            self._send(encode_request(header, b""))
+            self._answers()
+
+    def feed(self, data: bytes) -> list[npt.NDArray[np.float32]]:
+        """Send the stream's next bytes; the mono float32 blocks they completed.
+
+        :raises DecodeError: the codec refused the stream (its code), or it was
+            ``empty``.
+        :raises NonFiniteSampleError: a decoded sample is NaN or infinite.
+        :raises DecoderFailedError: the process crashed, timed out or broke protocol.
+        """
+        with self._lock:
+            if self._child is None or not data:
+                return []
+            self._send([FRAME.pack(CHUNK, len(data)), data])
+            return self._answers()
+
+    def finish(self) -> list[npt.NDArray[np.float32]]:
+        """End the stream: the last blocks (the end trimming applied)."""
+        with self._lock:
+            if self._child is None:
+                return []
+            self._send([FRAME.pack(END, 0)])
+            return self._answers()
+
+    def close(self) -> None:
+        """Drop the stream (idempotent): the process stops decoding it and is kept."""
+        with self._lock:
+            child = self._child
+            if child is None:
+                return
+            healthy = False
+            try:
+                if self._waiting:
+                    self._send([FRAME.pack(ABORT, 0)])
+                    self._answers()
+                    healthy = self._child is None
+            except Exception:  # a process that fails its abort is killed below
+                healthy = False
+            finally:
+                if self._child is not None:
+                    self._child = None
+                    self._pool._release(child, healthy=healthy)
+
+    def _send(self, pieces: list[bytes]) -> None:
+        child = self._child
+        assert child is not None
+        stdin = child.process.stdin
+        assert stdin is not None
+        self._waiting = False
+        try:
+            for piece in pieces:
+                stdin.write(piece)
+            stdin.flush()
+        except (BrokenPipeError, OSError):
+            self._end(healthy=False)
+            raise self._pool._died(child, self._clip_index) from None
+
+    def _end(self, *, healthy: bool) -> None:
+        child, self._child = self._child, None
+        if child is not None:
+            self._pool._release(child, healthy=healthy)
+
+    def _answers(self) -> list[npt.NDArray[np.float32]]:
+        """Read the process's frames up to its next ``NEED``, ``DONE`` or ``ERROR``."""
+        child = self._child
+        assert child is not None
+        stdout = child.process.stdout
+        assert stdout is not None
+        fd, pool, index = stdout.fileno(), self._pool, self._clip_index
+        deadline = time.monotonic() + pool.wall_seconds
+        blocks: list[npt.NDArray[np.float32]] = []
+        healthy = False
+        try:
+            while True:
+                # Not cancelled mid-answer: the caller polls between chunks, and a
+                # dropped stream is told so (ABORT) instead of killed.
+                head = pool._read(fd, FRAME.size, child, deadline, index, NEVER)
+                tag, length = FRAME.unpack(head)
+                limit = BLOCK_FRAMES * self.channels * 4 if tag == BLOCK else _MAX_ERROR_BYTES
+                if tag not in (BLOCK, DONE, ERROR, NEED, FORMAT) or length > limit:
+                    raise DecoderFailedError(
+                        f"the decoder sent a malformed frame ({tag!r}, {length} bytes)",
+                        clip_index=index,
+                        code="decoder_crashed",
+                    )
+                payload = pool._read(fd, length, child, deadline, index, NEVER)
+                if tag == NEED:
+                    self._waiting = True
+                    healthy = True
+                    return blocks
+                if tag == DONE:
+                    healthy = True
+                    self._end(healthy=True)
+                    return blocks
+                if tag == FORMAT:
+                    self._format(payload)
+                elif tag == BLOCK:
+                    blocks.append(self._downmix(payload))
+                else:
+                    healthy = True
+                    self._end(healthy=True)
+                    raise self._refusal(payload)
+        except BaseException:
+            if not healthy:
+                self._end(healthy=False)
+            raise
+
+    def _format(self, payload: bytes) -> None:
+        found = json.loads(payload)
+        rate, channels = found.get("rate_hz"), found.get("channels")
+        if (
+            self.channels
+            or rate != 48_000
+            or not isinstance(channels, int)
+            or not 0 < channels < 256
+        ):
+            raise DecoderFailedError(
+                f"the decoder announced a stream of {channels!r} channel(s) at {rate!r} Hz",
+                clip_index=self._clip_index,
+                code="decoder_crashed",
+            )
+        self.rate_hz, self.channels = rate, channels
+
+    def _downmix(self, payload: bytes) -> npt.NDArray[np.float32]:
+        channels = self.channels
+        if not channels or len(payload) % (channels * 4):
+            raise DecoderFailedError(
+                f"the decoder sent a block of {len(payload)} bytes, not whole "
+                f"{channels}-channel float32 frames",
+                clip_index=self._clip_index,
+                code="decoder_crashed",
+            )
+        samples = np.frombuffer(payload, dtype=np.float32)
+        out = np.empty(samples.shape[0] // channels, dtype=np.float32)
+        bad = downmix_f32(
+            samples, out, channels=channels, clip_index=self._clip_index, cancel=NEVER
+        )
+        if bad is not None:
+            raise NonFiniteSampleError(clip_index=self._clip_index, frame=self.frames + bad)
+        self.frames += out.shape[0]
+        return out
+
+    def _refusal(self, payload: bytes) -> DecodeError:
+        error = json.loads(payload)
+        code = str(error.get("code", "decoder_error"))
+        detail = clean_detail(str(error.get("detail", "")))
+        if code == "empty":
+            return EmptyAudioError(clip_index=self._clip_index, detail=detail)
+        if code not in DECODE_ERROR_CODES or code in _PARENT_CODES:
+            code = "decoder_error"
+        if code == "decoder_memory_limit":
+            return DecoderFailedError(
+                f"the decoder ran out of memory: {detail}",
+                clip_index=self._clip_index,
+                code="decoder_memory_limit",
+            )
+        return DecodeError(detail, clip_index=self._clip_index, code=code)
 
 
 def _frames_in(detail: str) -> int:

@@ -15,6 +15,11 @@ comes only the frontend's ``finish()`` remains. Two framings:
   size of 0 or ``0xFFFFFFFF`` (a writer that did not know the length) means "until the
   stream ends"; otherwise the stream must deliver exactly that many bytes.
 
+Compressed streams (:mod:`audiogate.streaming.compressed`): Ogg Opus and WebM Opus
+(``SourceFormat("ogg" | "webm" | "opus")``, or ``"auto"``) decode incrementally in a
+decoder process; every other container the whole-clip path takes is accumulated (within
+the byte budget) and prepared by the whole-clip path when the stream ends.
+
 The result is the :class:`~audiogate.pipeline.prepared.PreparedClip` the whole-clip path
 makes of the same bytes (same samples, plan, features and accounting; the digest is the
 SHA-256 of every byte received), except that a WAV stream of unknown length is accounted
@@ -23,10 +28,11 @@ with the length it turned out to have.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import struct
 from collections.abc import AsyncIterable
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import attrs
 
@@ -40,6 +46,9 @@ from audiogate.host import FamilyHost
 from audiogate.pipeline.prepared import PreparedClip
 from audiogate.policy import MICROS_PER_SECOND, AudioPolicy
 from audiogate.streaming.frontend import ClipStream, StreamedClip, open_clip_stream
+
+if TYPE_CHECKING:
+    from audiogate.decode.isolation import DecoderPool
 
 __all__ = ["MAX_WAV_HEADER_BYTES", "prepare_stream", "streamed_prepared_clip"]
 
@@ -110,8 +119,8 @@ class _Receiver:
     ) -> None:
         if source_format.container not in ("raw", "wav"):
             raise ValueError(
-                f"prepare_stream takes raw PCM or WAV, not {source_format.container!r} "
-                "(compressed streams: docs/streaming.md)"
+                f"this receiver takes raw PCM or WAV, not {source_format.container!r} "
+                "(compressed streams: audiogate.streaming.compressed)"
             )
         self._open = (host, policy, budget, cancel, clip_index, incremental)
         self._format = source_format
@@ -275,23 +284,79 @@ async def prepare_stream(
     clip_index: int = 0,
     incremental: bool = True,
     origin: str = "stream",
+    decoders: DecoderPool | None = None,
 ) -> PreparedClip:
     """Prepare one clip from byte chunks as they arrive.
 
     :param host: the plugin host (``AudioGate.host``).
     :param policy: the loaded model's policy (``AudioGate.policy``).
     :param chunks: the clip's bytes, in order, in chunks of any size.
-    :param source_format: ``SourceFormat.raw(...)`` or ``SourceFormat("wav")``.
+    :param source_format: ``SourceFormat.raw(...)``, ``SourceFormat("wav")``, or a
+        compressed container (``"ogg"``, ``"webm"``, ``"opus"``: decoded as they arrive;
+        the others, and ``"auto"``: see :mod:`audiogate.streaming.compressed`).
     :param budget: where the stream's bytes are held while it runs; released exactly
         once, however the stream ends.
     :param cancel: polled at every chunk; cancelling the awaiting task closes the stream.
     :param incremental: ``False``: accumulate and run the whole-clip stages at the end.
+    :param decoders: the process pool of compressed streams (default: the process-wide
+        one, :func:`audiogate.decode.isolation.default_pool`).
     :returns: the clip, as the whole-clip path prepares the same bytes.
     :raises LimitError: at the chunk that crosses a limit (the whole clip's error).
     :raises MemoryLimitError: the stream's bytes do not fit ``budget``.
     :raises DecodeError: malformed bytes (the whole clip's codes).
+    :raises CodecsUnavailableError: the container's decoder extra is not installed.
     :raises PreprocessCancelled: ``cancel`` was cancelled.
     """
+    if source_format.container in ("raw", "wav"):
+        return await _prepare_pcm(
+            host,
+            policy,
+            chunks,
+            source_format=source_format,
+            budget=budget,
+            cancel=cancel,
+            clip_index=clip_index,
+            incremental=incremental,
+            origin=origin,
+        )
+    from audiogate.streaming.compressed import CompressedReceiver
+
+    receiver = CompressedReceiver(
+        host,
+        policy,
+        source_format,
+        budget=budget,
+        cancel=cancel,
+        clip_index=clip_index,
+        incremental=incremental,
+        origin=origin,
+        decoders=decoders,
+    )
+    try:
+        async for chunk in chunks:
+            cancel.check(Checkpoint.DECODE, clip_index)
+            if receiver.feed(bytes(chunk)):
+                # The decoder process's answers are waited for off the event loop.
+                await asyncio.to_thread(receiver.flush)
+        cancel.check(Checkpoint.DECODE, clip_index)
+        return await asyncio.to_thread(receiver.finish)
+    finally:
+        receiver.close()
+
+
+async def _prepare_pcm(
+    host: FamilyHost,
+    policy: AudioPolicy,
+    chunks: AsyncIterable[bytes],
+    *,
+    source_format: SourceFormat,
+    budget: ByteBudget | None,
+    cancel: CancelToken,
+    clip_index: int,
+    incremental: bool,
+    origin: str,
+) -> PreparedClip:
+    """A raw PCM or WAV stream, decoded in this process chunk by chunk."""
     receiver = _Receiver(
         host,
         policy,
