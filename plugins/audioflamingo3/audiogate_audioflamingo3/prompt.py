@@ -28,18 +28,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Final
 
-import attrs
-
-from audiogate.errors import PlaceholderError, PolicyError
-from audiogate.policy import AudioPolicy
-from audiogate.records import (
-    ClipSlot,
-    ExpandedPrompt,
-    MediaSegment,
-    PromptSegment,
-    TextSegment,
-    check_span_count,
+from audiogate.expansion import (
+    AudioMarkers,
+    Piece,
+    assemble,
+    check_clips,
+    check_media_part,
+    check_parts_placed,
+    insert_after_last,
+    refuse_raw_markers,
+    split_at_placeholders,
 )
+from audiogate.policy import AudioPolicy
+from audiogate.records import ClipSlot, ExpandedPrompt, MediaSegment, PromptSegment, TextSegment
 from audiogate_audioflamingo3.geometry import MAX_FRAMES, audio_tokens
 from audiogate_audioflamingo3.policy import AUDIO_TOKEN, AUDIO_TOKEN_ID
 
@@ -79,44 +80,18 @@ TURN_START: Final = "<|im_start|>"
 USER_TURN: Final = "<|im_start|>user\n"
 
 
-@attrs.frozen
-class _Markers:
-    audio: str
-    audio_id: int
+_RAW: Final = (
+    "the rendered prompt contains the raw audio token {marker} with no clip behind it; in "
+    "chat messages audio is placed by audio parts only"
+)
 
 
-def _markers(policy: AudioPolicy) -> _Markers:
+def _markers(policy: AudioPolicy) -> AudioMarkers:
     options = policy.options
-    return _Markers(
+    return AudioMarkers(
         audio=str(options.get("audio_token", AUDIO_TOKEN)),
         audio_id=int(options.get("audio_token_id", AUDIO_TOKEN_ID)),
     )
-
-
-def _check_clips(clips: Sequence[ClipSlot]) -> None:
-    for index, clip in enumerate(clips):
-        if clip.ordinal != index + 1:
-            raise PlaceholderError(
-                f"audio clip {index + 1} carries ordinal {clip.ordinal}; expected {index + 1}"
-            )
-        expected = audio_tokens(clip.frames) if 0 <= clip.frames <= MAX_FRAMES else None
-        if expected is None or clip.tokens != expected or clip.tokens < 1:
-            raise PlaceholderError(
-                f"audio clip {clip.ordinal} claims {clip.tokens} tokens for {clip.frames} valid "
-                f"frames; Audio Flamingo 3 pools them into {expected} (at least 1 is needed)"
-            )
-
-
-def _refuse_raw_marker(text: str, marker: str, where: str) -> None:
-    if marker in text:
-        raise PlaceholderError(
-            f"{where} contains the raw audio token {marker!r} with no clip behind it; in chat "
-            f"messages audio is placed by audio parts only"
-        )
-
-
-# A prompt as pieces: text, or the index of a clip whose rows go there.
-_Piece = str | int
 
 
 def _content_start(text: str) -> int:
@@ -129,34 +104,20 @@ def _content_start(text: str) -> int:
 
 
 def _chat_pieces(
-    segments: Sequence[PromptSegment], clips: Sequence[ClipSlot], markers: _Markers
-) -> list[_Piece]:
+    segments: Sequence[PromptSegment], clips: Sequence[ClipSlot], markers: AudioMarkers
+) -> list[Piece]:
     text = ""
     anchors: list[int] = []  # per clip: where its run goes in ``text``
     for segment in segments:
         if isinstance(segment, TextSegment):
             text += segment.text
             continue
-        if segment.kind != "audio":
-            raise PlaceholderError(
-                f"the prompt has a {segment.kind} part (ordinal {segment.ordinal}); "
-                f"Audio Flamingo 3 accepts audio only"
-            )
-        expected = len(anchors) + 1
-        if segment.ordinal != expected or segment.ordinal > len(clips):
-            raise PlaceholderError(
-                f"audio part {segment.ordinal} appears where audio part {expected} is expected; "
-                f"the request has {len(clips)} audio clip(s), each placed once, in order"
-            )
+        check_media_part(segment, len(anchors) + 1, clips, family="Audio Flamingo 3")
         # The template prints a message's audio before its joined text parts.
         anchors.append(_content_start(text))
-    if len(anchors) != len(clips):
-        raise PlaceholderError(
-            f"the prompt places {len(anchors)} audio part(s) but the request has "
-            f"{len(clips)} audio clip(s)"
-        )
-    _refuse_raw_marker(text, markers.audio, "the rendered prompt")
-    pieces: list[_Piece] = []
+    check_parts_placed(len(anchors), clips)
+    refuse_raw_markers(text, markers.reserved, _RAW)
+    pieces: list[Piece] = []
     cursor = 0
     for index, anchor in enumerate(anchors):
         pieces.append(text[cursor:anchor])
@@ -167,41 +128,13 @@ def _chat_pieces(
 
 
 def _plain_pieces(
-    segments: Sequence[PromptSegment], clips: Sequence[ClipSlot], markers: _Markers
-) -> list[_Piece]:
+    segments: Sequence[PromptSegment], clips: Sequence[ClipSlot], markers: AudioMarkers
+) -> list[Piece]:
     text = "".join(s.text for s in segments if isinstance(s, TextSegment))
-    parts = text.split(markers.audio)
-    placeholders = len(parts) - 1
-    if placeholders:
-        if placeholders != len(clips):
-            raise PlaceholderError(
-                f"the prompt has {placeholders} {markers.audio!r} placeholder(s) for "
-                f"{len(clips)} audio clip(s); write one per clip, in order, or none"
-            )
-        pieces: list[_Piece] = [parts[0]]
-        for index, part in enumerate(parts[1:]):
-            pieces.extend((index, part))
+    pieces = split_at_placeholders([text], markers.audio, clips, lambda clip: (clip,))
+    if pieces is not None:
         return pieces
-    at = text.rfind(USER_TURN)
-    cut = at + len(USER_TURN) if at >= 0 else 0
-    return [text[:cut], *range(len(clips)), text[cut:]]
-
-
-def _token_id(tokenizer: Any, token: str) -> int | None:
-    value = tokenizer.convert_tokens_to_ids(token)
-    return value if isinstance(value, int) else None
-
-
-def _check_tokenizer(tokenizer: Any, markers: _Markers) -> None:
-    got = _token_id(tokenizer, markers.audio)
-    ids = tokenizer.encode(markers.audio, add_special_tokens=False)
-    if got != markers.audio_id or list(ids) != [markers.audio_id]:
-        raise PolicyError(
-            f"the tokenizer maps {markers.audio!r} to {got} (encodes it as {list(ids)}); the "
-            f"audio policy needs the single id {markers.audio_id}",
-            file="tokenizer",
-            value=got,
-        )
+    return insert_after_last([text], USER_TURN, range(len(clips)))
 
 
 def expand_prompt(
@@ -222,48 +155,14 @@ def expand_prompt(
     :raises PolicyError: the tokenizer's ``<sound>`` id differs from the policy's.
     """
     markers = _markers(policy)
-    _check_clips(clips)
+    check_clips(
+        clips,
+        audio_tokens=audio_tokens,
+        max_frames=MAX_FRAMES,
+        pooling="Audio Flamingo 3 pools them into {expected}",
+    )
     if chat or any(isinstance(s, MediaSegment) for s in segments):
         pieces = _chat_pieces(segments, clips, markers)
     else:
         pieces = _plain_pieces(segments, clips, markers)
-
-    # Adjacent text merged; the only split points are the runs of the atomic special
-    # token <sound>, so encoding piece by piece equals encoding the whole text.
-    merged: list[_Piece] = []
-    for piece in pieces:
-        if isinstance(piece, str) and merged and isinstance(merged[-1], str):
-            merged[-1] += piece
-        elif not (isinstance(piece, str) and not piece):
-            merged.append(piece)
-    text = "".join(p if isinstance(p, str) else markers.audio * clips[p].tokens for p in merged)
-    if tokenizer is None:
-        return ExpandedPrompt(
-            input_ids=(), text=text, audio_spans=(), audio_token_id=markers.audio_id
-        )
-
-    _check_tokenizer(tokenizer, markers)
-    ids: list[int] = []
-    spans: list[tuple[int, int]] = []
-    for piece in merged:
-        if isinstance(piece, str):
-            encoded = [int(i) for i in tokenizer.encode(piece, add_special_tokens=False)]
-            if markers.audio_id in encoded:
-                raise PlaceholderError(
-                    f"prompt text tokenizes to the audio id {markers.audio_id} outside the "
-                    f"audio positions"
-                )
-            ids.extend(encoded)
-        else:
-            start = len(ids)
-            ids.extend([markers.audio_id] * clips[piece].tokens)
-            spans.append((start, len(ids)))
-    tokens = [clip.tokens for clip in clips]
-    if not check_span_count(spans, tokens):
-        raise PlaceholderError(f"expanded audio spans {spans} do not match clip tokens {tokens}")
-    return ExpandedPrompt(
-        input_ids=tuple(ids),
-        text=text,
-        audio_spans=tuple(spans),
-        audio_token_id=markers.audio_id,
-    )
+    return assemble(pieces, clips, markers, tokenizer)

@@ -12,7 +12,10 @@ Two inputs reach :func:`expand_prompt`:
   position, so each audio media segment is replaced by that block with its n
   ``<|pad|>``; where the block ends the message's content (nothing, or the next role
   token, follows it), the trim has removed its final newline, and so does the expansion.
-  ``<|pad|>``, ``<|begin_of_audio|>`` or ``<|end_of_audio|>`` typed in chat text is
+  A segment that arrives already wrapped (text ending in ``<|begin_of_audio|>`` before
+  it, text starting with ``<|end_of_audio|>`` after it: the rendered template handed to
+  ``processor(text=...)``, which the processor expands as is) gets just its rows. Any
+  other ``<|pad|>``, ``<|begin_of_audio|>`` or ``<|end_of_audio|>`` in chat text is
   refused.
 * **Plain** (text only). Each ``<|pad|>`` is one clip's placeholder, in clip order, as
   the processor reads it; their number must equal the clips'. A placeholder already
@@ -31,18 +34,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Final
 
-import attrs
-
-from audiogate.errors import PlaceholderError, PolicyError
-from audiogate.policy import AudioPolicy
-from audiogate.records import (
-    ClipSlot,
-    ExpandedPrompt,
-    MediaSegment,
-    PromptSegment,
-    TextSegment,
-    check_span_count,
+from audiogate.errors import PlaceholderError
+from audiogate.expansion import (
+    AudioMarkers,
+    Piece,
+    assemble,
+    check_clips,
+    delimited_chat_pieces,
+    refuse_raw_markers,
 )
+from audiogate.policy import AudioPolicy
+from audiogate.records import ClipSlot, ExpandedPrompt, MediaSegment, PromptSegment, TextSegment
 from audiogate_glmasr.geometry import MAX_FRAMES, audio_tokens
 from audiogate_glmasr.policy import (
     AUDIO_BOS_TOKEN,
@@ -98,23 +100,15 @@ USER_TURN: Final = "<|user|>\n"
 _BLOCK_TAIL: Final = "<|user|>\n"
 
 
-@attrs.frozen
-class _Markers:
-    audio: str
-    bos: str
-    eos: str
-    audio_id: int
-    bos_id: int
-    eos_id: int
-
-    @property
-    def reserved(self) -> tuple[str, ...]:
-        return (self.audio, self.bos, self.eos)
+_RAW: Final = (
+    "{where} contains the raw audio token {marker} with no clip behind it; in chat messages "
+    "audio is placed by audio parts only"
+)
 
 
-def _markers(policy: AudioPolicy) -> _Markers:
+def _markers(policy: AudioPolicy) -> AudioMarkers:
     options = policy.options
-    return _Markers(
+    return AudioMarkers(
         audio=str(options.get("audio_token", AUDIO_TOKEN)),
         bos=str(options.get("audio_bos_token", AUDIO_BOS_TOKEN)),
         eos=str(options.get("audio_eos_token", AUDIO_EOS_TOKEN)),
@@ -124,81 +118,37 @@ def _markers(policy: AudioPolicy) -> _Markers:
     )
 
 
-def _check_clips(clips: Sequence[ClipSlot]) -> None:
-    for index, clip in enumerate(clips):
-        if clip.ordinal != index + 1:
-            raise PlaceholderError(
-                f"audio clip {index + 1} carries ordinal {clip.ordinal}; expected {index + 1}"
-            )
-        expected = audio_tokens(clip.frames) if 0 <= clip.frames <= MAX_FRAMES else None
-        if expected is None or clip.tokens != expected or clip.tokens < 1:
-            raise PlaceholderError(
-                f"audio clip {clip.ordinal} claims {clip.tokens} tokens for {clip.frames} valid "
-                f"frames; GLM-ASR merges them into {expected} (at least 1 is needed)"
-            )
-
-
-def _refuse_raw_markers(text: str, markers: Sequence[str], where: str) -> None:
-    for marker in markers:
-        if marker in text:
-            raise PlaceholderError(
-                f"{where} contains the raw audio token {marker!r} with no clip behind it; in "
-                f"chat messages audio is placed by audio parts only"
-            )
-
-
-# A prompt as pieces: text, or the index of a clip whose rows go there.
-_Piece = str | int
-
-
 def _chat_pieces(
-    segments: Sequence[PromptSegment], clips: Sequence[ClipSlot], markers: _Markers
-) -> list[_Piece]:
-    pieces: list[_Piece] = []
-    expected = 1
-    for position, segment in enumerate(segments):
-        if isinstance(segment, TextSegment):
-            pieces.append(segment.text)
-            continue
-        if segment.kind != "audio":
-            raise PlaceholderError(
-                f"the prompt has a {segment.kind} part (ordinal {segment.ordinal}); "
-                f"GLM-ASR accepts audio only"
-            )
-        if segment.ordinal != expected or segment.ordinal > len(clips):
-            raise PlaceholderError(
-                f"audio part {segment.ordinal} appears where audio part {expected} is expected; "
-                f"the request has {len(clips)} audio clip(s), each placed once, in order"
-            )
-        after = segments[position + 1] if position + 1 < len(segments) else None
+    segments: Sequence[PromptSegment], clips: Sequence[ClipSlot], markers: AudioMarkers
+) -> list[Piece]:
+    def closing(after: PromptSegment | None) -> str:
         # The template trims each message's content: a block that ends it loses its "\n".
         ends_content = after is None or (
             isinstance(after, TextSegment) and after.text.startswith(ROLE_TOKENS)
         )
-        tail = _BLOCK_TAIL[:-1] if ends_content else _BLOCK_TAIL
-        pieces.extend((markers.bos, segment.ordinal - 1, markers.eos + tail))
-        expected += 1
-    if expected - 1 != len(clips):
-        raise PlaceholderError(
-            f"the prompt places {expected - 1} audio part(s) but the request has "
-            f"{len(clips)} audio clip(s)"
-        )
-    written = "".join(s.text for s in segments if isinstance(s, TextSegment))
-    _refuse_raw_markers(written, markers.reserved, "the rendered prompt")
-    return pieces
+        return markers.eos + (_BLOCK_TAIL[:-1] if ends_content else _BLOCK_TAIL)
+
+    return delimited_chat_pieces(
+        segments,
+        clips,
+        markers,
+        family="GLM-ASR",
+        closing=closing,
+        raw_message=_RAW.replace("{where}", "the rendered prompt"),
+    )
 
 
 def _plain_pieces(
-    segments: Sequence[PromptSegment], clips: Sequence[ClipSlot], markers: _Markers
-) -> list[_Piece]:
+    segments: Sequence[PromptSegment], clips: Sequence[ClipSlot], markers: AudioMarkers
+) -> list[Piece]:
     text = "".join(s.text for s in segments if isinstance(s, TextSegment))
     parts = text.split(markers.audio)
     placeholders = len(parts) - 1
     if not placeholders:
-        _refuse_raw_markers(text, markers.reserved, "the prompt")
+        refuse_raw_markers(text, markers.reserved, _RAW.replace("{where}", "the prompt"))
         at = text.rfind(USER_TURN)
         cut = at + len(USER_TURN) if at >= 0 else 0
-        blocks: list[_Piece] = []
+        blocks: list[Piece] = []
         for index in range(len(clips)):
             blocks.extend((markers.bos, index, markers.eos + _BLOCK_TAIL))
         return [text[:cut], *blocks, text[cut:]]
@@ -207,7 +157,7 @@ def _plain_pieces(
             f"the prompt has {placeholders} {markers.audio!r} placeholder(s) for "
             f"{len(clips)} audio clip(s); write one per clip, in order, or none"
         )
-    pieces: list[_Piece] = []
+    pieces: list[Piece] = []
     wrapped = 0
     for index in range(placeholders):
         left, right = parts[index], parts[index + 1]
@@ -233,28 +183,6 @@ def _plain_pieces(
     return pieces
 
 
-def _token_id(tokenizer: Any, token: str) -> int | None:
-    value = tokenizer.convert_tokens_to_ids(token)
-    return value if isinstance(value, int) else None
-
-
-def _check_tokenizer(tokenizer: Any, markers: _Markers) -> None:
-    for token, expected in (
-        (markers.audio, markers.audio_id),
-        (markers.bos, markers.bos_id),
-        (markers.eos, markers.eos_id),
-    ):
-        got = _token_id(tokenizer, token)
-        ids = tokenizer.encode(token, add_special_tokens=False)
-        if got != expected or list(ids) != [expected]:
-            raise PolicyError(
-                f"the tokenizer maps {token!r} to {got} (encodes it as {list(ids)}); the "
-                f"audio policy needs the single id {expected}",
-                file="tokenizer",
-                value=got,
-            )
-
-
 def expand_prompt(
     policy: AudioPolicy,
     segments: Sequence[PromptSegment],
@@ -273,49 +201,14 @@ def expand_prompt(
     :raises PolicyError: the tokenizer's audio token ids differ from the policy's.
     """
     markers = _markers(policy)
-    _check_clips(clips)
+    check_clips(
+        clips,
+        audio_tokens=audio_tokens,
+        max_frames=MAX_FRAMES,
+        pooling="GLM-ASR merges them into {expected}",
+    )
     if chat or any(isinstance(s, MediaSegment) for s in segments):
         pieces = _chat_pieces(segments, clips, markers)
     else:
         pieces = _plain_pieces(segments, clips, markers)
-
-    # Adjacent text merged; the only split points are the runs of <|pad|>, which sit
-    # between the atomic special tokens <|begin_of_audio|> and <|end_of_audio|>: encoding
-    # piece by piece then equals encoding the whole text.
-    merged: list[_Piece] = []
-    for piece in pieces:
-        if isinstance(piece, str) and merged and isinstance(merged[-1], str):
-            merged[-1] += piece
-        elif not (isinstance(piece, str) and not piece):
-            merged.append(piece)
-    text = "".join(p if isinstance(p, str) else markers.audio * clips[p].tokens for p in merged)
-    if tokenizer is None:
-        return ExpandedPrompt(
-            input_ids=(), text=text, audio_spans=(), audio_token_id=markers.audio_id
-        )
-
-    _check_tokenizer(tokenizer, markers)
-    ids: list[int] = []
-    spans: list[tuple[int, int]] = []
-    for piece in merged:
-        if isinstance(piece, str):
-            encoded = [int(i) for i in tokenizer.encode(piece, add_special_tokens=False)]
-            if markers.audio_id in encoded:
-                raise PlaceholderError(
-                    f"prompt text tokenizes to the audio id {markers.audio_id} outside the "
-                    f"audio positions"
-                )
-            ids.extend(encoded)
-        else:
-            start = len(ids)
-            ids.extend([markers.audio_id] * clips[piece].tokens)
-            spans.append((start, len(ids)))
-    tokens = [clip.tokens for clip in clips]
-    if not check_span_count(spans, tokens):
-        raise PlaceholderError(f"expanded audio spans {spans} do not match clip tokens {tokens}")
-    return ExpandedPrompt(
-        input_ids=tuple(ids),
-        text=text,
-        audio_spans=tuple(spans),
-        audio_token_id=markers.audio_id,
-    )
+    return assemble(pieces, clips, markers, tokenizer)

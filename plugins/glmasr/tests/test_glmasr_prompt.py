@@ -206,3 +206,26 @@ def test_a_multi_turn_chat_with_one_clip_equals_the_processor(policy, tokenizer,
     )
     want = reference(processor, [np.full(70_000, 0.1, dtype=np.float32)], rendered)
     assert list(expanded.input_ids) == want["input_ids"][0].tolist()
+
+
+@pytest.mark.parametrize("layout", ["audio-text", "text-audio"])
+@pytest.mark.parametrize("samples", [961, 480_161])
+def test_the_rendered_template_as_processor_text_gives_the_processors_ids(
+    policy, tokenizer, processor, samples, layout
+):
+    """``processor(text=<rendered template>)``: the text split at ``<|pad|>`` arrives with
+    the audio part already between the delimiters, and gets just its rows, as the
+    processor expands it (it was refused as a typed delimiter)."""
+    messages = [
+        {"role": "system", "content": "Be exact."},
+        {"role": "user", "content": theirs(LAYOUTS[layout])},
+    ]
+    rendered = processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    before, after = rendered.split(PAD)
+    segments = [TextSegment(before), MediaSegment("audio", 1), TextSegment(after)]
+    expanded = expand_prompt(policy, segments, [slot(samples)], tokenizer, chat=True)
+    want = reference(processor, [np.full(samples, 0.1, dtype=np.float32)], rendered)
+    assert list(expanded.input_ids) == want["input_ids"][0].tolist()
+    # A part wrapped on one side only is still refused.
+    with pytest.raises(PlaceholderError, match="half wrapped"):
+        expand_prompt(policy, segments[:2], [slot(samples)], None, chat=True)

@@ -33,18 +33,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Final
 
-import attrs
-
-from audiogate.errors import PlaceholderError, PolicyError
-from audiogate.policy import AudioPolicy
-from audiogate.records import (
-    ClipSlot,
-    ExpandedPrompt,
-    MediaSegment,
-    PromptSegment,
-    TextSegment,
-    check_span_count,
+from audiogate.errors import PlaceholderError
+from audiogate.expansion import (
+    AudioMarkers,
+    Piece,
+    assemble,
+    check_clips,
+    delimited_chat_pieces,
+    insert_after_last,
+    refuse_raw_markers,
 )
+from audiogate.policy import AudioPolicy
+from audiogate.records import ClipSlot, ExpandedPrompt, MediaSegment, PromptSegment, TextSegment
 from audiogate_qwen2audio.geometry import MAX_FRAMES, audio_tokens
 from audiogate_qwen2audio.policy import (
     AUDIO_BOS_TOKEN,
@@ -95,23 +95,15 @@ def audio_block_prefix(ordinal: int, bos: str = AUDIO_BOS_TOKEN) -> str:
     return f"Audio {ordinal}: {bos}"
 
 
-@attrs.frozen
-class _Markers:
-    audio: str
-    bos: str
-    eos: str
-    audio_id: int
-    bos_id: int
-    eos_id: int
-
-    @property
-    def reserved(self) -> tuple[str, ...]:
-        return (self.audio, self.bos, self.eos)
+_RAW: Final = (
+    "{where} contains the raw trained audio marker {marker} with no resolved source; audio "
+    "is placed by audio parts or [audio:<sha256>] references only"
+)
 
 
-def _markers(policy: AudioPolicy) -> _Markers:
+def _markers(policy: AudioPolicy) -> AudioMarkers:
     options = policy.options
-    return _Markers(
+    return AudioMarkers(
         audio=str(options.get("audio_token", AUDIO_TOKEN)),
         bos=str(options.get("audio_bos_token", AUDIO_BOS_TOKEN)),
         eos=str(options.get("audio_eos_token", AUDIO_EOS_TOKEN)),
@@ -121,87 +113,23 @@ def _markers(policy: AudioPolicy) -> _Markers:
     )
 
 
-def _check_clips(clips: Sequence[ClipSlot]) -> None:
-    for index, clip in enumerate(clips):
-        if clip.ordinal != index + 1:
-            raise PlaceholderError(
-                f"audio clip {index + 1} carries ordinal {clip.ordinal}; expected {index + 1}"
-            )
-        expected = audio_tokens(clip.frames) if 0 <= clip.frames <= MAX_FRAMES else None
-        if expected is None or clip.tokens != expected or clip.tokens < 1:
-            raise PlaceholderError(
-                f"audio clip {clip.ordinal} claims {clip.tokens} tokens for {clip.frames} valid "
-                f"frames; Qwen2-Audio pools them into {expected} (at least 1 is needed)"
-            )
-
-
-def _refuse_raw_markers(text: str, markers: Sequence[str], where: str) -> None:
-    for marker in markers:
-        if marker in text:
-            raise PlaceholderError(
-                f"{where} contains the raw trained audio marker {marker!r} with no resolved "
-                f"source; audio is placed by audio parts or [audio:<sha256>] references only"
-            )
-
-
-# A prompt as pieces: text, or the index of a clip whose audio rows go there.
-_Piece = str | int
-
-
-def _block(clip_index: int, markers: _Markers) -> list[_Piece]:
+def _block(clip_index: int, markers: AudioMarkers) -> list[Piece]:
     """What the template prints for the ``clip_index``-th audio part, rows expanded."""
     return [audio_block_prefix(clip_index + 1, markers.bos), clip_index, f"{markers.eos}\n"]
 
 
 def _chat_pieces(
-    segments: Sequence[PromptSegment], clips: Sequence[ClipSlot], markers: _Markers
-) -> list[_Piece]:
-    pieces: list[_Piece] = []
-    expected = 1
-    for position, segment in enumerate(segments):
-        if isinstance(segment, TextSegment):
-            pieces.append(segment.text)
-            continue
-        if segment.kind != "audio":
-            raise PlaceholderError(
-                f"the prompt has a {segment.kind} part (ordinal {segment.ordinal}); "
-                f"Qwen2-Audio accepts audio only"
-            )
-        if segment.ordinal != expected or segment.ordinal > len(clips):
-            raise PlaceholderError(
-                f"audio part {segment.ordinal} appears where audio part {expected} is expected; "
-                f"the request has {len(clips)} audio clip(s), each placed once, in order"
-            )
-        before = segments[position - 1] if position else None
-        after = segments[position + 1] if position + 1 < len(segments) else None
-        before_text = before.text if isinstance(before, TextSegment) else ""
-        after_text = after.text if isinstance(after, TextSegment) else ""
-        label = audio_block_prefix(segment.ordinal, markers.bos)
-        opened = before_text.endswith(markers.bos)
-        closed = after_text.startswith(markers.eos)
-        if opened and closed and before_text.endswith(label):
-            pieces.append(segment.ordinal - 1)
-        elif not opened and not closed:
-            pieces.extend(_block(segment.ordinal - 1, markers))
-        else:
-            raise PlaceholderError(
-                f"audio part {segment.ordinal} is half wrapped in {markers.bos}…{markers.eos}; "
-                f"expected either the bare part or the template's {label!r}…{markers.eos}"
-            )
-        expected += 1
-    if expected - 1 != len(clips):
-        raise PlaceholderError(
-            f"the prompt places {expected - 1} audio part(s) but the request has "
-            f"{len(clips)} audio clip(s)"
-        )
-    text = "".join(p for p in pieces if isinstance(p, str))
-    _refuse_raw_markers(text, (markers.audio,), "the rendered prompt")
-    for marker in (markers.bos, markers.eos):
-        if text.count(marker) != len(clips):
-            raise PlaceholderError(
-                f"the rendered prompt contains {text.count(marker)} {marker!r} for "
-                f"{len(clips)} audio part(s); raw trained audio markers are refused"
-            )
+    segments: Sequence[PromptSegment], clips: Sequence[ClipSlot], markers: AudioMarkers
+) -> list[Piece]:
+    pieces = delimited_chat_pieces(
+        segments,
+        clips,
+        markers,
+        family="Qwen2-Audio",
+        opening=lambda ordinal: audio_block_prefix(ordinal, markers.bos),
+        closing=lambda after: f"{markers.eos}\n",
+        raw_message=_RAW.replace("{where}", "the rendered prompt"),
+    )
     if find_references([p for p in pieces if isinstance(p, str)]):
         raise PlaceholderError(
             "the prompt has audio parts and [audio:<sha256>] references; use one or the other"
@@ -210,57 +138,29 @@ def _chat_pieces(
 
 
 def _plain_pieces(
-    segments: Sequence[PromptSegment], clips: Sequence[ClipSlot], markers: _Markers
-) -> list[_Piece]:
+    segments: Sequence[PromptSegment], clips: Sequence[ClipSlot], markers: AudioMarkers
+) -> list[Piece]:
     texts = [s.text for s in segments if isinstance(s, TextSegment)]
     for text in texts:
-        _refuse_raw_markers(text, markers.reserved, "the prompt")
+        refuse_raw_markers(text, markers.reserved, _RAW.replace("{where}", "the prompt"))
     references = find_references(texts)
-    pieces: list[_Piece] = []
-    if references:
-        match_references(references, clips)
-        by_segment: dict[int, list[int]] = {}
-        for position, reference in enumerate(references):
-            by_segment.setdefault(reference.segment, []).append(position)
-        for segment_index, text in enumerate(texts):
-            cursor = 0
-            for position in by_segment.get(segment_index, []):
-                reference = references[position]
-                pieces.append(text[cursor : reference.start])
-                pieces.extend(_block(position, markers))
-                cursor = reference.stop
-            pieces.append(text[cursor:])
-        return pieces
-    blocks = [piece for index in range(len(clips)) for piece in _block(index, markers)]
-    for segment_index in range(len(texts) - 1, -1, -1):
-        at = texts[segment_index].rfind(USER_TURN)
-        if at >= 0:
-            cut = at + len(USER_TURN)
-            head, tail = texts[segment_index][:cut], texts[segment_index][cut:]
-            return [*texts[:segment_index], head, *blocks, tail, *texts[segment_index + 1 :]]
-    return [*blocks, *texts]
-
-
-def _token_id(tokenizer: Any, token: str) -> int | None:
-    value = tokenizer.convert_tokens_to_ids(token)
-    return value if isinstance(value, int) else None
-
-
-def _check_tokenizer(tokenizer: Any, markers: _Markers) -> None:
-    for token, expected in (
-        (markers.audio, markers.audio_id),
-        (markers.bos, markers.bos_id),
-        (markers.eos, markers.eos_id),
-    ):
-        got = _token_id(tokenizer, token)
-        ids = tokenizer.encode(token, add_special_tokens=False)
-        if got != expected or list(ids) != [expected]:
-            raise PolicyError(
-                f"the tokenizer maps {token!r} to {got} (encodes it as {list(ids)}); the "
-                f"audio policy needs the single id {expected}",
-                file="tokenizer",
-                value=got,
-            )
+    if not references:
+        blocks = [piece for index in range(len(clips)) for piece in _block(index, markers)]
+        return insert_after_last(texts, USER_TURN, blocks)
+    match_references(references, clips)
+    by_segment: dict[int, list[int]] = {}
+    for position, reference in enumerate(references):
+        by_segment.setdefault(reference.segment, []).append(position)
+    pieces: list[Piece] = []
+    for segment_index, text in enumerate(texts):
+        cursor = 0
+        for position in by_segment.get(segment_index, []):
+            reference = references[position]
+            pieces.append(text[cursor : reference.start])
+            pieces.extend(_block(position, markers))
+            cursor = reference.stop
+        pieces.append(text[cursor:])
+    return pieces
 
 
 def expand_prompt(
@@ -278,49 +178,14 @@ def expand_prompt(
     :raises PolicyError: the tokenizer's audio token ids differ from the policy's.
     """
     markers = _markers(policy)
-    _check_clips(clips)
+    check_clips(
+        clips,
+        audio_tokens=audio_tokens,
+        max_frames=MAX_FRAMES,
+        pooling="Qwen2-Audio pools them into {expected}",
+    )
     if any(isinstance(s, MediaSegment) for s in segments):
         pieces = _chat_pieces(segments, clips, markers)
     else:
         pieces = _plain_pieces(segments, clips, markers)
-
-    # Merge adjacent text so the only split points are the audio runs, which sit between
-    # the atomic special tokens <|audio_bos|> and <|audio_eos|>: encoding piece by piece
-    # then equals encoding the whole text.
-    merged: list[_Piece] = []
-    for piece in pieces:
-        if isinstance(piece, str) and merged and isinstance(merged[-1], str):
-            merged[-1] += piece
-        elif not (isinstance(piece, str) and not piece):
-            merged.append(piece)
-    text = "".join(p if isinstance(p, str) else markers.audio * clips[p].tokens for p in merged)
-    if tokenizer is None:
-        return ExpandedPrompt(
-            input_ids=(), text=text, audio_spans=(), audio_token_id=markers.audio_id
-        )
-
-    _check_tokenizer(tokenizer, markers)
-    ids: list[int] = []
-    spans: list[tuple[int, int]] = []
-    for piece in merged:
-        if isinstance(piece, str):
-            encoded = [int(i) for i in tokenizer.encode(piece, add_special_tokens=False)]
-            if markers.audio_id in encoded:
-                raise PlaceholderError(
-                    f"prompt text tokenizes to the audio id {markers.audio_id} outside the "
-                    f"audio positions"
-                )
-            ids.extend(encoded)
-        else:
-            start = len(ids)
-            ids.extend([markers.audio_id] * clips[piece].tokens)
-            spans.append((start, len(ids)))
-    tokens = [clip.tokens for clip in clips]
-    if not check_span_count(spans, tokens):
-        raise PlaceholderError(f"expanded audio spans {spans} do not match clip tokens {tokens}")
-    return ExpandedPrompt(
-        input_ids=tuple(ids),
-        text=text,
-        audio_spans=tuple(spans),
-        audio_token_id=markers.audio_id,
-    )
+    return assemble(pieces, clips, markers, tokenizer)
