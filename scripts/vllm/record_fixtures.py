@@ -36,6 +36,20 @@ from audiogate.vllm.fixtures import RENDER_REQUESTS, request_body  # noqa: E402
 MODELS = {
     "qwen2audio": ROOT / "examples" / "models" / "qwen2-audio-7b-instruct",
     "gemma3n": ROOT / "examples" / "models" / "gemma-3n-e4b-it",
+    "qwen25omni": ROOT / "examples" / "models" / "qwen2.5-omni-7b",
+    "qwen3omni": ROOT / "examples" / "models" / "qwen3-omni-30b-a3b-instruct",
+    "voxtral": ROOT / "examples" / "models" / "voxtral-mini-3b-2507",
+    "audioflamingo3": ROOT / "examples" / "models" / "audio-flamingo-3-hf",
+    "glmasr": ROOT / "examples" / "models" / "glm-asr-nano-2512",
+    "granitespeech": ROOT / "examples" / "models" / "granite-speech-3.3-2b",
+}
+#: Arguments a family's checkpoint needs on vLLM's command line. Audio Flamingo 3 and
+#: Granite Speech allow one clip per prompt by default: raised, so that the multi-clip
+#: requests compare layouts instead of refusals.
+EXTRA_ARGS = {
+    "voxtral": ["--tokenizer-mode", "mistral"],
+    "audioflamingo3": ["--limit-mm-per-prompt", '{"audio": 4}'],
+    "granitespeech": ["--limit-mm-per-prompt", '{"audio": 4}'],
 }
 OUT = ROOT / "tests" / "data" / "vllm"
 RENDER_PATH = "/v1/chat/completions/render"
@@ -106,6 +120,7 @@ def record(family: str, vllm_python: Path, log_dir: Path) -> dict[str, Any]:
         "127.0.0.1",
         "--port",
         str(port),
+        *EXTRA_ARGS.get(family, []),
     ]
     log_dir.mkdir(parents=True, exist_ok=True)
     with open(log_dir / f"render-{family}.log", "wb") as log:
@@ -154,12 +169,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not python.exists():
         parser.error(f"no vLLM environment at {args.vllm_env}; run scripts/vllm/setup_env.sh")
     args.out.mkdir(parents=True, exist_ok=True)
+    failed = []
     for family in args.family or sorted(MODELS):
-        recorded = record(family, python, args.logs)
+        try:
+            recorded = record(family, python, args.logs)
+        except (RuntimeError, TimeoutError) as error:
+            # One family vLLM cannot load must not stop the others: its log says why.
+            print(f"{family}: {error} (see {args.logs / f'render-{family}.log'})", flush=True)
+            failed.append(family)
+            continue
         path = args.out / f"{family}.json"
         path.write_text(json.dumps(recorded, indent=1, sort_keys=True) + "\n")
         print(f"wrote {path}")
-    return 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

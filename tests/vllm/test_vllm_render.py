@@ -4,18 +4,27 @@ placeholders, features under vLLM's names, sampling resolution, errors, hashes."
 from __future__ import annotations
 
 import base64
+from collections.abc import Iterator
 from typing import Any
 
 import attrs
 import numpy as np
 import pytest
-from vllmkit import CHAT_RENDER, COMPLETION_RENDER, RenderApp
+from vllmkit import CHAT_RENDER, COMPLETION_RENDER, PROTOCOL_FAMILIES, RenderApp
 
 from audiogate.vllm import decode_tensor, mm_hash, vllm_family
 from audiogate.vllm.fixtures import RENDER_REQUESTS, RenderCase, request_body
 from audiogate.vllm.msgpack import unpackb
 
 CASES = {case.name: case for case in RENDER_REQUESTS}
+
+
+@pytest.fixture(scope="module", params=PROTOCOL_FAMILIES)
+def app(request: pytest.FixtureRequest) -> Iterator[RenderApp]:
+    """The families whose layouts these tests spell out; the fixture tests cover all."""
+    served = RenderApp(request.param)
+    with served.client:
+        yield served
 
 
 def _items(answer: dict[str, Any]) -> list[dict[str, np.ndarray]]:

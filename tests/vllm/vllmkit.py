@@ -25,7 +25,10 @@ MODELS = ROOT / "examples" / "models"
 MODEL_DIRS = {
     "qwen2audio": MODELS / "qwen2-audio-7b-instruct",
     "gemma3n": MODELS / "gemma-3n-e4b-it",
+    "glmasr": MODELS / "glm-asr-nano-2512",
 }
+#: The families whose render the protocol tests (test_vllm_render.py) look into.
+PROTOCOL_FAMILIES = ("gemma3n", "qwen2audio")
 CHAT_RENDER = "/v1/chat/completions/render"
 COMPLETION_RENDER = "/v1/completions/render"
 
@@ -52,8 +55,8 @@ class RenderApp:
 
 #: Largest |difference| of a feature value where the clip is resampled (48 kHz), by family;
 #: measured: 0.56 (Qwen2-Audio's normalized log-mel), 4.2 (Gemma 3n's log-mel; the
-#: resampling_algorithm policy of issue #31 narrows it).
-RESAMPLED_MAX_DIFF = {"qwen2audio": 1.0, "gemma3n": 6.0}
+#: resampling_algorithm policy of issue #31 narrows it), 0.56 (GLM-ASR's, Whisper's).
+RESAMPLED_MAX_DIFF = {"qwen2audio": 1.0, "gemma3n": 6.0, "glmasr": 1.0}
 
 
 def _vllm_items(answer: dict[str, Any]) -> list[dict[str, Any]]:
@@ -65,6 +68,21 @@ def _vllm_items(answer: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _resampled(case_parts: tuple[str, ...]) -> list[bool]:
     return [CLIPS[p[6:]].rate_hz != 16_000 for p in case_parts if p.startswith("audio:")]
+
+
+def _compare_metadata(ours: Any, theirs: Any) -> None:
+    # The tensors vLLM keeps on the CPU (chunk counts, embedding sizes), once more per
+    # item; None where a family has none.
+    if theirs is None:
+        assert ours is None
+        return
+    assert set(ours) == set(theirs)
+    for modality, items in theirs.items():
+        assert len(ours[modality]) == len(items)
+        for mine, recorded in zip(ours[modality], items, strict=True):
+            assert (mine is None) == (recorded is None)
+            if recorded is not None:
+                assert unpackb(base64.b64decode(mine)) == unpackb(base64.b64decode(recorded))
 
 
 def compare_answer(app: RenderApp, case: RenderCase, recorded: dict[str, Any]) -> None:
@@ -86,7 +104,7 @@ def compare_answer(app: RenderApp, case: RenderCase, recorded: dict[str, Any]) -
         return
     ours_f, theirs_f = ours["features"], theirs["features"]
     assert ours_f["mm_placeholders"] == theirs_f["mm_placeholders"]
-    assert ours_f["mm_metadata"] == theirs_f["mm_metadata"] is None
+    _compare_metadata(ours_f["mm_metadata"], theirs_f["mm_metadata"])
     # Hashes differ by design (audiogate's cover the policy and the dtype too).
     assert len(ours_f["mm_hashes"]["audio"]) == len(theirs_f["mm_hashes"]["audio"])
     mine = [unpackb(base64.b64decode(item)) for item in ours_f["kwargs_data"]["audio"]]
@@ -104,8 +122,8 @@ def compare_answer(app: RenderApp, case: RenderCase, recorded: dict[str, Any]) -
             assert ours_item[key]["data"][:2] == [dtype, shape], key
             got = decode_tensor(ours_item[key]["data"]).astype(np.float64)
             want = decode_tensor(elem["data"]).astype(np.float64)
-            if dtype in ("bool", "int32"):
-                assert np.array_equal(got, want), key  # the masks
+            if dtype in ("bool", "int32", "int64"):
+                assert np.array_equal(got, want), key  # the masks, counts and sizes
             elif resampled:
                 assert np.max(np.abs(got - want)) < RESAMPLED_MAX_DIFF[app.family], key
             else:

@@ -34,13 +34,14 @@ from audiogate.server.errors import STATUS_CLIENT_CLOSED, status_for
 from audiogate.server.requests import parse_body
 from audiogate.server.responses import FragmentsResponse
 from audiogate.server.routes import AudioServer, _ClientGone, _Ticket
-from audiogate.vllm.adapter import VllmFamily, vllm_family
+from audiogate.vllm.adapter import VllmFamily, vllm_families, vllm_family
 from audiogate.vllm.render import (
     RenderCall,
     RenderError,
     RenderKind,
     build_generate_request,
     parse_render_call,
+    vllm_messages,
 )
 from audiogate.vllm.tensors import FLOAT_DTYPES, FloatDtype
 
@@ -95,14 +96,20 @@ def render_config(
     dtype: FloatDtype | None = None,
 ) -> VllmRenderConfig:
     """The render settings of a checkpoint: ``max_position_embeddings`` (text config
-    first) and ``torch_dtype`` / ``dtype`` from its ``config.json`` (float32 becomes
-    bfloat16, as vLLM's ``auto`` does on CPU builds), else the defaults; explicit
-    arguments win."""
+    first, else the default of the family its architecture names) and ``torch_dtype`` /
+    ``dtype`` from its ``config.json`` (float32 becomes bfloat16, as vLLM's ``auto`` does
+    on CPU builds), else the defaults; explicit arguments win."""
     config: dict[str, Any] = {}
     if model_dir is not None and Path(model_dir, "config.json").is_file():
         loaded = json.loads(Path(model_dir, "config.json").read_text(encoding="utf-8"))
         config = loaded if isinstance(loaded, dict) else {}
     length = max_model_len or _config_value(config, "max_position_embeddings")
+    if length is None:
+        architectures = set(config.get("architectures") or ())
+        for adapter in vllm_families().values():
+            if architectures & set(adapter.architectures):
+                length = adapter.context_length
+                break
     declared = _config_value(config, "torch_dtype", "dtype")
     chosen = dtype or (declared if declared in ("bfloat16", "float16") else "bfloat16")
     return VllmRenderConfig(max_model_len=int(length or DEFAULT_MAX_MODEL_LEN), dtype=chosen)
@@ -201,7 +208,8 @@ class VllmRenderRoutes:
             raise RenderError(f"The model `{call.model}` does not exist.", param="model")
         if call.kind == "chat":
             token = CancelToken()
-            opened = ticket.request = server.gate.request(call.messages, cancel=token, owner=owner)
+            messages = vllm_messages(call.messages or [], self.adapter)
+            opened = ticket.request = server.gate.request(messages, cancel=token, owner=owner)
             prepared = await server._until_disconnect(request, opened.run_async(), token)
         else:
             prepared = await server._off_loop(self._tokenize, call.prompt)

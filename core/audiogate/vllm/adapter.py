@@ -18,7 +18,21 @@ gemma3n    ``input_features_padded`` [frames, 128] float, the whole block: the n
            ``input_features_mask`` [frames] bool          ``<start_of_audio>``, the soft
                                                           tokens, ``<end_of_audio>``, the
                                                           newline token (192 for 188 tokens)
+audio-     ``input_features`` [chunks, 128, 3000] float,  the run of ``<sound>``
+flamingo3  ``feature_attention_mask`` [chunks, 3000]
+           int32 (both flat over the chunks),
+           ``chunk_counts`` [] int64 (kept on the CPU)
+glmasr     as audioflamingo3                              the run of ``<|pad|>`` (not the
+                                                          begin/end-of-audio tokens)
+granite-   ``input_features`` [frames, 160] float,        the run of ``<|audio|>``; the
+speech     ``audio_embed_sizes`` [] int64 (on the CPU)    template reads a string: vLLM
+                                                          puts the clips before the text
 ========== ============================================== ===================================
+
+The other shipped families vLLM 0.32 registers are not in the table, for reasons
+docs/vllm.md gives: Qwen2.5-Omni and Qwen3-Omni (vLLM's processor imports torchvision,
+which has no build for the CPU torch), Voxtral (vLLM carries the waveform, not features,
+and tokenizes with mistral-common).
 
 Phi-4 MM is not in the table: vLLM serves it only through the checkpoint's remote code,
 which audiogate never runs (and vLLM's transformers-native class was removed in 0.12).
@@ -29,7 +43,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from importlib import metadata
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 import attrs
 import numpy as np
@@ -38,11 +52,15 @@ from audiogate.errors import PluginError
 from audiogate.request import PreparedRequest
 
 __all__ = [
+    "BATCHED",
     "ENTRY_POINT_GROUP",
+    "FLAT_CHUNKS",
     "SUPPORTED_VLLM",
     "TESTED_VLLM",
+    "FieldLayout",
     "VllmFamily",
     "VllmVersionError",
+    "batched_field",
     "check_vllm_version",
     "register_vllm_family",
     "vllm_families",
@@ -94,6 +112,29 @@ def check_vllm_version(version: str) -> None:
 ItemTensors = Callable[[PreparedRequest, int], Mapping[str, np.ndarray]]
 #: ``placeholder(prepared, clip) -> (offset, length)`` into ``prepared.input_ids``.
 PlaceholderRange = Callable[[PreparedRequest, int], tuple[int, int]]
+#: ``layout(array) -> field``: how vLLM's msgpack names the field of one item's tensor
+#: (``[factory, {keyword: value}]`` of vLLM's ``MultiModalFieldConfig``).
+FieldLayout = Callable[[np.ndarray], list[Any]]
+
+
+def batched_field(*, keep_on_cpu: bool = False) -> FieldLayout:
+    """One tensor per item (``MultiModalFieldConfig.batched``)."""
+
+    def layout(array: np.ndarray) -> list[Any]:
+        return ["batched", {"keep_on_cpu": keep_on_cpu}]
+
+    return layout
+
+
+def _flat_over_chunks(array: np.ndarray) -> list[Any]:
+    # ``flat_from_sizes(..., dim=0)``: the item is the slice of its chunks along the first
+    # axis, written as [start, stop, step] relative to the item's own tensor.
+    return ["flat", {"keep_on_cpu": False, "slices": [[[0, int(array.shape[0]), None]]], "dim": 0}]
+
+
+#: A tensor of one item's chunks along its first axis (``flat_from_sizes``, ``dim=0``).
+FLAT_CHUNKS: Final[FieldLayout] = _flat_over_chunks
+BATCHED: Final[FieldLayout] = batched_field()
 
 
 def _str_tuple(values: Iterable[str]) -> tuple[str, ...]:
@@ -112,6 +153,15 @@ class VllmFamily:
     :param modality: the ``features`` key (``"audio"``).
     :param wire: a tag of this layout, part of every ``mm_hash``: bump it when ``items``
         or ``placeholder`` change what they give.
+    :param fields: per key, its field layout where it is not :data:`BATCHED`.
+    :param content_format: how vLLM hands a message's content to the chat template:
+        ``"openai"`` (the parts as they are: the template places each clip) or
+        ``"string"`` (the template reads a string: vLLM puts every clip's placeholder
+        first, each followed by a newline, then the message's text parts joined by
+        newlines).
+    :param context_length: the text model's ``max_position_embeddings`` where
+        ``config.json`` does not say (transformers' default for the family's text
+        config, which vLLM's context length then is).
     """
 
     family: str
@@ -121,6 +171,13 @@ class VllmFamily:
     placeholder: PlaceholderRange
     modality: str = "audio"
     wire: str = "1"
+    fields: Mapping[str, FieldLayout] = attrs.field(factory=dict)
+    content_format: Literal["openai", "string"] = "openai"
+    context_length: int = 32_768
+
+    def field(self, key: str, array: np.ndarray) -> list[Any]:
+        """The msgpack field of tensor ``key`` of one item."""
+        return self.fields.get(key, BATCHED)(array)
 
 
 def _span(prepared: PreparedRequest, clip: int) -> tuple[int, int]:
@@ -163,6 +220,36 @@ def _gemma3n_placeholder(prepared: PreparedRequest, clip: int) -> tuple[int, int
     return start - 2, stop - start + 4
 
 
+def _chunked_items(prepared: PreparedRequest, clip: int) -> Mapping[str, np.ndarray]:
+    # Audio Flamingo 3 and GLM-ASR: the clip's 30 s chunks, each with its frame mask.
+    features = np.asarray(prepared.features[clip])
+    mask = prepared.masks[clip]
+    if features.ndim != 3 or mask is None:
+        raise PluginError(
+            f"{prepared.family} prepared clip {clip} as {features.shape} without chunk masks"
+        )
+    return {
+        "input_features": features,
+        "feature_attention_mask": np.asarray(mask).astype(np.int32),
+        "chunk_counts": np.asarray(features.shape[0], dtype=np.int64),
+    }
+
+
+def _granitespeech_items(prepared: PreparedRequest, clip: int) -> Mapping[str, np.ndarray]:
+    features = np.asarray(prepared.features[clip])
+    start, stop = prepared.audio_spans[clip]
+    return {
+        "input_features": features,
+        "audio_embed_sizes": np.asarray(stop - start, dtype=np.int64),
+    }
+
+
+_CHUNK_FIELDS: Final[Mapping[str, FieldLayout]] = {
+    "input_features": FLAT_CHUNKS,
+    "feature_attention_mask": FLAT_CHUNKS,
+    "chunk_counts": batched_field(keep_on_cpu=True),
+}
+
 QWEN2AUDIO: Final = VllmFamily(
     family="qwen2audio",
     architectures=("Qwen2AudioForConditionalGeneration",),
@@ -178,8 +265,39 @@ GEMMA3N: Final = VllmFamily(
     placeholder=_gemma3n_placeholder,
 )
 
+AUDIOFLAMINGO3: Final = VllmFamily(
+    family="audioflamingo3",
+    architectures=("AudioFlamingo3ForConditionalGeneration",),
+    keys=("chunk_counts", "feature_attention_mask", "input_features"),
+    items=_chunked_items,
+    placeholder=_span,
+    fields=_CHUNK_FIELDS,
+)
+GLMASR: Final = VllmFamily(
+    family="glmasr",
+    architectures=("GlmAsrForConditionalGeneration",),
+    keys=("chunk_counts", "feature_attention_mask", "input_features"),
+    items=_chunked_items,
+    placeholder=_span,
+    fields=_CHUNK_FIELDS,
+    context_length=8192,
+)
+GRANITESPEECH: Final = VllmFamily(
+    family="granitespeech",
+    architectures=("GraniteSpeechForConditionalGeneration",),
+    keys=("audio_embed_sizes", "input_features"),
+    items=_granitespeech_items,
+    placeholder=_span,
+    fields={"audio_embed_sizes": batched_field(keep_on_cpu=True)},
+    content_format="string",
+    context_length=2048,
+)
+
 _lock = threading.Lock()
-_table: dict[str, VllmFamily] = {QWEN2AUDIO.family: QWEN2AUDIO, GEMMA3N.family: GEMMA3N}
+_table: dict[str, VllmFamily] = {
+    adapter.family: adapter
+    for adapter in (QWEN2AUDIO, GEMMA3N, AUDIOFLAMINGO3, GLMASR, GRANITESPEECH)
+}
 _entry_points_loaded = False
 
 

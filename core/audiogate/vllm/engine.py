@@ -67,7 +67,7 @@ def engine_input(
     ranges = [adapter.placeholder(prepared, index) for index in range(len(hashes))]
     check_disjoint(ranges, prepared.family)
     items = [
-        serde.decode_mm_kwargs_item(base64.b64encode(encode_item(tensors, dtype)).decode())
+        serde.decode_mm_kwargs_item(base64.b64encode(encode_item(tensors, dtype, adapter)).decode())
         for tensors in feature_items(prepared, adapter)
     ]
     modality = adapter.modality

@@ -75,7 +75,16 @@ class RenderCase:
     name: str
     parts: tuple[str, ...]
     fields: Mapping[str, Any] = attrs.field(factory=dict)
-    families: tuple[str, ...] = ("qwen2audio", "gemma3n")
+    families: tuple[str, ...] = (
+        "qwen2audio",
+        "gemma3n",
+        "qwen25omni",
+        "qwen3omni",
+        "voxtral",
+        "audioflamingo3",
+        "glmasr",
+        "granitespeech",
+    )
 
 
 RENDER_REQUESTS: Final[tuple[RenderCase, ...]] = (

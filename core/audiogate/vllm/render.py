@@ -42,6 +42,7 @@ __all__ = [
     "feature_items",
     "parse_render_call",
     "resolve_sampling_params",
+    "vllm_messages",
 ]
 
 MMPayload = Literal["tensors", "none"]
@@ -394,18 +395,62 @@ def feature_items(prepared: PreparedRequest, adapter: VllmFamily) -> list[dict[s
     return [dict(adapter.items(prepared, index)) for index in range(len(prepared.audio_spans))]
 
 
-def encode_item(tensors: Mapping[str, Any], dtype: FloatDtype) -> bytes:
+def encode_item(
+    tensors: Mapping[str, Any], dtype: FloatDtype, adapter: VllmFamily | None = None
+) -> bytes:
     """One ``MultiModalKwargsItem`` as vLLM's msgpack: ``{key: {"data": tensor,
-    "field": ["batched", {"keep_on_cpu": false}]}}``."""
+    "field": layout}}``, the layout the ``adapter``'s (batched, not kept on the CPU,
+    without one)."""
     item = {
         key: {
             "data": encode_tensor(array, dtype),
-            "field": ["batched", {"keep_on_cpu": False}],
+            "field": adapter.field(key, array)
+            if adapter is not None
+            else ["batched", {"keep_on_cpu": False}],
         }
         # vLLM's items come out with their keys sorted.
         for key, array in sorted(tensors.items())
     }
     return packb(item)
+
+
+def vllm_messages(messages: list[Any], adapter: VllmFamily) -> list[Any]:
+    """``messages`` as vLLM hands them to ``adapter``'s chat template.
+
+    For a template that reads a string (``content_format="string"``), vLLM rewrites a
+    message's parts: every clip first, each followed by a newline, then the text parts
+    joined by newlines. The clips stay parts, for the family to place.
+    """
+    if adapter.content_format == "openai":
+        return messages
+    rewritten: list[Any] = []
+    for message in messages:
+        content = message.get("content") if isinstance(message, dict) else None
+        if not isinstance(content, list):
+            rewritten.append(message)
+            continue
+        texts = [
+            p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text"
+        ]
+        media = [p for p in content if not (isinstance(p, dict) and p.get("type") == "text")]
+        parts: list[Any] = []
+        for index, part in enumerate(media):
+            if index:
+                parts.append({"type": "text", "text": "\n"})
+            parts.append(part)
+        if texts:
+            parts.append({"type": "text", "text": ("\n" if media else "") + "\n".join(texts)})
+        rewritten.append({**message, "content": parts})
+    return rewritten
+
+
+def _base64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def _keep_on_cpu(adapter: VllmFamily, key: str, array: Any) -> bool:
+    _, options = adapter.field(key, array)
+    return bool(options.get("keep_on_cpu"))
 
 
 def check_disjoint(ranges: list[tuple[int, int]], family: str) -> None:
@@ -456,10 +501,18 @@ def build_generate_request(
         ranges = [adapter.placeholder(prepared, index) for index in range(len(hashes))]
         check_disjoint(ranges, prepared.family)
         kwargs: list[str | None] | None = None
+        metadata: list[str | None] = []
         if call.mm_payload == "tensors":
-            kwargs = [
-                base64.b64encode(encode_item(tensors, dtype)).decode("ascii")
-                for tensors in feature_items(prepared, adapter)
+            items = feature_items(prepared, adapter)
+            kwargs = [_base64(encode_item(tensors, dtype, adapter)) for tensors in items]
+            # Tensors vLLM keeps on the CPU (sizes, counts) travel twice: in the item and
+            # in its metadata item, which the generate side reads without the features.
+            metadata = [
+                _base64(encode_item(on_cpu, dtype, adapter)) if on_cpu else None
+                for on_cpu in (
+                    {k: v for k, v in tensors.items() if _keep_on_cpu(adapter, k, v)}
+                    for tensors in items
+                )
             ]
         modality = adapter.modality
         features = {
@@ -468,7 +521,7 @@ def build_generate_request(
                 modality: [{"offset": offset, "length": length} for offset, length in ranges]
             },
             "kwargs_data": None if kwargs is None else {modality: kwargs},
-            "mm_metadata": None,
+            "mm_metadata": {modality: metadata} if any(metadata) else None,
         }
     prefix = "chatcmpl" if call.kind == "chat" else "cmpl"
     # 16 hex digits, as vLLM's own ids: the answer is no longer than vLLM's.
