@@ -522,24 +522,39 @@ class AudioGate:
         The clips are audio parts before the text, so the chat path places them where the
         template puts audio (a family whose audio goes at the start of the message puts it
         there, not before the template's first token). A text that places the clips itself
-        with the family's placeholders (``<|audio_1|>``, ``[audio:<sha256>]``, ...) is
-        refused by the chat path and then prepared as before: the template around it as a
-        plain prompt. Without a template: a plain prompt. ``options`` are
-        :meth:`prepare`'s.
+        with the family's placeholders (``<|audio_1|>``, ``[audio:<sha256>]``, ...), which
+        the chat path would refuse (:meth:`places_audio`), is prepared as before: the
+        template around it as a plain prompt. Without a template: a plain prompt.
+        ``options`` are :meth:`prepare`'s.
         """
         if self.renderer is None and not getattr(self.tokenizer, "chat_template", None):
             return self.prepare(prompt=text, clips=clips, **options)
+        if text and self.places_audio(text):
+            return self.prepare(prompt=self.chat_prompt(text), clips=clips, **options)
         # The parts only mark positions: the clips come as ``clips``.
         marker = {"type": "input_audio", "input_audio": {"data": "", "format": "wav"}}
         content: list[dict[str, Any]] = [dict(marker) for _ in clips]
         if text:
             content.append({"type": "text", "text": text})
+        return self.prepare([{"role": "user", "content": content}], clips=clips, **options)
+
+    def places_audio(self, text: str) -> bool:
+        """Whether ``text`` holds what the family's chat path refuses in a text part: its
+        audio placeholders or markers (``<|audio_1|>``, ``<|AUDIO|>``, ...) or its source
+        references (``[audio:<sha256>]``).
+
+        The family's own expansion answers, on ``text`` alone as chat text without clips
+        (no tokenizer, no audio, no metrics): it refuses exactly what a chat text part may
+        not hold.
+        """
+        reference = self._source_reference
+        if reference is not None and reference.search(text):
+            return True
         try:
-            return self.prepare([{"role": "user", "content": content}], clips=clips, **options)
+            self.host.expand_prompt(self.policy, [TextSegment(text)], [], None, chat=True)
         except PlaceholderError:
-            if not text:
-                raise
-        return self.prepare(prompt=self.chat_prompt(text), clips=clips, **options)
+            return True
+        return False
 
     def chat_prompt(self, text: str) -> str:
         """The chat template around one user message ``text``, with the generation prompt.
