@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +19,7 @@ pytest.importorskip("transformers")
 REPO = Path(__file__).resolve().parents[2]
 GEMMA = REPO / "examples" / "models" / "gemma-3n-e4b-it"
 PHI = REPO / "examples" / "models" / "phi-4-multimodal-instruct"
+VOXTRAL = REPO / "examples" / "models" / "voxtral-mini-3b-2507"
 SPEECH = REPO / "examples" / "audio" / "speech_16k.wav"
 SPEECH_44K = REPO / "examples" / "audio" / "speech_44k1_stereo.wav"
 
@@ -247,6 +249,23 @@ def test_show_prompt_folds_runs_of_a_repeated_audio_token() -> None:
     assert "<audio_soft_token><audio_soft_token>" not in prompt
 
 
+def test_show_prompt_folds_voxtrals_bracketed_audio_runs() -> None:
+    code, text = run(
+        "prepare",
+        "--model",
+        str(VOXTRAL),
+        "--audio",
+        str(SPEECH),
+        "--prompt",
+        "Hi",
+        "--show-prompt",
+    )
+    assert code == 0
+    prompt = text.split("expanded prompt:\n", 1)[1]
+    assert re.search(r"\[BEGIN_AUDIO\]\[AUDIO\] x\d+", prompt), prompt
+    assert "[AUDIO][AUDIO]" not in prompt
+
+
 @pytest.mark.parametrize(
     ("text", "folded"),
     [
@@ -255,6 +274,8 @@ def test_show_prompt_folds_runs_of_a_repeated_audio_token() -> None:
         ("<|AUDIO|>" * 57 + "<y><y><y>", "<|AUDIO|> x57<y> x3"),
         ("<x><x><x>\n<x>", "<x> x3\n<x>"),
         ("no tokens", "no tokens"),
+        ("[INST][BEGIN_AUDIO]" + "[AUDIO]" * 375 + "Hi", "[INST][BEGIN_AUDIO][AUDIO] x375Hi"),
+        ("[a][a][a] [AUDIO][AUDIO]", "[a][a][a] [AUDIO][AUDIO]"),  # user text; two stay
     ],
 )
 def test_fold_repeats(text: str, folded: str) -> None:

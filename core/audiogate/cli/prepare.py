@@ -263,12 +263,15 @@ def run(args: argparse.Namespace, host: FamilyHost, out: TextIO) -> int:
 #: ``--audio -``: the clip comes from standard input.
 STDIN: Final = "-"
 
-_REPEATED_TOKEN: Final = re.compile(r"(<[^<>\s]{1,64}>)\1{2,}")
+#: A special token as the families write them: ``<...>`` (most), or Mistral's upper-case
+#: control tokens in brackets (Voxtral's ``[AUDIO]``).
+_REPEATED_TOKEN: Final = re.compile(r"(<[^<>\s]{1,64}>|\[[A-Z_]{1,64}\])\1{2,}")
 
 
 def fold_repeats(text: str) -> str:
-    """``text`` with each run of three or more of the same ``<token>`` written once with
-    its count: ``<audio_soft_token> x188`` (for ``--show-prompt``)."""
+    """``text`` with each run of three or more of the same ``<token>`` (or ``[TOKEN]``)
+    written once with its count: ``<audio_soft_token> x188``, ``[AUDIO] x375`` (for
+    ``--show-prompt``)."""
     return _REPEATED_TOKEN.sub(
         lambda m: f"{m.group(1)} x{len(m.group(0)) // len(m.group(1))}", text
     )
