@@ -29,6 +29,7 @@ __all__ = [
     "limit_unsent",
     "render_answer",
     "render_head",
+    "send_pieces",
 ]
 
 log = logging.getLogger("audiogate.server")
@@ -86,6 +87,29 @@ def render_answer(head: bytes, inputs: Mapping[str, Any], call: PrepareCall) -> 
     return [head[:-1], b',"features":', *features, b"}"]
 
 
+def send_pieces(fragments: list[bytes]) -> list[bytes | memoryview]:
+    """``fragments`` regrouped into pieces of :data:`SEND_PIECE_BYTES` (the last one
+    shorter): a large fragment is sliced without a copy, small ones are joined with their
+    neighbours (an answer's fragments are mostly a few bytes of JSON around each array,
+    and every piece is one ASGI send: one per fragment made a 5 s clip's answer 21
+    sends instead of 6)."""
+    pieces: list[bytes | memoryview] = []
+    pending: list[bytes | memoryview] = []
+    room = SEND_PIECE_BYTES
+    for fragment in fragments:
+        view = memoryview(fragment)
+        while len(view):
+            part, view = view[:room], view[room:]
+            pending.append(part)
+            room -= len(part)
+            if not room:
+                pieces.append(pending[0] if len(pending) == 1 else b"".join(pending))
+                pending, room = [], SEND_PIECE_BYTES
+    if pending or not pieces:
+        pieces.append(b"".join(pending))
+    return pieces
+
+
 class FragmentsResponse(Response):
     """A JSON answer sent from its fragments, piece by piece, without joining them.
 
@@ -109,14 +133,7 @@ class FragmentsResponse(Response):
         try:
             start = {"type": "http.response.start", "status": self.status_code}
             await send({**start, "headers": self.raw_headers})
-            if self.nbytes <= SEND_PIECE_BYTES:
-                pieces: list[bytes | memoryview] = [b"".join(self.fragments)]
-            else:
-                pieces = [
-                    memoryview(fragment)[offset : offset + SEND_PIECE_BYTES]
-                    for fragment in self.fragments
-                    for offset in range(0, len(fragment), SEND_PIECE_BYTES)
-                ]
+            pieces = send_pieces(self.fragments)
             last = len(pieces) - 1
             sent = 0
             for index, piece in enumerate(pieces):
