@@ -33,11 +33,12 @@ from collections.abc import AsyncIterator
 import numpy as np
 
 from audiogate.acquire.clip import EncodedClip
+from audiogate.decode import inspect
 from audiogate.decode.geometry import SourceFormat
 from audiogate.host import create_host
 from audiogate.pipeline.preflight import preflight
 from audiogate.pipeline.process import process_request
-from audiogate.streaming.families import WHISPER_FAMILIES
+from audiogate.streaming.frontend import IncrementalClipStream, open_clip_stream
 from audiogate.streaming.transport import prepare_stream
 
 
@@ -72,6 +73,13 @@ def _streamed(host, policy, data: bytes, fmt: SourceFormat, chunk: int) -> tuple
     return ready - last[0], time.process_time() - cpu
 
 
+def _incremental(host, policy, data: bytes, fmt: SourceFormat) -> bool:
+    """Whether the family's package streams this policy (its ``open_feature_stream``)."""
+    stream = open_clip_stream(host, policy, inspect(data, clip_index=0, source_format=fmt))
+    stream.close()
+    return isinstance(stream, IncrementalClipStream)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=float, default=30.0)
@@ -103,7 +111,7 @@ def main() -> None:
         whole_cpu = statistics.median(c for _, c in wholes)
         latency = statistics.median(w for w, _ in streams)
         stream_cpu = statistics.median(c for _, c in streams)
-        kind = "incremental" if family in WHISPER_FAMILIES else "accumulating"
+        kind = "incremental" if _incremental(host, policy, data, fmt) else "accumulating"
         print(
             f"{family:15} {kind:12} {whole_wall * 1e3:9.1f} {latency * 1e3:15.1f} "
             f"{latency / whole_wall:7.1%} {stream_cpu / whole_cpu:6.2f} "

@@ -28,6 +28,7 @@ from audiogate.policy.model import AudioPolicy, frozen_mapping, str_tuple
 
 __all__ = [
     "FAMILY_NAME_RE",
+    "OPTIONAL_STAGE_MODULES",
     "STAGE_MODULES",
     "FamilySpec",
     "FamilyStages",
@@ -117,6 +118,7 @@ class FamilyStages:
     extract_features: Stage | None = None
     collate_features: Stage | None = None
     expand_prompt: Stage | None = None
+    open_feature_stream: Stage | None = None
 
     def implemented(self) -> dict[str, Stage]:
         """The stages given, by hook name (``audiogate_plan_features``...)."""
@@ -136,7 +138,17 @@ STAGE_MODULES: Final = {
     "extract_features": ("features", "extract_features"),
     "collate_features": ("collate", "collate_features"),
     "expand_prompt": ("prompt", "expand_prompt"),
+    "open_feature_stream": ("streaming", "open_feature_stream"),
 }
+
+#: Modules of :data:`STAGE_MODULES` a package may leave out: their stages then answer
+#: ``None`` (a family without ``streaming`` accumulates its streamed clips).
+OPTIONAL_STAGE_MODULES: Final = frozenset({"streaming"})
+
+
+def _absent(**_: Any) -> None:
+    """The stage of an optional module the package does not have."""
+    return None
 
 
 class _Package:
@@ -152,10 +164,17 @@ class _Package:
         found = self._targets.get(stage)
         if found is None:
             module_name = STAGE_MODULES[stage][0]
-            module = importlib.import_module(f"{self.package}.{module_name}")
+            qualified = f"{self.package}.{module_name}"
+            try:
+                module = importlib.import_module(qualified)
+            except ModuleNotFoundError as exc:
+                # Only the module itself missing, not something it imports.
+                if module_name not in OPTIONAL_STAGE_MODULES or exc.name != qualified:
+                    raise
+                module = None
             for sibling, (name, function_name) in STAGE_MODULES.items():
                 if name == module_name:
-                    function = getattr(module, function_name)
+                    function = _absent if module is None else getattr(module, function_name)
                     self._targets[sibling] = (function, accepted_keywords(function))
             found = self._targets[stage]
         return found
@@ -200,7 +219,8 @@ def accepted_keywords(function: Callable[..., Any]) -> frozenset[str] | None:
 def package_stages(package: str, **overrides: Stage | None) -> FamilyStages:
     """The stages of a family package laid out as the shipped ones (:data:`STAGE_MODULES`:
     ``resample.plan_resample``, ``features.extract_features``, ``prompt.expand_prompt``...),
-    each imported on its first call.
+    each imported on its first call. A module of :data:`OPTIONAL_STAGE_MODULES`
+    (``streaming``) may be absent: its stages then answer ``None``.
 
     :param package: the import package (``"audiogate_qwen2audio"``).
     :param overrides: stages to take instead, or ``None`` to leave one to the core

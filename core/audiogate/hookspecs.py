@@ -37,6 +37,7 @@ if TYPE_CHECKING:
         PromptSegment,
         ResamplePlan,
     )
+    from audiogate.streaming.stage import FeatureStream
 
 __all__ = ["PROJECT_NAME", "hookimpl", "hookspec"]
 
@@ -182,6 +183,39 @@ def audiogate_collate_features(
     :param policy: the request's policy.
     :param clips: per-clip features in clip order.
     :returns: named model inputs (padded, with masks) and per-clip tokens.
+    """
+
+
+# --- streaming ----------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def audiogate_open_feature_stream(
+    policy: AudioPolicy,
+    source_rate_hz: int,
+    resample: ResamplePlan,
+    clip_index: int,
+    cancel: CancelToken,
+) -> FeatureStream | None:
+    """Open one clip's feature stream: its features computed as its samples arrive.
+
+    The first non-``None`` result wins; there is no core default, and ``None`` (no
+    family answers, or the family does not stream this policy: another feature backend,
+    a resampler it cannot run as a stream) leaves the clip to the accumulating frontend,
+    which runs :func:`audiogate_resample` and :func:`audiogate_extract_features` on the
+    whole clip at its end. Optional: a package laid out for
+    :func:`~audiogate.family.package_stages` declares it as
+    ``streaming.open_feature_stream``; one without that module does not stream. The core
+    keeps admission, the byte reservation and the life cycle (``docs/streaming.md``).
+
+    :param policy: the request's policy.
+    :param source_rate_hz: the stream's source rate (mono float32 samples are pushed).
+    :param resample: the family's resample plan for that rate, probed at one second
+        (the whole clip's plan must have the same algorithm and rates).
+    :param clip_index: zero-based clip index, for error messages.
+    :param cancel: polled inside long pushes and at ``finish``.
+    :returns: a :class:`~audiogate.streaming.stage.FeatureStream` whose ``finish``
+        equals ``resample`` then ``extract_features`` of the whole clip, or ``None``.
     """
 
 

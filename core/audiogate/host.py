@@ -57,6 +57,7 @@ from audiogate.records import (
     PromptSegment,
     ResamplePlan,
 )
+from audiogate.streaming.stage import FeatureStream
 
 __all__ = [
     "DISABLE_AUTOLOAD_ENV",
@@ -433,6 +434,21 @@ class FamilyHost:
             clip_index=clip_index,
             cancel=cancel,
         )
+        self.check_features(policy, plan, features, clip_index=clip_index)
+        return features
+
+    def check_features(
+        self, policy: AudioPolicy, plan: FeaturePlan, features: Any, *, clip_index: int
+    ) -> None:
+        """What :meth:`extract_features` checks of a family's features (also of those a
+        :meth:`open_feature_stream` stream made): a :class:`ClipFeatures` of the plan's
+        shape, frames and tokens, read-only float32 (and a read-only bool mask).
+
+        :raises PluginError: it is not.
+        """
+        features = self._require(
+            features, ClipFeatures, "audiogate_extract_features", policy.family
+        )
         _check_feature_arrays(features, policy.family, clip_index)
         if (
             tuple(features.features.shape) != tuple(plan.feature_shape)
@@ -445,7 +461,6 @@ class FamilyHost:
                 f"{clip_index}, but planned {plan.feature_shape} with {plan.frames} frames / "
                 f"{plan.tokens} tokens"
             )
-        return features
 
     def collate_features(self, policy: AudioPolicy, clips: Sequence[ClipFeatures]) -> FeatureBatch:
         """See :func:`audiogate.hookspecs.audiogate_collate_features`."""
@@ -467,6 +482,38 @@ class FamilyHost:
                 "return audiogate.records.readonly(...)"
             )
         return batch
+
+    def open_feature_stream(
+        self,
+        policy: AudioPolicy,
+        *,
+        source_rate_hz: int,
+        resample: ResamplePlan,
+        clip_index: int,
+        cancel: CancelToken,
+    ) -> FeatureStream | None:
+        """See :func:`audiogate.hookspecs.audiogate_open_feature_stream` (``None``: the
+        family does not stream this policy).
+
+        :raises PluginError: the stage returned something that is not a
+            :class:`~audiogate.streaming.stage.FeatureStream`.
+        """
+        stream = self._call(
+            "audiogate_open_feature_stream",
+            policy.family,
+            policy=policy,
+            source_rate_hz=source_rate_hz,
+            resample=resample,
+            clip_index=clip_index,
+            cancel=cancel,
+        )
+        if stream is not None and not isinstance(stream, FeatureStream):
+            raise PluginError(
+                f"audiogate_open_feature_stream for family {policy.family!r} returned "
+                f"{type(stream).__name__}, expected a FeatureStream (push, planned_nbytes, "
+                "nbytes, finish, close) or None"
+            )
+        return stream
 
     def expand_prompt(
         self,

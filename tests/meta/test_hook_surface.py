@@ -79,7 +79,7 @@ HOOKS = hook_specs()
 def test_the_hook_list_is_the_hosts() -> None:
     host = create_host(load_entry_points=False)
     assert sorted(HOOKS) == host.hook_names()
-    assert len(HOOKS) == 8
+    assert len(HOOKS) == 9
 
 
 @pytest.mark.parametrize("name", sorted(HOOKS))

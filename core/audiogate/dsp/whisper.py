@@ -105,7 +105,10 @@ __all__ = [
     "SAMPLE_RATE_HZ",
     "Padding",
     "WhisperPlan",
+    "framed",
     "hann_window_torch",
+    "log_mel_block",
+    "padded_segment",
     "whisper_log_mel",
     "whisper_mel_matrix",
     "whisper_plan",
@@ -203,7 +206,7 @@ def _normalized(clip: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
     return result
 
 
-def _padded_segment(
+def padded_segment(
     clip: npt.NDArray[np.float32], padded: int, start: int, stop: int
 ) -> npt.NDArray[np.float32]:
     """Samples ``[start, stop)`` of the reference's item in padded coordinates: the clip,
@@ -218,7 +221,7 @@ def _padded_segment(
     return out
 
 
-def _framed(array: npt.NDArray[np.float32], offset: int, count: int) -> Any:
+def framed(array: npt.NDArray[np.float32], offset: int, count: int) -> Any:
     """``count`` frames of 400 every 160 samples from ``array[offset:]``, a read-only view."""
     base = array[offset:]
     return np.lib.stride_tricks.as_strided(
@@ -237,13 +240,13 @@ def _frame_sources(
     lo, hi = interior_frames(clip.shape[0], computed)
     sources = []
     if lo:
-        head = _padded_segment(clip, padded, -_PAD, HOP * (lo - 1) + _PAD)
-        sources.append((0, lo, _framed(head, 0, lo)))
+        head = padded_segment(clip, padded, -_PAD, HOP * (lo - 1) + _PAD)
+        sources.append((0, lo, framed(head, 0, lo)))
     if hi > lo:
-        sources.append((lo, hi, _framed(clip, HOP * lo - _PAD, hi - lo)))
+        sources.append((lo, hi, framed(clip, HOP * lo - _PAD, hi - lo)))
     if computed > hi:
-        tail = _padded_segment(clip, padded, HOP * hi - _PAD, HOP * (computed - 1) + _PAD)
-        sources.append((hi, computed, _framed(tail, 0, computed - hi)))
+        tail = padded_segment(clip, padded, HOP * hi - _PAD, HOP * (computed - 1) + _PAD)
+        sources.append((hi, computed, framed(tail, 0, computed - hi)))
     return sources
 
 
@@ -316,7 +319,7 @@ def _item_log_mel(
                 for first, end, frames in sources
                 if max(start, first) < min(stop, end)
             ]
-            peaks[index] = _log_mel_block(parts, out)
+            peaks[index] = log_mel_block(parts, out)
 
         run_blocks(
             peaks.size, block, cancel=cancel, checkpoint=Checkpoint.FEATURE, clip_index=clip_index
@@ -331,7 +334,7 @@ def _item_log_mel(
         rows[row, :, head_frames:] = constant
 
 
-def _log_mel_block(parts: list[Any], out: npt.NDArray[np.float32]) -> np.float32:
+def log_mel_block(parts: list[Any], out: npt.NDArray[np.float32]) -> np.float32:
     """``(log10(max(mel, 1e-10)) + 4) / 4`` of the frames in ``parts`` (consecutive
     ``[shape=(rows, 400)]`` views) into ``out`` ``[shape=(n_mels, count)]``; returns the
     block's largest float32 ``log10``."""

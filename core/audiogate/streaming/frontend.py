@@ -4,15 +4,14 @@
 in chunks of any size; ``finish()`` returns a :class:`StreamedClip` whose plan, waveform
 and features are the whole-clip path's for the concatenated samples. Two frontends:
 
-* :class:`WhisperClipStream` (the families of :data:`~audiogate.streaming.families.
-  WHISPER_FAMILIES`): soxr HQ resampling as one stream (:class:`~audiogate.resample.
-  soxr_hq.SoxrStream`: chunks never restart the filter) feeding the incremental Whisper
-  log-mel (:class:`~audiogate.streaming.whisper.WhisperLogMelStream`); ``finish()``
-  flushes the filter, pads to the plan's length and runs the frames that need the clip's
-  end and the global clamp.
-* :class:`AccumulatingClipStream` (every family, and the fallback of the above for the
-  MLX backend and truncating policies): keeps the bounded source waveform and runs the
-  family's whole-clip stages at ``finish()``: exact by construction.
+* :class:`IncrementalClipStream`: the family's own
+  :class:`~audiogate.streaming.stage.FeatureStream` (its optional stage
+  ``open_feature_stream``, :func:`audiogate.hookspecs.audiogate_open_feature_stream`)
+  computes as samples arrive; ``finish()`` hands it the whole clip's plan and checks what
+  it returns as the host checks ``extract_features``.
+* :class:`AccumulatingClipStream` (a family that declares no stream or answers ``None``
+  for this policy, and every truncating policy): keeps the bounded source waveform and
+  runs the family's whole-clip stages at ``finish()``: exact by construction.
 
 Both admit as they go (:class:`~audiogate.streaming.admission.StreamAdmission`: the
 chunk that crosses a limit is refused with the whole clip's error) and hold their
@@ -23,7 +22,8 @@ and released exactly once: at ``finish()``, at a refusal, or at ``close()``
 
 from __future__ import annotations
 
-from typing import Final, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar
 
 import attrs
 import numpy as np
@@ -32,29 +32,25 @@ import numpy.typing as npt
 from audiogate.budget import BudgetHold, ByteBudget
 from audiogate.cancel import NEVER, CancelToken, Checkpoint
 from audiogate.decode.geometry import ClipGeometry
-from audiogate.errors import DecodeError, PluginError
+from audiogate.errors import AudioGateError, DecodeError, PluginError
 from audiogate.host import FamilyHost
 from audiogate.pipeline.plans import ClipPlan, RequestPlan
 from audiogate.policy import AudioPolicy
 from audiogate.records import ClipFeatures, readonly
-from audiogate.resample.soxr_hq import SoxrStream
 from audiogate.streaming.admission import StreamAdmission
 from audiogate.streaming.buffer import GrowingArray
-from audiogate.streaming.families import INCREMENTAL_RESAMPLERS, WHISPER_FAMILIES, WhisperFamily
-from audiogate.streaming.whisper import WhisperLogMelStream
+from audiogate.streaming.stage import SOURCE_BATCH_FRAMES, FeatureStream
 
 __all__ = [
     "SOURCE_BATCH_FRAMES",
     "AccumulatingClipStream",
     "ClipStream",
+    "IncrementalClipStream",
     "StreamedClip",
-    "WhisperClipStream",
     "open_clip_stream",
 ]
 
-#: Source frames the incremental frontend gathers before one resampler call (85 ms at
-#: 48 kHz): what remains for finish() at most, besides the frames' own remainder.
-SOURCE_BATCH_FRAMES: Final = 4096
+_R = TypeVar("_R")
 
 
 @attrs.frozen(kw_only=True)
@@ -262,19 +258,17 @@ class AccumulatingClipStream(_BaseStream):
         return StreamedClip(plan=plan, waveform=normalized, features=features, incremental=False)
 
 
-class WhisperClipStream(_BaseStream):
-    """The incremental Whisper frontend: resampled and framed as samples arrive."""
+class IncrementalClipStream(_BaseStream):
+    """The incremental frontend: the family's :class:`~audiogate.streaming.stage.
+    FeatureStream` computes as samples arrive; this class admits, reserves and closes."""
 
     def __init__(
         self,
         host: FamilyHost,
         policy: AudioPolicy,
         admission: StreamAdmission,
-        family: WhisperFamily,
+        stream: FeatureStream,
         *,
-        source_rate_hz: int,
-        target_rate_hz: int,
-        algorithm: str,
         budget: ByteBudget | None = None,
         cancel: CancelToken = NEVER,
         clip_index: int = 0,
@@ -282,50 +276,26 @@ class WhisperClipStream(_BaseStream):
         super().__init__(
             host, policy, admission, budget=budget, cancel=cancel, clip_index=clip_index
         )
-        self._family = family
-        self._algorithm = algorithm
-        self._rates = (source_rate_hz, target_rate_hz)
-        self._resampler = (
-            None
-            if algorithm == "identity"
-            else SoxrStream(in_rate_hz=source_rate_hz, out_rate_hz=target_rate_hz)
-        )
-        self._mel = WhisperLogMelStream(
-            n_mels=family.n_mels,
-            padding=family.padding,
-            chunk_samples=family.chunk_samples,
-            clip_index=clip_index,
-            cancel=cancel,
-        )
-        # Source samples waiting for the resampler: soxr is fed at least
-        # SOURCE_BATCH_FRAMES at a time (its per-call cost dominates 20 ms chunks; its
-        # output does not depend on the split, so this changes no sample).
-        self._waiting: list[npt.NDArray[np.float32]] = []
-        self._waiting_frames = 0
+        self._stream = stream
 
     def _planned_nbytes(self, more: int) -> int:
-        source, target = self._rates
-        # The 16 kHz waveform (capacity), the streamed frames (one float32 column of
-        # n_mels per 160 samples), one sample of filter delay and the source frames
-        # waiting for the resampler.
-        out = -(-(self._frames + more) * target // source) + 1
-        columns = out // 160 + 1
-        waiting = (self._waiting_frames + more) * 4
-        return (
-            self._mel.nbytes
-            + (out - self._mel.samples) * 4
-            + columns * self._family.n_mels * 4
-            + waiting
-        )
+        return self._family_call("planned_nbytes", self._stream.planned_nbytes, more)
 
     def _drop(self) -> None:
-        self._resampler = None
-        self._waiting, self._waiting_frames = [], 0
-        self._mel = WhisperLogMelStream(
-            n_mels=self._family.n_mels,
-            padding=self._family.padding,
-            chunk_samples=self._family.chunk_samples,
-        )
+        self._stream.close()
+
+    def _family_call(self, what: str, function: Callable[..., _R], *args: Any) -> _R:
+        """Call the family's stream: an audiogate error passes through, anything else
+        becomes a :class:`PluginError` naming the family (the stream is closed)."""
+        try:
+            return function(*args)
+        except AudioGateError:
+            raise
+        except Exception as exc:
+            raise PluginError(
+                f"family {self._policy.family!r} raised {type(exc).__name__} in its feature "
+                f"stream's {what}: {exc}"
+            ) from exc
 
     def push(self, samples: npt.ArrayLike) -> None:
         """Add mono float32 samples at the source rate ``[shape=(k,)]``.
@@ -335,19 +305,8 @@ class WhisperClipStream(_BaseStream):
         :raises PreprocessCancelled: the token was cancelled (closed).
         """
         block = self._accept(samples)
-        self._waiting.append(block)
-        self._waiting_frames += block.shape[0]
-        if self._waiting_frames >= SOURCE_BATCH_FRAMES:
-            self._flush_waiting()
-
-    def _flush_waiting(self) -> None:
-        if not self._waiting:
-            return
-        batch = self._waiting[0] if len(self._waiting) == 1 else np.concatenate(self._waiting)
-        self._waiting, self._waiting_frames = [], 0
         try:
-            out = batch if self._resampler is None else self._resampler.feed(batch)
-            self._mel.push(out)
+            self._family_call("push", self._stream.push, block)
         except BaseException:
             self.close()
             raise
@@ -355,38 +314,16 @@ class WhisperClipStream(_BaseStream):
     def _finish(self) -> StreamedClip:
         plan = self._admitted()
         clip_plan = plan.clips[0]
-        resample = clip_plan.resample
-        if (
-            resample.algorithm != self._algorithm
-            or (resample.source_rate_hz, resample.output_rate_hz) != self._rates
-            or clip_plan.normalized_samples != resample.output_samples
-        ):
-            raise PluginError(
-                f"family {self._policy.family!r} planned {resample.algorithm} "
-                f"{resample.source_rate_hz} -> {resample.output_rate_hz} Hz for the whole clip, "
-                f"streamed as {self._algorithm} {self._rates[0]} -> {self._rates[1]} Hz"
-            )
-        self._flush_waiting()
-        if self._resampler is not None:
-            self._mel.push(self._resampler.finish())
-        extra = resample.output_samples - self._mel.samples
-        if extra < 0:
-            raise PluginError(
-                f"soxr streamed {self._mel.samples} samples, planned {resample.output_samples}"
-            )
-        whisper, features, mask = self._mel.finish(extra_zeros=extra)
-        result = self._family.clip_features(features, mask, clip_plan.features)
-        if (
-            tuple(result.features.shape) != tuple(clip_plan.features.feature_shape)
-            or whisper.samples != resample.output_samples
-        ):
-            raise PluginError(
-                f"the streamed Whisper frontend made {tuple(result.features.shape)} for "
-                f"family {self._policy.family!r}, planned {clip_plan.features.feature_shape}"
-            )
-        return StreamedClip(
-            plan=plan, waveform=self._mel.waveform, features=result, incremental=True
+        waveform, features = self._family_call("finish", self._stream.finish, clip_plan)
+        self._host.check_features(
+            self._policy, clip_plan.features, features, clip_index=self._clip_index
         )
+        if waveform.shape != (clip_plan.normalized_samples,):
+            raise PluginError(
+                f"family {self._policy.family!r}'s feature stream made a waveform of shape "
+                f"{waveform.shape}, planned ({clip_plan.normalized_samples},)"
+            )
+        return StreamedClip(plan=plan, waveform=waveform, features=features, incremental=True)
 
 
 def open_clip_stream(
@@ -411,32 +348,24 @@ def open_clip_stream(
     :raises LimitError: the rate or channels are over their caps.
     """
     admission = StreamAdmission(host, policy, header, clip_index=clip_index)
-    family = WHISPER_FAMILIES.get(policy.family)
-    streams = (
-        incremental
-        and family is not None
-        and admission.max_frames is not None  # a truncating policy cuts: accumulate
-        and policy.feature_backend == "numpy"
-    )
-    if streams and family is not None:
+    # A truncating policy keeps only a prefix of the clip: accumulate it.
+    if incremental and admission.max_frames is not None:
         probe = host.plan_resample(
             policy,
             source_rate_hz=header.rate_hz,
             source_samples=header.rate_hz,
             clip_index=clip_index,
         )
-        if probe.algorithm in INCREMENTAL_RESAMPLERS:
-            return WhisperClipStream(
-                host,
-                policy,
-                admission,
-                family,
-                source_rate_hz=header.rate_hz,
-                target_rate_hz=probe.output_rate_hz,
-                algorithm=probe.algorithm,
-                budget=budget,
-                cancel=cancel,
-                clip_index=clip_index,
+        stream = host.open_feature_stream(
+            policy,
+            source_rate_hz=header.rate_hz,
+            resample=probe,
+            clip_index=clip_index,
+            cancel=cancel,
+        )
+        if stream is not None:
+            return IncrementalClipStream(
+                host, policy, admission, stream, budget=budget, cancel=cancel, clip_index=clip_index
             )
     return AccumulatingClipStream(
         host, policy, admission, budget=budget, cancel=cancel, clip_index=clip_index

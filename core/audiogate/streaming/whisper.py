@@ -17,7 +17,7 @@ reflection of samples 1..200), the last frames whose window reaches past the cli
 (zero padding, or the end reflection in ``"longest"`` mode), the interior frames of the
 last incomplete block, the constant frames of the padding, and the global step: the clamp
 to the item's maximum minus 8 (in the scaled domain) and the mask. Every frame's value is
-computed by the same kernel (:func:`audiogate.dsp.whisper._log_mel_block`) on the same
+computed by the same kernel (:func:`audiogate.dsp.whisper.log_mel_block`) on the same
 samples as the whole-clip path, and the kernel treats frames independently, so the
 result is bit-identical (``tests/streaming/test_whisper_stream.py``).
 
@@ -27,7 +27,7 @@ no shipped family uses it, and :class:`WhisperLogMelStream` refuses it.
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 import numpy.typing as npt
@@ -39,18 +39,31 @@ from audiogate.dsp.whisper import (
     HOP,
     LOG_FLOOR,
     N_FFT,
+    SAMPLE_RATE_HZ,
     Padding,
     WhisperPlan,
-    _framed,
-    _log_mel_block,
-    _padded_segment,
+    framed,
+    log_mel_block,
+    padded_segment,
     whisper_plan,
 )
 from audiogate.dsp.whisper_geometry import interior_frames
-from audiogate.records import readonly
+from audiogate.errors import PluginError
+from audiogate.policy import AudioPolicy
+from audiogate.records import ClipFeatures, ResamplePlan, readonly
 from audiogate.streaming.buffer import GrowingArray
+from audiogate.streaming.stage import SourceResampler, open_source_resampler
 
-__all__ = ["FIRST_INTERIOR_FRAME", "STREAM_BLOCK_FRAMES", "WhisperLogMelStream"]
+if TYPE_CHECKING:
+    from audiogate.pipeline.plans import ClipPlan
+
+__all__ = [
+    "FIRST_INTERIOR_FRAME",
+    "STREAM_BLOCK_FRAMES",
+    "WhisperFeatureStream",
+    "WhisperLogMelStream",
+    "open_whisper_feature_stream",
+]
 
 _PAD: Final = N_FFT // 2
 #: Frame ``t`` starts at padded sample ``160t - 200``: frames 0 and 1 read the reflection.
@@ -159,9 +172,9 @@ class WhisperLogMelStream:
             while ready - item.next >= (STREAM_BLOCK_FRAMES if whole_blocks else 1):
                 count = min(BLOCK_FRAMES, ready - item.next)
                 self._cancel.check(Checkpoint.FEATURE, self._clip_index)
-                frames = _framed(waveform, start + HOP * item.next - _PAD, count)
+                frames = framed(waveform, start + HOP * item.next - _PAD, count)
                 out = np.empty((self._n_mels, count), dtype=np.float32)
-                item.peak = max(item.peak, _log_mel_block([frames], out))
+                item.peak = max(item.peak, log_mel_block([frames], out))
                 item.blocks.append(out)
                 item.nbytes += out.nbytes
                 item.next += count
@@ -224,22 +237,22 @@ class WhisperLogMelStream:
         # now) and nothing else: every interior frame up to hi was streamed.
         sources: list[tuple[int, int, Any]] = []
         if lo:
-            head = _padded_segment(clip, padded, -_PAD, HOP * (lo - 1) + _PAD)
-            sources.append((0, lo, _framed(head, 0, lo)))
+            head = padded_segment(clip, padded, -_PAD, HOP * (lo - 1) + _PAD)
+            sources.append((0, lo, framed(head, 0, lo)))
         if (hi > lo and streamed.next != hi) or (hi == lo and streamed.next > FIRST_INTERIOR_FRAME):
             raise RuntimeError(
                 f"streamed frames up to {streamed.next}, the plan's interior is {lo}..{hi}"
             )
         if computed > hi:
-            tail = _padded_segment(clip, padded, HOP * hi - _PAD, HOP * (computed - 1) + _PAD)
-            sources.append((hi, computed, _framed(tail, 0, computed - hi)))
+            tail = padded_segment(clip, padded, HOP * hi - _PAD, HOP * (computed - 1) + _PAD)
+            sources.append((hi, computed, framed(tail, 0, computed - hi)))
         for first, stop, frames in sources:
             for start in range(first, stop, BLOCK_FRAMES):
                 count = min(BLOCK_FRAMES, stop - start)
                 self._cancel.check(Checkpoint.FEATURE, self._clip_index)
                 out = np.empty((self._n_mels, count), dtype=np.float32)
                 part = frames[start - first : start - first + count]
-                peak = max(peak, _log_mel_block([part], out))
+                peak = max(peak, log_mel_block([part], out))
                 _place(rows, window_frames, start, out)
         frames_total = rows.shape[0] * window_frames
         if computed < frames_total:
@@ -266,3 +279,158 @@ def _place(
         take = min(count - done, window_frames - column)
         rows[row, :, column : column + take] = block[:, done : done + take]
         done += take
+
+
+class WhisperFeatureStream:
+    """A Whisper family's :class:`~audiogate.streaming.stage.FeatureStream`: the source
+    resampled as one stream (:class:`~audiogate.streaming.stage.SourceResampler`) into
+    :class:`WhisperLogMelStream`. Build one with :func:`open_whisper_feature_stream`.
+
+    :param resampler: the clip's streaming resampler (to 16 kHz).
+    :param n_mels: mel bins.
+    :param padding: the :func:`~audiogate.dsp.whisper.whisper_plan` mode.
+    :param chunk_samples: the plan's window.
+    :param single_window: the features are the one window ``[0]`` (2-D).
+    :param mask: the family keeps the frame mask.
+    """
+
+    def __init__(
+        self,
+        resampler: SourceResampler,
+        *,
+        n_mels: int,
+        padding: Padding,
+        chunk_samples: int,
+        single_window: bool,
+        mask: bool,
+        clip_index: int,
+        cancel: CancelToken,
+    ) -> None:
+        self._resampler: SourceResampler | None = resampler
+        self._n_mels = n_mels
+        self._single_window = single_window
+        self._mask = mask
+        self._mel: WhisperLogMelStream | None = WhisperLogMelStream(
+            n_mels=n_mels,
+            padding=padding,
+            chunk_samples=chunk_samples,
+            clip_index=clip_index,
+            cancel=cancel,
+        )
+
+    def _parts(self) -> tuple[SourceResampler, WhisperLogMelStream]:
+        if self._resampler is None or self._mel is None:
+            raise RuntimeError("the Whisper feature stream is closed")
+        return self._resampler, self._mel
+
+    @property
+    def nbytes(self) -> int:
+        """The 16 kHz waveform's buffer, the streamed frames and the waiting source."""
+        if self._resampler is None or self._mel is None:
+            return 0
+        return self._mel.nbytes + self._resampler.waiting_frames * 4
+
+    def planned_nbytes(self, more_frames: int) -> int:
+        """:attr:`nbytes` after ``more_frames`` more source frames: the waveform's growth
+        (one float32 per output sample), one column of ``n_mels`` float32 per 160 output
+        samples, and the source frames that may wait for the resampler."""
+        resampler, mel = self._parts()
+        out = resampler.output_bound(resampler.source_frames + more_frames)
+        new = max(0, out - mel.samples)
+        return (
+            mel.nbytes
+            + new * 4
+            + (new // HOP + 1) * self._n_mels * 4
+            + (resampler.waiting_frames + more_frames) * 4
+        )
+
+    def push(self, samples: npt.NDArray[np.float32]) -> None:
+        """Resample and frame the next source samples ``[shape=(k,)]``."""
+        resampler, mel = self._parts()
+        out = resampler.push(samples)
+        if out is not None:
+            mel.push(out)
+
+    def finish(self, clip_plan: ClipPlan) -> tuple[npt.NDArray[np.float32], ClipFeatures]:
+        """The 16 kHz waveform and the features of the whole clip as ``clip_plan`` plans.
+
+        :raises PluginError: the plan is not what the stream ran, or the frontend made
+            another shape than planned.
+        """
+        resampler, mel = self._parts()
+        resample, plan = clip_plan.resample, clip_plan.features
+        if not resampler.matches(resample) or clip_plan.normalized_samples != (
+            resample.output_samples
+        ):
+            raise PluginError(
+                f"the whole clip is planned as {resample.algorithm} {resample.source_rate_hz}"
+                f" -> {resample.output_rate_hz} Hz ({clip_plan.normalized_samples} of "
+                f"{resample.output_samples} samples), not as the stream ran"
+            )
+        mel.push(resampler.finish())
+        extra = resample.output_samples - mel.samples
+        if extra < 0:
+            raise PluginError(
+                f"the resampler streamed {mel.samples} samples, planned {resample.output_samples}"
+            )
+        whisper, features, frame_mask = mel.finish(extra_zeros=extra)
+        if whisper.samples != resample.output_samples:
+            raise PluginError(
+                f"the Whisper frontend framed {whisper.samples} samples, planned "
+                f"{resample.output_samples}"
+            )
+        if self._single_window:
+            features, frame_mask = features[0], frame_mask[0]
+        result = ClipFeatures(
+            features=features,
+            mask=frame_mask if self._mask else None,
+            frames=plan.frames,
+            tokens=plan.tokens,
+        )
+        return mel.waveform, result
+
+    def close(self) -> None:
+        """Drop the resampler, the waveform and the frames."""
+        if self._resampler is not None:
+            self._resampler.close()
+        self._resampler = self._mel = None
+
+
+def open_whisper_feature_stream(
+    policy: AudioPolicy,
+    *,
+    resample: ResamplePlan,
+    n_mels: int,
+    padding: Padding,
+    chunk_samples: int = CHUNK_SAMPLES,
+    single_window: bool = False,
+    mask: bool = True,
+    clip_index: int = 0,
+    cancel: CancelToken = NEVER,
+) -> WhisperFeatureStream | None:
+    """The streaming stage of a family whose features are
+    :func:`~audiogate.dsp.whisper.whisper_log_mel`'s windows, unchanged (a few lines in
+    the family's ``streaming.open_feature_stream``).
+
+    :param policy: the request's policy: ``None`` for another backend than numpy.
+    :param resample: the probed plan: ``None`` where it does not stream (not the
+        identity or soxr HQ) or its output is not 16 kHz.
+    :param n_mels: mel bins; ``padding``, ``chunk_samples``: the plan's mode and window.
+    :param single_window: the family's features are the one window ``[0]`` (2-D).
+    :param mask: the family keeps the frame mask (``False``: ``mask=None``).
+    """
+    if policy.feature_backend != "numpy" or resample.output_rate_hz != SAMPLE_RATE_HZ:
+        return None
+    resampler = open_source_resampler(resample)
+    if resampler is None:
+        return None
+    return WhisperFeatureStream(
+        resampler,
+        n_mels=n_mels,
+        padding=padding,
+        chunk_samples=chunk_samples,
+        single_window=single_window,
+        mask=mask,
+        clip_index=clip_index,
+        cancel=cancel,
+    )

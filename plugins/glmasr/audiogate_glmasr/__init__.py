@@ -7,6 +7,7 @@ Where each stage lives (the file map every shipped family shares), one module a 
 * ``geometry``: samples → 30 s windows → Whisper frames → merged rows (``glmasr_geometry``).
 * ``resample``: ``plan_resample`` / ``resample``: soxr HQ at ``librosa.load``'s length.
 * ``features``: the features stage on :mod:`audiogate.dsp.whisper` (``"windows"`` mode).
+* ``streaming``: ``open_feature_stream``: the log-mel computed as a streamed clip arrives.
 * ``collate``: ``collate_features``: ``input_features`` and ``input_features_mask``, a row
   per window.
 * ``prompt``: ``expand_prompt``: chat audio parts or ``<|pad|>`` → the audio block with

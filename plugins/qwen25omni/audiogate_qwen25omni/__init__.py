@@ -6,6 +6,7 @@ Where each stage lives, one module a line:
 * ``geometry``: samples → Whisper frames (one 300 s window) → encoder rows.
 * ``resample``: ``plan_resample`` / ``resample``: 16 kHz as is, any other rate via soxr HQ.
 * ``features``: ``plan_features`` and ``extract_features`` on :mod:`audiogate.dsp.whisper`.
+* ``streaming``: ``open_feature_stream``: the log-mel computed as a streamed clip arrives.
 * ``collate``: ``collate_features``: ``input_features`` and ``feature_attention_mask``.
 * ``prompt``: ``expand_prompt``: each audio part or plain ``<|audio_bos|><|AUDIO|><|audio_eos|>``
   → ``<|audio_bos|>`` + n × ``<|AUDIO|>`` + ``<|audio_eos|>``.

@@ -10,6 +10,7 @@ Where each stage lives (the file map every shipped family shares), one module a 
 * ``logmel``: the numpy Whisper log-mel kernel (blocked, per-thread scratch).
 * ``mlx_logmel``: the kernel and the batch in MLX (only for ``feature_backend="mlx"``).
 * ``features``: the features stage: ``plan_features`` and ``extract_features``.
+* ``streaming``: ``open_feature_stream``: the log-mel computed as a streamed clip arrives.
 * ``collate``: ``collate_features``: ``input_features`` and ``feature_attention_mask``.
 * ``prompt``: ``expand_prompt``: chat audio parts or ``[audio:<sha256>]`` → n × ``<|AUDIO|>``.
 * ``plugin``: the hook implementations only, each delegating to one function above.

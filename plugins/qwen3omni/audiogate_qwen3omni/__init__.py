@@ -6,6 +6,7 @@ Where each stage lives, one module a line:
 * ``geometry``: samples → Whisper frames (the clip's own, ``N // 160``) → encoder rows.
 * ``resample``: ``plan_resample`` / ``resample``: 16 kHz as is, any other rate via soxr HQ.
 * ``features``: ``plan_features`` and ``extract_features`` on :mod:`audiogate.dsp.whisper`.
+* ``streaming``: ``open_feature_stream``: the log-mel computed as a streamed clip arrives.
 * ``collate``: ``collate_features``: ``input_features`` and ``feature_attention_mask``,
   padded to the longest clip.
 * ``prompt``: ``expand_prompt``: each audio part or plain

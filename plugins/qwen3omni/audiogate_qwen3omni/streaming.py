@@ -1,0 +1,33 @@
+"""The Qwen3-Omni streaming stage: its Whisper log-mel computed as the samples arrive
+(the clip's frames ``[0]`` with their mask),
+through :func:`audiogate.streaming.whisper.open_whisper_feature_stream`.
+
+Only the global step (the clamp to the maximum minus 8, the mask) and the frames that
+need the clip's end remain for ``finish()`` (``docs/streaming.md``).
+"""
+
+from __future__ import annotations
+
+from audiogate.cancel import CancelToken
+from audiogate.policy import AudioPolicy
+from audiogate.records import ResamplePlan
+from audiogate.streaming.whisper import WhisperFeatureStream, open_whisper_feature_stream
+from audiogate_qwen3omni.geometry import N_MELS
+
+__all__ = ["open_feature_stream"]
+
+
+def open_feature_stream(
+    policy: AudioPolicy, *, resample: ResamplePlan, clip_index: int, cancel: CancelToken
+) -> WhisperFeatureStream | None:
+    """The clip's feature stream (``None``: the mlx backend, or a resampler that does not
+    stream: the accumulating frontend takes the clip)."""
+    return open_whisper_feature_stream(
+        policy,
+        resample=resample,
+        n_mels=N_MELS,
+        padding="longest",
+        single_window=True,
+        clip_index=clip_index,
+        cancel=cancel,
+    )
