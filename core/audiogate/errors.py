@@ -50,6 +50,7 @@ __all__ = [
     "SourceQuotaError",
     "SourceRetiredError",
     "SourceStoreMissingError",
+    "StreamTimeoutError",
     "WorkerUnavailableError",
     "clear_frames",
     "clip_number",
@@ -436,6 +437,23 @@ class ChatRequestError(RequestError):
 
     code = "chat_request"
     _what = "invalid chat messages"
+
+
+class StreamTimeoutError(RequestError):
+    """A streamed clip (a chunked upload, a Realtime audio buffer) was cut: nothing
+    arrived for the idle timeout, or it arrived slower than the minimum rate
+    (:mod:`audiogate.streaming.deadlines`); what it held is released.
+
+    :param detail: what was too slow, with the figures.
+    :param kind: ``"idle"`` or ``"min_rate"``.
+    """
+
+    code = "stream_timeout"
+    _what = "the audio stream timed out"
+
+    def __init__(self, detail: str, *, kind: str = "idle") -> None:
+        self.kind = kind
+        super().__init__(detail)
 
 
 class SourceStoreMissingError(RequestError):

@@ -35,6 +35,7 @@ from audiogate.errors import (
     SourceLostError,
     SourceNotFoundError,
     SourceRetiredError,
+    StreamTimeoutError,
     WorkerUnavailableError,
     error_code,
 )
@@ -113,7 +114,7 @@ def status_for(error: BaseException) -> int:
     """The HTTP status of an error (the table in docs/server.md)."""
     if isinstance(error, PreprocessCancelled):
         return STATUS_CLIENT_CLOSED
-    if isinstance(error, RequestTimeoutError):
+    if isinstance(error, RequestTimeoutError | StreamTimeoutError):
         return 408
     if isinstance(error, UnauthorizedError):
         return 401
