@@ -57,11 +57,13 @@ FFMPEG = [
 ]  # fmt: skip
 SOX = ["sox", "-R", "-D", "-V1", "{in}"]
 
-# (file, rate Hz, channels, seconds, master, command). The master is the same clip as
-# float32 (f32), 16-bit (s16) or 24-bit (s24) PCM WAV written by sox; "{in}" is it and
-# "{out}" the file. The rates {8000, 11025, 16000, 22050, 24000, 32000, 44100, 48000,
-# 88200, 96000} each occur several times; every container has mono and stereo or 6 ch.
-CLIPS: tuple[tuple[str, int, int, float, str, list[str]], ...] = (
+# (file, rate Hz, channels, seconds, master, command or commands). The master is the same
+# clip as float32 (f32), 16-bit (s16) or 24-bit (s24) PCM WAV written by sox, or 12 or
+# 20-bit (s12, s20) in an extensible WAV; "{in}" is it, "{out}" the file and "{mid}" a
+# scratch file between two commands. The rates {8000, 11025, 16000, 22050, 24000, 32000,
+# 44100, 48000, 88200, 96000} each occur several times; every container has mono and
+# stereo or 6 ch.
+CLIPS: tuple[tuple[str, int, int, float, str, list[Any]], ...] = (
     # WAV, plain headers (WAVE_FORMAT_PCM, _IEEE_FLOAT, _MULAW, _ALAW)
     ("wav-u8-mono-8000.wav", 8000, 1, 1.5, "f32",
      [*SOX, "-t", "wavpcm", "-e", "unsigned-integer", "-b", "8", "{out}"]),
@@ -208,7 +210,42 @@ CLIPS: tuple[tuple[str, int, int, float, str, list[str]], ...] = (
     # Apple Lossless in M4A (iPhone Voice Memos), FFmpeg's encoder
     ("alac-mono-16000.m4a", 16000, 1, 1.2, "s16",
      [*FFMPEG, "-c:a", "alac", "-f", "ipod", "{out}"]),
+    # WAV codecs libsndfile decodes (issue #32): Microsoft ADPCM (a 50-byte fmt with the
+    # coefficient table) and GSM 6.10 (65-byte blocks of 320 samples, 8 kHz mono), sox's
+    ("wav-ms-adpcm-stereo-22050.wav", 22050, 2, 1.4, "s16",
+     [*SOX, "-t", "wav", "-e", "ms-adpcm", "{out}"]),
+    ("wav-gsm610-mono-8000.wav", 8000, 1, 2.0, "s16",
+     [*SOX, "-t", "wav", "-e", "gsm-full-rate", "{out}"]),
+    # Odd valid-bit depths (issue #32): flac's decoder writes a 12 or 20-bit FLAC as
+    # WAVE_FORMAT_EXTENSIBLE, 16 or 24-bit containers holding 12 or 20 valid bits. The
+    # FLAC is flac's encoding of the master quantised to that depth ({mid}).
+    ("wavext-12in16-mono-8000.wav", 8000, 1, 1.0, "s12",
+     [["flac", "--silent", "--force", "-5", "-o", "{mid}", "{in}"],
+      ["flac", "--silent", "--force", "--decode", "-o", "{out}", "{mid}"]]),
+    ("wavext-20in24-mono-16000.wav", 16000, 1, 1.0, "s20",
+     [["flac", "--silent", "--force", "-5", "-o", "{mid}", "{in}"],
+      ["flac", "--silent", "--force", "--decode", "-o", "{out}", "{mid}"]]),
 )  # fmt: skip
+
+#: Files a browser recorded (``scripts/capture_mediarecorder.py``): not reproducible, so
+#: committed as captured and only described here, ``(file, seconds recorded, command)``.
+CAPTURED: tuple[tuple[str, float, str], ...] = (
+    ("mediarecorder-chromium-opus-mono-48000.webm", 2.5,
+     "python scripts/capture_mediarecorder.py --seconds 2.5 --timeslice-ms 250 --out {out}"),
+)  # fmt: skip
+
+#: The ``fmt `` layout each file of an odd layout must have (the encoder's bytes are
+#: checked, so a tool that writes another layout fails the build, not the tests).
+LAYOUTS: dict[str, dict[str, Any]] = {
+    "wav-ms-adpcm-stereo-22050.wav": {"format_tag": 2},
+    "wav-gsm610-mono-8000.wav": {"format_tag": 0x31, "fmt_bytes": 20},
+    "wavext-12in16-mono-8000.wav": {
+        "format_tag": 0xFFFE, "subformat_tag": 1, "bits_per_sample": 16, "valid_bits": 12,
+    },
+    "wavext-20in24-mono-16000.wav": {
+        "format_tag": 0xFFFE, "subformat_tag": 1, "bits_per_sample": 24, "valid_bits": 20,
+    },
+}  # fmt: skip
 
 #: Container of each file, by its first bytes and extension (what the tests sniff too).
 CONTAINERS = {
@@ -273,8 +310,9 @@ def speak(work: Path) -> list[Path]:
 
 
 def master(work: Path, sources: list[Path], index: int, rate: int, channels: int,
-           seconds: float) -> dict[str, Path]:  # fmt: skip
-    """The clip as float32, s16 and s24 WAV at ``rate`` with exactly ``seconds``."""
+           seconds: float, which: str) -> dict[str, Path]:  # fmt: skip
+    """The clip as float32, s16 and s24 WAV at ``rate`` with exactly ``seconds``, and as
+    12 or 20-bit PCM (the s16 or s24 master truncated) where ``which`` asks for it."""
     inputs = [str(sources[(index + k) % len(sources)]) for k in range(channels)]
     merge = ["-M", *inputs] if channels > 1 else inputs
     start, frames = round(LEAD_SECONDS * rate), round(seconds * rate)
@@ -287,7 +325,44 @@ def master(work: Path, sources: list[Path], index: int, rate: int, channels: int
         out[name] = work / f"master{index}-{name}.wav"
         run(["sox", "-R", "-D", "-V1", str(f32), "-e", "signed-integer", "-b", bits,
              str(out[name])])  # fmt: skip
+    for name, valid, container in (("s12", 12, "s16"), ("s20", 20, "s24")):
+        if name != which:
+            continue
+        out[name] = work / f"master{index}-{name}.wav"
+        out[name].write_bytes(truncated_wav(out[container].read_bytes(), valid))
     return out
+
+
+def truncated_wav(data: bytes, valid_bits: int) -> bytes:
+    """sox's 16 or 24-bit PCM WAV with its samples truncated to ``valid_bits``, as
+    WAVE_FORMAT_EXTENSIBLE declaring them (what flac's encoder reads as a source of that
+    depth)."""
+    chunks, pos = {}, 12
+    while pos + 8 <= len(data):
+        cid, size = data[pos : pos + 4], struct.unpack_from("<I", data, pos + 4)[0]
+        chunks[cid] = data[pos + 8 : pos + 8 + size]
+        pos += 8 + size + (size & 1)
+    tag, channels, rate, _, align, bits = struct.unpack_from("<HHIIHH", chunks[b"fmt "])
+    if tag not in (1, 0xFFFE) or bits not in (16, 24):
+        raise SystemExit(f"the master is not 16 or 24-bit PCM (tag {tag:#x}, {bits} bits)")
+    width = bits // 8
+    raw = np.frombuffer(chunks[b"data"], dtype=np.uint8).reshape(-1, width)
+    # Little-endian samples: clear the low (bits - valid_bits) bits.
+    keep = np.full(width, 0xFF, dtype=np.uint8)
+    drop = bits - valid_bits
+    keep[: drop // 8] = 0
+    keep[drop // 8] = (0xFF << (drop % 8)) & 0xFF
+    samples = (raw & keep).tobytes()
+    fmt = struct.pack("<HHIIHH", 0xFFFE, channels, rate, rate * align, align, bits)
+    mask = {1: 0x4}.get(channels, (1 << channels) - 1)  # mono: front centre
+    fmt += struct.pack("<HHI", 22, valid_bits, mask) + PCM_GUID
+    body = b"WAVE" + b"fmt " + struct.pack("<I", len(fmt)) + fmt
+    body += b"data" + struct.pack("<I", len(samples)) + samples
+    return b"RIFF" + struct.pack("<I", len(body)) + body
+
+
+#: KSDATAFORMAT_SUBTYPE_PCM.
+PCM_GUID = bytes.fromhex("0100000000001000800000aa00389b71")
 
 
 def wav_format_tag(data: bytes) -> dict[str, Any]:
@@ -300,6 +375,10 @@ def wav_format_tag(data: bytes) -> dict[str, Any]:
             out: dict[str, Any] = {"riff": data[:4].decode(), "format_tag": tag}
             if tag == 0xFFFE:
                 out["subformat_tag"] = struct.unpack_from("<H", data, pos + 8 + 24)[0]
+            out["fmt_bytes"] = size
+            out["bits_per_sample"] = struct.unpack_from("<H", data, pos + 8 + 14)[0]
+            if tag == 0xFFFE:
+                out["valid_bits"] = struct.unpack_from("<H", data, pos + 8 + 18)[0]
             return out
         pos += 8 + size + (size & 1)
     raise SystemExit("no fmt chunk")
@@ -430,30 +509,55 @@ def container_of(path: Path, data: bytes) -> str:
     return CONTAINERS[path.suffix]
 
 
-def build(out: Path, work: Path) -> dict[str, Any]:
-    """Encode every clip into ``out`` and return the manifest."""
+def report(entry: dict[str, Any]) -> None:
+    print(f"{entry['file']:36} {entry['codec']:10} {entry['rate']:6} Hz {entry['channels']} ch "
+          f"{entry['frames']:7} frames {entry['bytes']:8} B")  # fmt: skip
+
+
+def build(out: Path, work: Path, captured: Path) -> dict[str, Any]:
+    """Encode every clip into ``out``, describe the browser captures found in
+    ``captured``, and return the manifest."""
     versions = tool_versions()
     sources = speak(work)
     entries = []
     for index, (name, rate, channels, seconds, which, template) in enumerate(CLIPS):
-        masters = master(work, sources, index, rate, channels, seconds)
+        masters = master(work, sources, index, rate, channels, seconds, which)
         target = out / name
-        cmd = [a.replace("{in}", str(masters[which])).replace("{out}", str(target))
-               for a in template]  # fmt: skip
+        steps = template if isinstance(template[0], list) else [template]
+        mid = work / f"step{index}.flac"
         target.unlink(missing_ok=True)
-        run(cmd)
+        for step in steps:
+            run([str(a).replace("{in}", str(masters[which])).replace("{out}", str(target))
+                 .replace("{mid}", str(mid)) for a in step])  # fmt: skip
         entry = describe(target, rate, channels, seconds)
-        entry["encoder"] = template[0]
-        entry["command"] = " ".join(a.replace("{in}", f"master-{which}.wav") for a in template)
+        layout = {k: entry.get("wav", {}).get(k) for k in LAYOUTS.get(name, {})}
+        if layout != LAYOUTS.get(name, {}):
+            raise SystemExit(f"{name}: {steps[-1][0]} wrote {layout}, not {LAYOUTS[name]}")
+        entry["encoder"] = steps[-1][0]
+        entry["command"] = " && ".join(
+            " ".join(str(a).replace("{in}", f"master-{which}.wav").replace("{mid}", "mid.flac")
+                     for a in step)
+            for step in steps
+        )  # fmt: skip
         entries.append(entry)
-        print(f"{name:36} {entry['codec']:10} {entry['rate']:6} Hz {entry['channels']} ch "
-              f"{entry['frames']:7} frames {entry['bytes']:8} B")  # fmt: skip
+        report(entry)
+    for name, seconds, command in CAPTURED:
+        path = captured / name
+        if not path.is_file():
+            sys.exit(f"{path} is missing: {command.replace('{out}', str(path))}")
+        entry = describe(path, 48_000, 1, seconds)
+        entry["encoder"] = "chromium MediaRecorder"
+        entry["command"] = command.replace("{out}", name)
+        entries.append(entry)
+        report(entry)
     return {
         "about": "Real-encoder corpus of tests/formats, written by scripts/make_audio_corpus.py "
         "(do not edit by hand). Each clip: espeak-ng speech, resampled and trimmed by sox to "
         "`source` (a float32/s16/s24 master WAV), then encoded by `command`. `rate`, "
         "`channels`, `frames` are what the decoder must produce: soundfile's read for "
-        "lossless files, FFmpeg's decode (gapless trimming applied) for lossy ones.",
+        "lossless files, FFmpeg's decode (gapless trimming applied) for lossy ones. Files "
+        "whose encoder is `chromium MediaRecorder` are a browser's recordings, committed as "
+        "captured by scripts/capture_mediarecorder.py and only described here.",
         "sources": [{"voice": v, "text": t} for v, t in SOURCES],
         "tools": versions,
         "files": entries,
@@ -469,14 +573,18 @@ def main() -> int:
         work = Path(tmp)
         target = work / "corpus" if args.check else args.out
         target.mkdir(parents=True, exist_ok=True)
-        manifest = build(target, work)
+        manifest = build(target, work, args.out)
         text = json.dumps(manifest, indent=1, sort_keys=False) + "\n"
         if args.check:
+            captured = {name for name, _, _ in CAPTURED}
             stale = [
                 e["file"]
                 for e in manifest["files"]
-                if not (args.out / e["file"]).exists()
-                or (args.out / e["file"]).read_bytes() != (target / e["file"]).read_bytes()
+                if e["file"] not in captured
+                and (
+                    not (args.out / e["file"]).exists()
+                    or (args.out / e["file"]).read_bytes() != (target / e["file"]).read_bytes()
+                )
             ]
             if stale:
                 print("would change: " + ", ".join(stale))

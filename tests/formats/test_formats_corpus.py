@@ -113,6 +113,25 @@ def test_corpus_covers_every_format_rate_and_layout() -> None:
     assert set(manifest()["tools"]) >= {"espeak-ng", "sox", "ffmpeg", "lame", "flac", "opusenc"}
 
 
+def test_corpus_holds_the_layouts_users_send_beside_the_claimed_ones() -> None:
+    """Issue #32's layouts, each as a real encoder wrote it: ADPCM (IMA, Microsoft) and GSM
+    6.10 WAV (sox), 12 and 20 valid bits in 16 and 24-bit extensible containers (flac's
+    decoder), and a browser's MediaRecorder WebM/Opus (headless Chromium)."""
+    wav = {e["file"]: e for e in entries() if e["container"] == "wav"}
+    codecs = {e["codec"] for e in wav.values()}
+    assert codecs >= {"adpcm_ima_wav", "adpcm_ms", "gsm_ms"}
+    (gsm,) = [e for e in wav.values() if e["codec"] == "gsm_ms"]
+    assert (gsm["wav"]["format_tag"], gsm["wav"]["fmt_bytes"]) == (0x31, 20)
+    depths = {
+        (e["wav"]["bits_per_sample"], e["wav"]["valid_bits"])
+        for e in wav.values()
+        if e["wav"].get("valid_bits") not in (None, e["wav"]["bits_per_sample"])
+    }
+    assert depths >= {(16, 12), (24, 20)}
+    browser = [e for e in entries() if e["encoder"] == "chromium MediaRecorder"]
+    assert [(e["container"], e["codec"], e["rate"]) for e in browser] == [("webm", "opus", 48_000)]
+
+
 # --- lossless: the samples soundfile reads ------------------------------------------------
 
 
@@ -187,10 +206,9 @@ DECLARED = {
     "webm": "webm",
     "matroska": "webm",
     "mp4": "m4a",
-    # recognised from the bytes only (no declared name): "auto" is what a client sends
-    "au": "auto",
-    "caf": "auto",
-    "rifx": "auto",
+    "au": "au",
+    "caf": "caf",
+    "rifx": "rifx",
 }
 #: A declaration each container's bytes are not.
 WRONG = {"wav": "mp3", "rf64": "flac", "aiff": "wav", "aifc": "ogg", "flac": "mp3"}

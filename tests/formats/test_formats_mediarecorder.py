@@ -1,20 +1,24 @@
 """A MediaRecorder WebM (live: unknown sizes, no duration) is admitted by every family
 at its real length (issue #32): admission measures its packets within a bounded walk,
 instead of planning for bytes × 5,760 capped at the policy, which Phi-4 MM's work cap
-refused whatever the length."""
+refused whatever the length. Checked on a built recording and on one that headless
+Chromium's MediaRecorder wrote (in the corpus)."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
-from formatkit import FAMILIES, accounting, prepare
+from formatkit import FAMILIES, accounting, entries, gate, prepare, read
+from shipped import shipped_families
 
 from audiogate.decode import DecodeLimits, inspect
 from audiogate.decode.decoder import ADMISSION_ELEMENTS
 from audiogate.decode.geometry import AUTO
 from audiogate.decode.remux import measure_webm_opus, remux_webm_opus
+from audiogate.pipeline import EncodedClip
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "core"))
 from test_webm_remux import _el, _matroska, _ogg_opus_packets
@@ -58,3 +62,44 @@ def test_the_admission_walk_is_bounded(recording):
     capped = measure_webm_opus(long, stop_after=48_000 * 60, max_elements=ADMISSION_ELEMENTS)
     assert capped.stopped
     assert capped.elements < 4_000
+
+
+# --- a real browser's recording ----------------------------------------------------------
+
+#: Headless Chromium's MediaRecorder (scripts/capture_mediarecorder.py): 2.5 s of speech
+#: from its fake audio device, 250 ms chunks, as a web app uploads it.
+CAPTURED = "mediarecorder-chromium-opus-mono-48000.webm"
+
+
+@pytest.fixture(scope="module")
+def chromium() -> dict:
+    (entry,) = [e for e in entries() if e["file"] == CAPTURED]
+    return entry
+
+
+def test_the_browser_capture_is_a_live_webm(chromium):
+    data = read(chromium)
+    assert chromium["encoder"] == "chromium MediaRecorder"
+    assert data[:4] == b"\x1aE\xdf\xa3"
+    assert b"webm" in data[:64]
+    # The Segment's size is unknown (a live recording: 0x01FFFFFFFFFFFFFF), no Duration.
+    segment = data.index(b"\x18\x53\x80\x67")
+    assert data[segment + 4 : segment + 12] == b"\x01" + b"\xff" * 7
+    assert b"\x44\x89" not in data[segment : data.index(b"\x1f\x43\xb6\x75")]
+    assert (chromium["codec"], chromium["rate"]) == ("opus", 48_000)
+
+
+@pytest.mark.parametrize("family", [f.name for f in shipped_families()])
+def test_every_family_admits_the_browser_capture_at_its_length(family, chromium):
+    """Each shipped family (its pinned defaults) accepts it: decoded to FFmpeg's sample
+    count, and features computed for it."""
+    result = gate(family).prepare(
+        prompt="Transcribe: ", clips=[EncodedClip(data=read(chromium), ordinal=1)]
+    )
+    clip = accounting(result)
+    assert (clip["source_rate"], clip["channels"]) == (48_000, 1)
+    assert clip["source_samples"] == chromium["frames"]
+    assert clip["tokens"] > 0
+    (features,) = result.features
+    assert features.size
+    assert np.isfinite(features).all()
