@@ -189,14 +189,15 @@ def test_prepare_stream_cut_by_the_idle_timeout_releases_its_budget() -> None:
     async def main() -> None:
         feed = _Feed()
         clock = ManualClock()
-        deadlines = StreamDeadlines(idle_timeout_s=15, min_rate=0)
+        deadlines = StreamDeadlines(idle_timeout_s=15, min_rate=0, clock=clock)
         task = asyncio.create_task(
             prepare_stream(
                 family_host(),
                 policy,
-                paced(feed.chunks(), deadlines, clock=clock),
+                feed.chunks(),
                 source_format=raw_pcm16(16_000),
                 budget=budget,
+                deadlines=deadlines,
             )
         )
         starts = range(0, len(pcm), 640)

@@ -135,6 +135,7 @@ class StreamDeadlines:
     :param min_rate: bytes per second it must average after ``grace_s`` (0: no minimum).
     :param grace_s: seconds from the start before the minimum rate applies (``None``:
         ``idle_timeout_s``).
+    :param clock: where the time comes from (``None``: a :class:`LoopClock`).
     """
 
     idle_timeout_s: float = attrs.field(
@@ -144,6 +145,7 @@ class StreamDeadlines:
     grace_s: float | None = attrs.field(
         default=None, validator=attrs.validators.optional(attrs.validators.ge(0))
     )
+    clock: Clock | None = attrs.field(default=None, eq=False, repr=False)
 
     @property
     def grace(self) -> float:
@@ -164,10 +166,10 @@ async def paced(
     consumer spends on a chunk is not the client's). ``chunks`` is closed however the
     iteration ends, so the caller's reservation can be released at once.
 
-    :param clock: :class:`LoopClock` by default.
+    :param clock: the clock (default: ``deadlines.clock``, else a :class:`LoopClock`).
     :raises StreamTimeoutError: idle (``kind="idle"``) or too slow (``kind="min_rate"``).
     """
-    clock = clock or LoopClock()
+    clock = clock or deadlines.clock or LoopClock()
     iterator = aiter(chunks)
     started = clock.now()
     received = 0

@@ -45,6 +45,7 @@ from audiogate.errors import DecodeError, EmptyAudioError
 from audiogate.host import FamilyHost
 from audiogate.pipeline.prepared import PreparedClip
 from audiogate.policy import MICROS_PER_SECOND, AudioPolicy
+from audiogate.streaming.deadlines import StreamDeadlines, paced
 from audiogate.streaming.frontend import ClipStream, StreamedClip, open_clip_stream
 
 if TYPE_CHECKING:
@@ -285,6 +286,7 @@ async def prepare_stream(
     incremental: bool = True,
     origin: str = "stream",
     decoders: DecoderPool | None = None,
+    deadlines: StreamDeadlines | None = None,
 ) -> PreparedClip:
     """Prepare one clip from byte chunks as they arrive.
 
@@ -300,13 +302,18 @@ async def prepare_stream(
     :param incremental: ``False``: accumulate and run the whole-clip stages at the end.
     :param decoders: the process pool of compressed streams (default: the process-wide
         one, :func:`audiogate.decode.isolation.default_pool`).
+    :param deadlines: cut a stream that stalls or is too slow
+        (:func:`~audiogate.streaming.deadlines.paced`; ``StreamTimeoutError``).
     :returns: the clip, as the whole-clip path prepares the same bytes.
     :raises LimitError: at the chunk that crosses a limit (the whole clip's error).
     :raises MemoryLimitError: the stream's bytes do not fit ``budget``.
     :raises DecodeError: malformed bytes (the whole clip's codes).
     :raises CodecsUnavailableError: the container's decoder extra is not installed.
     :raises PreprocessCancelled: ``cancel`` was cancelled.
+    :raises StreamTimeoutError: ``deadlines`` cut the stream.
     """
+    if deadlines is not None:
+        chunks = paced(chunks, deadlines)
     if source_format.container in ("raw", "wav"):
         return await _prepare_pcm(
             host,
