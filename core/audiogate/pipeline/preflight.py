@@ -41,6 +41,7 @@ from audiogate.policy import MICROS_PER_SECOND, AudioPolicy
 from audiogate.policy.memo import per_policy
 
 __all__ = [
+    "COLLATED_BYTES",
     "FLOAT32_BYTES",
     "decode_limits",
     "decode_working_bytes",
@@ -307,8 +308,7 @@ def preflight(
         kind=MemoryLimitError,
     )
     feature_bytes = sum(p.features.feature_bytes for p in plans)
-    collated = len(plans) * max(_array_bytes(p.features.feature_shape) for p in plans)
-    prepared = feature_bytes + collated
+    prepared = feature_bytes + _collated_bytes(plans)
     _check(
         prepared,
         policy.max_prepared_result_bytes_per_request,
@@ -324,6 +324,21 @@ def preflight(
         feature_working_bytes=max(p.features.working_bytes for p in plans),
         prepared_result_bytes=prepared,
     )
+
+
+#: The key of :attr:`~audiogate.records.FeaturePlan.detail` under which a family that
+#: stacks its clips' rows in the collated batch (Audio Flamingo 3's and GLM-ASR's 30 s
+#: windows) gives the bytes one clip adds to it.
+COLLATED_BYTES: Final = "collated_bytes"
+
+
+def _collated_bytes(plans: Sequence[ClipPlan]) -> int:
+    """Bytes of the request's collated batch: the sum of what each clip adds where the
+    family says it (stacked rows), else every clip padded to the largest."""
+    stacked = [p.features.detail.get(COLLATED_BYTES) for p in plans]
+    if all(isinstance(b, int) for b in stacked):
+        return sum(int(b) for b in stacked if b is not None)
+    return len(plans) * max(_array_bytes(p.features.feature_shape) for p in plans)
 
 
 def _array_bytes(shape: tuple[int, ...]) -> int:

@@ -1,68 +1,52 @@
 """The Audio Flamingo 3 features stage: plan (windows, frames, tokens, bytes) and extraction.
 
-Extraction is :func:`audiogate.dsp.whisper.whisper_log_mel` in its ``"windows"`` mode: the
-clip cut into 30 s windows, each padded to 480,000 samples, transformed and clamped on
-its own, as ``AudioFlamingo3Processor`` passes the windows to its extractor as a batch.
+Extraction is :func:`audiogate.dsp.whisper.whisper_log_mel` in its ``"windows"`` mode
+(:class:`audiogate.dsp.whisper_windows.WindowedWhisper`): the clip cut into 30 s windows,
+each padded to 480,000 samples, transformed and clamped on its own, as
+``AudioFlamingo3Processor`` passes the windows to its extractor as a batch.
 """
 
 from __future__ import annotations
+
+from typing import Final
 
 import numpy as np
 import numpy.typing as npt
 
 from audiogate.cancel import CancelToken
-from audiogate.dsp.whisper import WhisperPlan, whisper_log_mel, whisper_plan
-from audiogate.errors import FeatureError, LimitError
+from audiogate.dsp.whisper import WhisperPlan
+from audiogate.dsp.whisper_windows import WindowedWhisper
 from audiogate.policy import AudioPolicy
 from audiogate.records import ClipFeatures, FeaturePlan
+from audiogate_audioflamingo3.collate import MASK_DTYPE
 from audiogate_audioflamingo3.geometry import (
     MAX_ROWS,
     MAX_SAMPLES,
     N_MELS,
-    SAMPLE_RATE_HZ,
     WINDOW_SAMPLES,
     AF3Geometry,
     af3_geometry,
 )
-from audiogate_audioflamingo3.policy import MIN_SAMPLES
+from audiogate_audioflamingo3.policy import AUDIO_TOKEN, MIN_SAMPLES
 
-__all__ = ["extract_features", "frontend_plan", "plan_features"]
+__all__ = ["FRONTEND", "extract_features", "frontend_plan", "plan_features"]
+
+#: The windowed Whisper frontend with Audio Flamingo 3's geometry and limits.
+FRONTEND: Final = WindowedWhisper(
+    geometry=af3_geometry,
+    n_mels=N_MELS,
+    window_samples=WINDOW_SAMPLES,
+    min_samples=MIN_SAMPLES,
+    max_samples=MAX_SAMPLES,
+    max_rows=MAX_ROWS,
+    token=AUDIO_TOKEN,
+    mask_itemsize=np.dtype(MASK_DTYPE).itemsize,
+)
 
 
 def frontend_plan(geometry: AF3Geometry) -> WhisperPlan:
     """The shared Whisper frontend's plan of one clip (its windows, bytes and scratch)."""
-    plan = whisper_plan(
-        geometry.samples, n_mels=N_MELS, padding="windows", chunk_samples=WINDOW_SAMPLES
-    )
-    # One arithmetic, two places: the frontend's windows and mask must be the geometry's.
-    assert plan.feature_shape == geometry.feature_shape, (plan.feature_shape, geometry)
-    assert plan.valid_frames == geometry.valid_frames, (plan.valid_frames, geometry)
-    return plan
-
-
-def _checked_geometry(
-    policy: AudioPolicy, *, rate_hz: int, samples: int, clip_index: int
-) -> AF3Geometry:
-    if rate_hz != SAMPLE_RATE_HZ:
-        raise FeatureError(
-            f"the Whisper frontend takes {SAMPLE_RATE_HZ} Hz input, not {rate_hz} Hz",
-            clip_index=clip_index,
-        )
-    minimum = max(MIN_SAMPLES, policy.min_samples_per_clip)
-    if samples < minimum:
-        raise FeatureError(
-            f"{samples} normalized samples at {SAMPLE_RATE_HZ} Hz is too short: more than "
-            f"{minimum - 1} are needed (at least {minimum}) to produce one <sound> row",
-            clip_index=clip_index,
-        )
-    maximum = min(MAX_SAMPLES, policy.max_samples_per_clip)
-    if samples > maximum:
-        # The processor would keep the first 20 windows and drop the rest silently.
-        raise LimitError("duration samples", actual=samples, maximum=maximum, clip_index=clip_index)
-    geometry = af3_geometry(samples)
-    rows = min(MAX_ROWS, int(policy.options.get("max_rows_per_clip", MAX_ROWS)))
-    assert 1 <= geometry.tokens <= rows, (samples, geometry.tokens, rows)
-    return geometry
+    return FRONTEND.frontend_plan(geometry)
 
 
 def plan_features(
@@ -73,21 +57,7 @@ def plan_features(
     :raises FeatureError: not 16 kHz, or 320 samples or fewer (no pooled row).
     :raises LimitError: ``duration samples``: more than 9,600,000 (600 s, 20 windows).
     """
-    geometry = _checked_geometry(policy, rate_hz=rate_hz, samples=samples, clip_index=clip_index)
-    plan = frontend_plan(geometry)
-    return FeaturePlan(
-        frames=geometry.valid_frames,
-        tokens=geometry.tokens,
-        feature_shape=geometry.feature_shape,
-        feature_bytes=plan.feature_bytes,
-        working_bytes=plan.working_bytes,
-        detail={
-            "windows": geometry.windows,
-            "valid_frames": geometry.valid_frames,
-            "computed_frames": plan.computed_frames,
-            "rows": geometry.tokens,
-        },
-    )
+    return FRONTEND.plan_features(policy, rate_hz=rate_hz, samples=samples, clip_index=clip_index)
 
 
 def extract_features(
@@ -101,20 +71,6 @@ def extract_features(
 ) -> ClipFeatures:
     """Features ``[shape=(windows, 128, 3000)]`` and the per-window frame masks
     ``[shape=(windows, 3000)]`` of one clip, as planned."""
-    geometry = _checked_geometry(
-        policy, rate_hz=rate_hz, samples=int(waveform.shape[0]), clip_index=clip_index
-    )
-    if (geometry.valid_frames, geometry.tokens) != (plan.frames, plan.tokens):
-        raise ValueError(
-            f"clip {clip_index + 1}: {waveform.shape[0]} samples give {geometry.valid_frames} "
-            f"frames / {geometry.tokens} tokens, but the plan has {plan.frames} / {plan.tokens}"
-        )
-    features, mask = whisper_log_mel(
-        np.ascontiguousarray(waveform, dtype=np.float32),
-        frontend_plan(geometry),
-        clip_index=clip_index,
-        cancel=cancel,
-    )
-    return ClipFeatures(
-        features=features, mask=mask, frames=geometry.valid_frames, tokens=geometry.tokens
+    return FRONTEND.extract_features(
+        policy, plan, waveform, rate_hz=rate_hz, clip_index=clip_index, cancel=cancel
     )
