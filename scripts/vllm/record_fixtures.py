@@ -43,14 +43,8 @@ MODELS = {
     "glmasr": ROOT / "examples" / "models" / "glm-asr-nano-2512",
     "granitespeech": ROOT / "examples" / "models" / "granite-speech-3.3-2b",
 }
-#: Arguments a family's checkpoint needs on vLLM's command line. Audio Flamingo 3 and
-#: Granite Speech allow one clip per prompt by default: raised, so that the multi-clip
-#: requests compare layouts instead of refusals.
-EXTRA_ARGS = {
-    "voxtral": ["--tokenizer-mode", "mistral"],
-    "audioflamingo3": ["--limit-mm-per-prompt", '{"audio": 4}'],
-    "granitespeech": ["--limit-mm-per-prompt", '{"audio": 4}'],
-}
+#: Arguments a family's checkpoint needs on vLLM's command line.
+EXTRA_ARGS = {"voxtral": ["--tokenizer-mode", "mistral"]}
 OUT = ROOT / "tests" / "data" / "vllm"
 RENDER_PATH = "/v1/chat/completions/render"
 

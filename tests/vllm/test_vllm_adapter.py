@@ -22,6 +22,7 @@ from audiogate.vllm.adapter import (
     vllm_families,
     vllm_family,
 )
+from audiogate.vllm.render import vllm_messages
 
 
 @pytest.mark.parametrize("version", [TESTED_VLLM, "0.21.0", "0.32.9.dev12+gabc", "0.32.0rc1"])
@@ -38,9 +39,40 @@ def test_unsupported_versions_are_refused(version: str) -> None:
 
 def test_the_shipped_families() -> None:
     families = vllm_families()
-    assert {"qwen2audio", "gemma3n"} <= set(families)
+    shipped = {"qwen2audio", "gemma3n", "audioflamingo3", "glmasr", "granitespeech", "voxtral"}
+    assert shipped <= set(families)
     assert vllm_family("phi4mm") is None  # vLLM serves it only through remote code
+    # vLLM 0.32's Omni processors import torchvision, which has no CPU build here.
+    assert vllm_family("qwen25omni") is None
+    assert vllm_family("qwen3omni") is None
     assert families["gemma3n"].keys == ("input_features_mask", "input_features_padded")
+    assert families["voxtral"].keys == ("audio_arrays",)
+    assert families["granitespeech"].content_format == "string"
+    assert families["audioflamingo3"].max_clips == families["granitespeech"].max_clips == 1
+
+
+def test_string_content_puts_the_clips_first() -> None:
+    # What vLLM does for a template that reads a string: clips first, each followed by a
+    # newline, then the text parts joined by newlines; other messages as they are.
+    clip = {"type": "input_audio", "input_audio": {"data": "", "format": "wav"}}
+    messages = [
+        {"role": "system", "content": "Be brief."},
+        {
+            "role": "user",
+            "content": [{"type": "text", "text": "A:"}, clip, {"type": "text", "text": "B?"}, clip],
+        },
+        {"role": "user", "content": [{"type": "text", "text": "x"}, {"type": "text", "text": "y"}]},
+    ]
+    rewritten = vllm_messages(messages, vllm_families()["granitespeech"])
+    assert rewritten[0] == messages[0]
+    assert rewritten[1]["content"] == [
+        clip,
+        {"type": "text", "text": "\n"},
+        clip,
+        {"type": "text", "text": "\nA:\nB?"},
+    ]
+    assert rewritten[2]["content"] == [{"type": "text", "text": "x\ny"}]
+    assert vllm_messages(messages, vllm_families()["qwen2audio"]) is messages
 
 
 @pytest.fixture

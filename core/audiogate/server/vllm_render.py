@@ -39,6 +39,7 @@ from audiogate.vllm.render import (
     RenderCall,
     RenderError,
     RenderKind,
+    answer_fragments,
     build_generate_request,
     parse_render_call,
     vllm_messages,
@@ -263,5 +264,6 @@ class VllmRenderRoutes:
             dtype=self.config.dtype,
             max_model_len=self.config.max_model_len,
             served_model=self.server.served_model,
+            raw_items=True,
         )
-        return [json.dumps(answer, separators=(",", ":")).encode()]
+        return answer_fragments(answer)

@@ -27,12 +27,14 @@ glmasr     as audioflamingo3                              the run of ``<|pad|>``
 granite-   ``input_features`` [frames, 160] float,        the run of ``<|audio|>``; the
 speech     ``audio_embed_sizes`` [] int64 (on the CPU)    template reads a string: vLLM
                                                           puts the clips before the text
+voxtral    ``audio_arrays`` [30 s chunks x 480000] float: the run of ``[AUDIO]``
+           the normalized 16 kHz waveform, zero-padded
+           (vLLM computes the log-mel in the model)
 ========== ============================================== ===================================
 
-The other shipped families vLLM 0.32 registers are not in the table, for reasons
-docs/vllm.md gives: Qwen2.5-Omni and Qwen3-Omni (vLLM's processor imports torchvision,
-which has no build for the CPU torch), Voxtral (vLLM carries the waveform, not features,
-and tokenizes with mistral-common).
+Qwen2.5-Omni and Qwen3-Omni, which vLLM 0.32 registers too, are not in the table:
+vLLM's processor for them imports torchvision, which has no build for the CPU torch
+here, so no fixture could be recorded (docs/vllm.md).
 
 Phi-4 MM is not in the table: vLLM serves it only through the checkpoint's remote code,
 which audiogate never runs (and vLLM's transformers-native class was removed in 0.12).
@@ -159,6 +161,7 @@ class VllmFamily:
         ``"string"`` (the template reads a string: vLLM puts every clip's placeholder
         first, each followed by a newline, then the message's text parts joined by
         newlines).
+    :param max_clips: the most clips vLLM's model takes in one prompt, or ``None``.
     :param context_length: the text model's ``max_position_embeddings`` where
         ``config.json`` does not say (transformers' default for the family's text
         config, which vLLM's context length then is).
@@ -173,6 +176,7 @@ class VllmFamily:
     wire: str = "1"
     fields: Mapping[str, FieldLayout] = attrs.field(factory=dict)
     content_format: Literal["openai", "string"] = "openai"
+    max_clips: int | None = None
     context_length: int = 32_768
 
     def field(self, key: str, array: np.ndarray) -> list[Any]:
@@ -244,6 +248,29 @@ def _granitespeech_items(prepared: PreparedRequest, clip: int) -> Mapping[str, n
     }
 
 
+def _voxtral_items(prepared: PreparedRequest, clip: int) -> Mapping[str, np.ndarray]:
+    # vLLM's Voxtral computes its log-mel inside the model: the item is the clip's
+    # normalized 16 kHz waveform, zero-padded to whole 30 s chunks (one per 3000 frames
+    # of the features audiogate prepared, so the lengths agree with the placeholders).
+    batch = prepared.batch
+    if batch is None:
+        raise PluginError("voxtral prepared audio without its clips")
+    waveform = np.asarray(batch.clips[clip].waveform, dtype=np.float32).reshape(-1)
+    features = np.asarray(prepared.features[clip])
+    chunks = features.shape[0] if features.ndim == 3 else 1
+    samples = chunks * _VOXTRAL_CHUNK_SAMPLES
+    if waveform.shape[0] > samples:
+        raise PluginError(
+            f"voxtral clip {clip}: {waveform.shape[0]} samples for {chunks} chunks of 30 s"
+        )
+    padded = np.zeros(samples, dtype=np.float32)
+    padded[: waveform.shape[0]] = waveform
+    return {"audio_arrays": padded}
+
+
+#: Voxtral's chunk: 30 s at 16 kHz.
+_VOXTRAL_CHUNK_SAMPLES: Final = 480_000
+
 _CHUNK_FIELDS: Final[Mapping[str, FieldLayout]] = {
     "input_features": FLAT_CHUNKS,
     "feature_attention_mask": FLAT_CHUNKS,
@@ -272,6 +299,7 @@ AUDIOFLAMINGO3: Final = VllmFamily(
     items=_chunked_items,
     placeholder=_span,
     fields=_CHUNK_FIELDS,
+    max_clips=1,
 )
 GLMASR: Final = VllmFamily(
     family="glmasr",
@@ -290,13 +318,23 @@ GRANITESPEECH: Final = VllmFamily(
     placeholder=_span,
     fields={"audio_embed_sizes": batched_field(keep_on_cpu=True)},
     content_format="string",
+    max_clips=1,
     context_length=2048,
+)
+
+VOXTRAL: Final = VllmFamily(
+    family="voxtral",
+    architectures=("VoxtralForConditionalGeneration",),
+    keys=("audio_arrays",),
+    items=_voxtral_items,
+    placeholder=_span,
+    context_length=131_072,
 )
 
 _lock = threading.Lock()
 _table: dict[str, VllmFamily] = {
     adapter.family: adapter
-    for adapter in (QWEN2AUDIO, GEMMA3N, AUDIOFLAMINGO3, GLMASR, GRANITESPEECH)
+    for adapter in (QWEN2AUDIO, GEMMA3N, AUDIOFLAMINGO3, GLMASR, GRANITESPEECH, VOXTRAL)
 }
 _entry_points_loaded = False
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import itertools
+import json
 import math
 import uuid
 from collections.abc import Mapping
@@ -36,6 +37,7 @@ __all__ = [
     "RenderCall",
     "RenderError",
     "RenderKind",
+    "answer_fragments",
     "build_generate_request",
     "check_disjoint",
     "encode_item",
@@ -444,8 +446,44 @@ def vllm_messages(messages: list[Any], adapter: VllmFamily) -> list[Any]:
     return rewritten
 
 
-def _base64(data: bytes) -> str:
-    return base64.b64encode(data).decode("ascii")
+class _Base64(bytes):
+    """An item's base64 text, kept as bytes until the answer is written (a str for
+    :func:`build_generate_request`'s callers that read the dict)."""
+
+
+def _base64(data: bytes, raw: bool) -> Any:
+    encoded = base64.b64encode(data)
+    return _Base64(encoded) if raw else encoded.decode("ascii")
+
+
+def answer_fragments(answer: dict[str, Any]) -> list[bytes]:
+    """``answer`` (from :func:`build_generate_request` with ``raw_items``) as the bytes
+    of its JSON, in pieces: the items' base64 text goes out as it is, never copied into
+    or escaped by the JSON encoder (it is most of an answer's bytes)."""
+    marker = f"audiogate-item-{uuid.uuid4().hex}"
+    pieces: list[bytes] = []
+
+    def swap(value: Any) -> Any:
+        if isinstance(value, _Base64):
+            pieces.append(bytes(value))
+            return marker
+        return value
+
+    features = answer.get("features")
+    if features is not None:
+        features = dict(features)
+        for name in ("kwargs_data", "mm_metadata"):
+            group = features.get(name)
+            if group is not None:
+                features[name] = {m: [swap(v) for v in items] for m, items in group.items()}
+    text = json.dumps({**answer, "features": features}, separators=(",", ":")).encode()
+    # The marker is random per answer: no client-chosen text (a stop string, a request
+    # id) can spell it.
+    parts = text.split(b'"' + marker.encode() + b'"')
+    fragments = [parts[0]]
+    for raw, after in zip(pieces, parts[1:], strict=True):
+        fragments += [b'"', raw, b'"', after]
+    return fragments
 
 
 def _keep_on_cpu(adapter: VllmFamily, key: str, array: Any) -> bool:
@@ -481,8 +519,10 @@ def build_generate_request(
     dtype: FloatDtype,
     max_model_len: int,
     served_model: str,
+    raw_items: bool = False,
 ) -> dict[str, Any]:
-    """The ``GenerateRequest`` JSON (a dict) for ``prepared``.
+    """The ``GenerateRequest`` JSON (a dict) for ``prepared``; with ``raw_items`` the
+    items' base64 text stays bytes, for :func:`answer_fragments`.
 
     :raises RenderError: the prompt is empty or longer than the context.
     """
@@ -497,6 +537,12 @@ def build_generate_request(
         if adapter is None:
             raise RenderError(f"vLLM does not serve audio for family {prepared.family!r}")
         clips = prepared.batch.clips if prepared.batch is not None else ()
+        if adapter.max_clips is not None and len(prepared.audio_spans) > adapter.max_clips:
+            # vLLM's model for the family takes no more (its processor refuses them too).
+            raise RenderError(
+                f"At most {adapter.max_clips} audio(s) may be provided in one prompt.",
+                param="audio",
+            )
         hashes = [mm_hash(host, prepared.policy, clip, adapter, dtype) for clip in clips]
         ranges = [adapter.placeholder(prepared, index) for index in range(len(hashes))]
         check_disjoint(ranges, prepared.family)
@@ -504,11 +550,11 @@ def build_generate_request(
         metadata: list[str | None] = []
         if call.mm_payload == "tensors":
             items = feature_items(prepared, adapter)
-            kwargs = [_base64(encode_item(tensors, dtype, adapter)) for tensors in items]
+            kwargs = [_base64(encode_item(tensors, dtype, adapter), raw_items) for tensors in items]
             # Tensors vLLM keeps on the CPU (sizes, counts) travel twice: in the item and
             # in its metadata item, which the generate side reads without the features.
             metadata = [
-                _base64(encode_item(on_cpu, dtype, adapter)) if on_cpu else None
+                _base64(encode_item(on_cpu, dtype, adapter), raw_items) if on_cpu else None
                 for on_cpu in (
                     {k: v for k, v in tensors.items() if _keep_on_cpu(adapter, k, v)}
                     for tensors in items
