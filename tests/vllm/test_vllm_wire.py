@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -131,3 +133,29 @@ def test_integer_and_boolean_tensors_keep_their_dtype() -> None:
 def test_malformed_tensors_are_refused(triple: list[object]) -> None:
     with pytest.raises(ValueError, match=r"tensor|bytes|dtype|shape"):
         decode_tensor(triple)
+
+
+def test_answer_fragments_are_the_answers_json() -> None:
+    # The items' base64 text is spliced in as bytes, never through the JSON encoder:
+    # the joined fragments must be exactly the JSON of the same answer with strings.
+    from audiogate.vllm.render import _base64, answer_fragments
+
+    items = [b"\x00\x01" * 40, b"tensor bytes"]
+
+    def answer(raw: bool) -> dict[str, object]:
+        return {
+            "request_id": 'chatcmpl-"audiogate-item-0"',
+            "token_ids": [1, 2, 3],
+            "features": {
+                "mm_hashes": {"audio": ["a", "b"]},
+                "kwargs_data": {"audio": [_base64(item, raw) for item in items]},
+                "mm_metadata": {"audio": [None, _base64(b"meta", raw)]},
+            },
+            "sampling_params": {"stop": ['"audiogate-item-', "\n\n"]},
+        }
+
+    joined = b"".join(answer_fragments(answer(raw=True)))
+    assert joined == json.dumps(answer(raw=False), separators=(",", ":")).encode()
+    assert b"".join(answer_fragments({"token_ids": [1], "features": None})) == (
+        b'{"token_ids":[1],"features":null}'
+    )
