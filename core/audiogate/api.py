@@ -26,7 +26,7 @@ import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -73,6 +73,12 @@ from audiogate.request import (
 )
 from audiogate.store import ANONYMOUS_OWNER, AddedSource, Scope, SourceStatus, SourceStore
 from audiogate.worker import AudioWorker
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterable
+
+    from audiogate.budget import ByteBudget
+    from audiogate.pipeline.prepared import PreparedClip
 
 __all__ = ["AudioGate", "PreparedRequest", "Renderer", "load_tokenizer"]
 
@@ -472,6 +478,80 @@ class AudioGate:
         )
 
     # --- sources ---------------------------------------------------------------------
+
+    @functools.cached_property
+    def stream_budget(self) -> ByteBudget:
+        """The bytes :meth:`prepare_stream` holds at once, over every stream of this gate
+        (the worker's ``max_inflight_host_bytes``, or its default without a worker)."""
+        from audiogate.budget import ByteBudget
+        from audiogate.worker import WorkerLimits
+
+        limits = self.worker.limits if self.worker is not None else WorkerLimits()
+        return ByteBudget(limits.max_inflight_host_bytes, limit="in-flight stream bytes")
+
+    async def prepare_stream(
+        self,
+        chunks: AsyncIterable[bytes],
+        *,
+        source_format: SourceFormat,
+        cancel: CancelToken | None = None,
+        feature_backend: FeatureBackend | None = None,
+        incremental: bool = True,
+    ) -> PreparedClip:
+        """Prepare one clip from byte chunks as they arrive (docs/streaming.md): each
+        chunk is decoded, admitted and pushed into the family's frontend at once, so
+        after the last one only the frontend's ``finish()`` remains.
+
+        The result is the clip :meth:`prepare` makes of the same bytes (same plan,
+        features and accounting; ``sha256`` of every byte received). Its bytes are held
+        in :attr:`stream_budget` while it runs and given back exactly once, however it
+        ends; with a worker, the outcome is counted in its metrics as a request's.
+
+        :param chunks: the clip's bytes, in order, in chunks of any size.
+        :param source_format: ``SourceFormat.raw("pcm16", rate_hz=..., channels=...)``,
+            ``SourceFormat("wav")`` (the header first), or a compressed container
+            (:func:`audiogate.streaming.transport.prepare_stream`).
+        :param cancel: cancels the stream at its next chunk; cancelling the awaiting task
+            does too.
+        :param feature_backend: ``"numpy"`` or ``"mlx"`` for this call (default: the gate's).
+        :param incremental: ``False``: accumulate and prepare the whole clip at the end.
+        :raises LimitError: at the chunk that crosses a limit (the whole clip's error).
+        :raises MemoryLimitError: the stream's bytes do not fit :attr:`stream_budget`.
+        :raises DecodeError: malformed bytes (the whole clip's codes).
+        :raises PreprocessCancelled: ``cancel`` was cancelled.
+        """
+        import time
+
+        from audiogate.metrics.outcome import Completed, record_outcome
+        from audiogate.streaming.transport import prepare_stream
+
+        policy = self.policy
+        if feature_backend is not None and feature_backend != policy.feature_backend:
+            self.host.check_feature_backend(policy.family, feature_backend)
+            policy = attrs.evolve(policy, feature_backend=feature_backend)
+        started = time.perf_counter()
+        outcome: Completed | BaseException | None = None
+        try:
+            clip = await prepare_stream(
+                self.host,
+                policy,
+                chunks,
+                source_format=source_format,
+                budget=self.stream_budget,
+                cancel=cancellable(cancel),
+                incremental=incremental,
+            )
+        except BaseException as exc:
+            outcome = exc
+            raise
+        else:
+            outcome = Completed(
+                latency_seconds=time.perf_counter() - started, prefill_tokens=clip.tokens
+            )
+            return clip
+        finally:
+            if self.worker is not None:
+                record_outcome(self.worker.metrics, policy.family, outcome)
 
     def add_source(
         self,
