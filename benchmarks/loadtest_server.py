@@ -20,9 +20,18 @@ pinned to CPU 0 and the client processes to CPU 1 (``sched_setaffinity``, as ``t
 
     python benchmarks/loadtest_server.py --sweep               # the table in docs/performance.md
 
+The server's own cost (issue #35) runs c = 8 against one server per clip length, cache
+on, and splits the server CPU per answer into preparation (``AudioGate.prepare`` of the
+same messages in one process, pinned to the server's CPU) and the rest, beside the HTTP
+floor (the same connection protocol and a Starlette route that reads the body and
+answers as many bytes, doing nothing else)::
+
+    python benchmarks/loadtest_server.py --split               # docs/performance.md
+
 Exit status 1 when a scenario misses its target or a gauge is not back to zero, or (the
 sweep) when goodput at c = 32 or 64 falls under 90 % of the peak at a lower concurrency,
-p99 past twice the knee's, or a refusal costs more than 0.2 ms of server CPU.
+p99 past twice the knee's, or a refusal costs more than 0.2 ms of server CPU, or (the
+split) when the CPU outside preparation exceeds preparation's.
 """
 
 from __future__ import annotations
@@ -133,9 +142,15 @@ def request_body(seconds: float, seed: int) -> bytes:
 
 class ServerProcess:
     def __init__(
-        self, model: str, workers: int, extra: list[str], *, cpus: set[int] | None = None
+        self,
+        model: str,
+        workers: int,
+        extra: list[str],
+        *,
+        cpus: set[int] | None = None,
+        command: list[str] | None = None,
     ) -> None:
-        command = [
+        command = command or [
             sys.executable,
             "-m",
             "audiogate.cli",
@@ -188,6 +203,20 @@ class ServerProcess:
         """User + system CPU time of the server process so far."""
         fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def thread_cpu_seconds(self) -> Counter[str]:
+        """User + system CPU time so far of the main thread (the event loop's) and of
+        the others (the worker's, the helper's)."""
+        found: Counter[str] = Counter()
+        for task in Path(f"/proc/{self.process.pid}/task").iterdir():
+            try:
+                stat = (task / "stat").read_text()
+            except OSError:
+                continue  # the thread ended
+            name = "event loop" if task.name == str(self.process.pid) else "other threads"
+            fields = stat.rsplit(")", 1)[1].split()
+            found[name] += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return found
 
     def reset_peak(self) -> bool:
         """Reset VmHWM to the current RSS (Linux >= 4.0); False if not permitted."""
@@ -653,6 +682,162 @@ def sweep(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+# --- the server's own cost per answer (issue #35) ----------------------------------------
+
+SPLIT_CONCURRENCY = 8
+
+
+def preparation_cpu(model: str, bodies: list[bytes], *, repeats: int, rounds: int) -> float:
+    """CPU seconds of one preparation: ``AudioGate.prepare(messages)`` of ``bodies``'
+    messages (chat template, base64, decode, resample, features, expansion) on the gate
+    ``audiogate serve`` builds (its worker thread, the feature cache on and warmed, as
+    the load test's answers are), in this process on :data:`SERVER_CPUS`; the best of
+    ``rounds`` medians of ``repeats`` calls per body."""
+    from audiogate.server.options import ServeOptions
+    from audiogate.server.run import build_app
+
+    os.sched_setaffinity(0, SERVER_CPUS)
+    app = build_app(ServeOptions(model_dir=REPO / "examples" / "models" / model))
+    server = app.state.audiogate
+    gate = server.gate
+    messages = [json.loads(body)["messages"] for body in bodies]
+    try:
+        for each in messages:  # the cache warmed, as the server's is after warm-up
+            gate.prepare(each)
+        medians = []
+        for _ in range(rounds):
+            samples = []
+            for _ in range(repeats):
+                for each in messages:
+                    cpu = time.process_time()
+                    gate.prepare(each)
+                    samples.append(time.process_time() - cpu)
+            medians.append(statistics.median(samples))
+    finally:
+        server.worker.close()
+    return min(medians)
+
+
+def echo_server(answer_bytes: int) -> None:
+    """The HTTP floor: the server's connection protocol and a Starlette route that reads
+    the body and answers ``answer_bytes`` of JSON, doing nothing else (no JSON parsing,
+    no base64, no preparation, no budgets or metrics). Runs until interrupted."""
+    import uvicorn
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import Response
+    from starlette.routing import Route
+
+    from audiogate.server.protocol import guarded_h11
+
+    answer = b'{"x":"' + b"A" * max(0, answer_bytes - 8) + b'"}'
+
+    async def echo(request: Request) -> Response:
+        await request.body()
+        return Response(answer, media_type="application/json")
+
+    app = Starlette(routes=[Route(PREPARE, echo, methods=["POST"])])
+    protocol = guarded_h11(header_timeout_s=10.0, max_connections=1024)
+    uvicorn.run(app, host="127.0.0.1", port=0, http=protocol, access_log=False)
+
+
+def http_floor(bodies: list[bytes], answer_bytes: int, args: argparse.Namespace) -> float:
+    """Server CPU ms per answer of :func:`echo_server` at -c 8 (best of ``args.runs``)."""
+    command = [sys.executable, __file__, "--echo-server", str(answer_bytes)]
+    server = ServerProcess("", 0, [], cpus=SERVER_CPUS, command=command)
+    try:
+        points = [
+            sweep_point(
+                server,
+                bodies,
+                SPLIT_CONCURRENCY,
+                duration_s=args.duration,
+                warmup_s=args.warmup if run == 0 else 0.0,
+                processes=args.client_processes,
+            )
+            for run in range(args.runs)
+        ]
+    finally:
+        server.stop()
+    return min(p["cpu_ms_per_answer"] for p in points)
+
+
+def _preparation_process(model: str, bodies: list[bytes], repeats: int, rounds: int) -> float:
+    return preparation_cpu(model, bodies, repeats=repeats, rounds=rounds)
+
+
+def split(args: argparse.Namespace) -> int:
+    """Server CPU per answer at c = 8 split into preparation and the rest, 1 s and 5 s
+    clips (the table in docs/performance.md, "The server")."""
+    print(
+        f"server cost split: gemma-3n-e4b-it, -c {SPLIT_CONCURRENCY}, server on CPU "
+        f"{sorted(SERVER_CPUS)} (--workers {args.workers}, feature cache on), raw-socket "
+        f"clients on CPU {sorted(CLIENT_CPUS)} ({args.client_processes} processes), "
+        f"{args.duration:.0f} s per run after {args.warmup:.0f} s of warm-up, best of "
+        f"{args.runs} runs; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
+    )
+    print(
+        "clips  answers/s  p50 ms  p99 ms  server CPU ms/answer  preparation ms  outside ms"
+        "  outside/preparation"
+    )
+    failed = False
+    for seconds in SWEEP_CLIPS:
+        bodies = [request_body(seconds, seed=i) for i in range(4)]
+        server = ServerProcess("gemma-3n-e4b-it", args.workers, [], cpus=SERVER_CPUS)
+        try:
+            # The warm-up: the cache holds the four clips' features from here on.
+            run_clients(
+                server.url,
+                bodies,
+                concurrency=SPLIT_CONCURRENCY,
+                duration_s=args.warmup,
+                verify=False,
+                processes=args.client_processes,
+                cpus=CLIENT_CPUS,
+                raw=True,
+            )
+            threads = server.thread_cpu_seconds()
+            points = [
+                sweep_point(
+                    server,
+                    bodies,
+                    SPLIT_CONCURRENCY,
+                    duration_s=args.duration,
+                    warmup_s=0.0,
+                    processes=args.client_processes,
+                )
+                for _ in range(args.runs)
+            ]
+            threads = server.thread_cpu_seconds() - threads
+            answer_bytes = len(httpx.post(server.url + PREPARE, content=bodies[0]).content)
+        finally:
+            server.stop()
+        floor_ms = http_floor(bodies, answer_bytes, args)
+        answers = sum(p["ok"] + p["refused"] for p in points)
+        by_thread = ", ".join(
+            f"{name} {cpu / answers * 1e3:.2f} ms" for name, cpu in threads.most_common()
+        )
+        best = min(points, key=lambda p: p["cpu_ms_per_answer"])
+        with concurrent.futures.ProcessPoolExecutor(1) as pool:
+            prep_s = pool.submit(_preparation_process, "gemma-3n-e4b-it", bodies, 50, 5).result()
+        prep_ms = prep_s * 1e3
+        outside = best["cpu_ms_per_answer"] - prep_ms
+        print(
+            f"{seconds:4g} s  {best['goodput']:9.1f}  {best['p50_ms']:6.0f}  {best['p99_ms']:6.0f}"
+            f"  {best['cpu_ms_per_answer']:20.2f}  {prep_ms:14.2f}  {outside:10.2f}"
+            f"  {outside / prep_ms:19.2f}   (runs: "
+            + ", ".join(f"{p['cpu_ms_per_answer']:.2f}" for p in points)
+            + f"; load average {os.getloadavg()[0]:.1f})"
+        )
+        print(f"       per answer by thread, all runs: {by_thread}")
+        print(
+            f"       HTTP floor ({len(bodies[0])} B bodies, {answer_bytes} B answers, "
+            f"nothing else done): {floor_ms:.2f} ms per answer"
+        )
+        failed |= outside > prep_ms
+    return 1 if failed else 0
+
+
 def main() -> int:
     global RETRY_PAUSE_S
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -675,6 +860,12 @@ def main() -> int:
         help="the overload sweep: c = 1 .. 128, 1 s and 5 s clips, server and clients pinned",
     )
     parser.add_argument(
+        "--split",
+        action="store_true",
+        help="server CPU per answer at -c 8 split into preparation and the rest (1 s, 5 s)",
+    )
+    parser.add_argument("--runs", type=int, default=3, help="runs per clip length (--split)")
+    parser.add_argument(
         "--refusals", type=int, default=5000, help="requests of the sweep's refusal flood"
     )
     parser.add_argument(
@@ -684,10 +875,16 @@ def main() -> int:
         metavar="SECONDS",
         help=f"the sweep's clients wait this long after a 429 (default {RETRY_PAUSE_S:g})",
     )
+    parser.add_argument("--echo-server", type=int, metavar="BYTES", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.echo_server is not None:
+        echo_server(args.echo_server)
+        return 0
     if args.sweep:
         RETRY_PAUSE_S = args.retry_pause
         return sweep(args)
+    if args.split:
+        return split(args)
     scenario = SCENARIOS[args.scenario]
     concurrency = args.concurrency or scenario["concurrency"]
     seconds = scenario["seconds"]
