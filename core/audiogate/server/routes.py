@@ -62,7 +62,7 @@ from audiogate.server.responses import FragmentsResponse, json_response, render_
 from audiogate.server.sources import SourceRoutes
 from audiogate.worker import AudioWorker
 
-__all__ = ["AudioServer"]
+__all__ = ["AudioServer", "ClientGone", "RequestTicket"]
 
 MIB: Final = 1 << 20
 # Bodies larger than this are parsed (and responses larger than this rendered) on the
@@ -106,6 +106,11 @@ class _RatedChunks:
 
 class _ClientGone(Exception):
     """The client disconnected; there is nobody to answer."""
+
+
+#: Public names of the request's progress and of a gone client, for other handlers.
+RequestTicket = _Ticket
+ClientGone = _ClientGone
 
 
 async def _wait_for_disconnect(receive: Receive) -> None:
@@ -366,6 +371,38 @@ class AudioServer:
             ticket.request.close(error, cancelled=cancelled)
         elif error is not None or cancelled:
             record_outcome(self.metrics, self.family, None if cancelled else error)
+
+    # --- for the app's other handlers (the vLLM render routes) --------------------------
+
+    async def admit_body(
+        self, request: Request, hold: BudgetHold, ticket: RequestTicket
+    ) -> bytearray:
+        """The request's body, read under this server's caps into ``hold``; a 429 at the
+        door instead while the worker's queue is full.
+
+        :raises QueueFullError: the queue is full (the body read and dropped).
+        """
+        if self._queue_full():
+            await self._refuse_at_the_door(request, ticket)
+        body = await self._read_body(request, hold)
+        ticket.body_read = True
+        return body
+
+    async def off_loop(self, function: Callable[..., _T], *args: Any) -> _T:
+        """``function(*args)`` on the server's helper thread."""
+        return await self._off_loop(function, *args)
+
+    async def until_disconnect(
+        self, request: Request, work: Coroutine[Any, Any, _T], token: CancelToken | None = None
+    ) -> _T:
+        """``work``, or :class:`ClientGone` once the client disconnects."""
+        return await self._until_disconnect(request, work, token)
+
+    def close_ticket(
+        self, ticket: RequestTicket, error: BaseException | None, *, cancelled: bool = False
+    ) -> None:
+        """End and count the request as it was answered."""
+        self._count(ticket, error, cancelled=cancelled)
 
     # --- GET /metrics, GET /healthz -----------------------------------------------------
 

@@ -33,7 +33,7 @@ from audiogate.server.auth import owner_of
 from audiogate.server.errors import STATUS_CLIENT_CLOSED, status_for
 from audiogate.server.requests import parse_body
 from audiogate.server.responses import FragmentsResponse
-from audiogate.server.routes import AudioServer, _ClientGone, _Ticket
+from audiogate.server.routes import AudioServer, ClientGone, RequestTicket
 from audiogate.vllm.adapter import VllmFamily, vllm_families, vllm_family
 from audiogate.vllm.render import (
     RenderCall,
@@ -151,22 +151,22 @@ class VllmRenderRoutes:
 
     async def _render(self, request: Request, kind: RenderKind) -> Response:
         server = self.server
-        ticket = _Ticket()
+        ticket = RequestTicket()
         hold = server.bodies.hold()
         response: Response
         try:
             response = await self._answer(request, kind, hold, ticket)
-            server._count(ticket, None)
-        except (_ClientGone, ClientDisconnect, PreprocessCancelled) as gone:
-            server._count(ticket, gone, cancelled=True)
+            server.close_ticket(ticket, None)
+        except (ClientGone, ClientDisconnect, PreprocessCancelled) as gone:
+            server.close_ticket(ticket, gone, cancelled=True)
             response = Response(status_code=STATUS_CLIENT_CLOSED)
             clear_frames(gone)
         except RenderError as error:
-            server._count(ticket, error)
+            server.close_ticket(ticket, error)
             status = 404 if error.param == "model" and "does not exist" in str(error) else 400
             response = _error(status, error.detail, param=error.param)
         except Exception as error:
-            server._count(ticket, error)
+            server.close_ticket(ticket, error)
             status = status_for(error)
             # Only audiogate's own errors say what went wrong; anything else is a bug
             # whose details belong in the log, not the answer.
@@ -178,11 +178,11 @@ class VllmRenderRoutes:
             response = _error(status, message, param=getattr(error, "field", None))
             clear_frames(error)
         except asyncio.CancelledError:
-            server._count(ticket, WorkerUnavailableError("the server is shutting down"))
+            server.close_ticket(ticket, WorkerUnavailableError("the server is shutting down"))
             hold.release()
             raise
         except BaseException:
-            server._count(ticket, None, cancelled=True)
+            server.close_ticket(ticket, None, cancelled=True)
             hold.release()
             raise
         if not isinstance(response, FragmentsResponse):
@@ -191,16 +191,13 @@ class VllmRenderRoutes:
         return response
 
     async def _answer(
-        self, request: Request, kind: RenderKind, hold: Any, ticket: _Ticket
+        self, request: Request, kind: RenderKind, hold: Any, ticket: RequestTicket
     ) -> Response:
         server = self.server
         owner = owner_of(request, server.owners)
-        if server._queue_full():
-            await server._refuse_at_the_door(request, ticket)
-        body = await server._read_body(request, hold)
-        ticket.body_read = True
+        body = await server.admit_body(request, hold, ticket)
         document = (
-            await server._off_loop(parse_body, body) if len(body) > 262_144 else parse_body(body)
+            await server.off_loop(parse_body, body) if len(body) > 262_144 else parse_body(body)
         )
         del body
         call = parse_render_call(document, kind)
@@ -211,12 +208,12 @@ class VllmRenderRoutes:
             token = CancelToken()
             messages = vllm_messages(call.messages or [], self.adapter)
             opened = ticket.request = server.gate.request(messages, cancel=token, owner=owner)
-            prepared = await server._until_disconnect(request, opened.run_async(), token)
+            prepared = await server.until_disconnect(request, opened.run_async(), token)
         else:
-            prepared = await server._off_loop(self._tokenize, call.prompt)
-        fragments = await server._off_loop(self._encode, prepared, call)
+            prepared = await server.off_loop(self._tokenize, call.prompt)
+        fragments = await server.off_loop(self._encode, prepared, call)
         nbytes = sum(len(f) for f in fragments)
-        await server._until_disconnect(
+        await server.until_disconnect(
             request, server.bodies.make_room(hold, nbytes, timeout_s=server.body_idle_timeout_s)
         )
         return FragmentsResponse(
