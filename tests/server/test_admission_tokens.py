@@ -12,8 +12,10 @@ import socket
 import pytest
 from serverkit import PREPARE, Running, chat, serving, wait_until, wav_b64
 
+from audiogate.cli import build_parser
 from audiogate.server import ServerLimits
 from audiogate.server.admission import ClientAddresses, HeadAdmission
+from audiogate.server.options import serve_options
 
 SLOW = {"header_timeout_s": 60.0, "body_idle_timeout_s": 60.0, "min_body_rate": 0}
 OWNERS = {"token-alice": "alice", "token-bob": "bob"}
@@ -123,3 +125,18 @@ def test_by_address_owners_behind_one_address_share_its_count() -> None:
 def test_fair_share_by_is_validated() -> None:
     with pytest.raises(ValueError, match="fair_share_by"):
         ServerLimits(fair_share_by="cookie")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("choice", ["auto", "address", "token"])
+def test_serve_takes_fair_share_by(choice: str) -> None:
+    args = build_parser().parse_args(["serve", "--model", "m", "--fair-share-by", choice])
+    assert serve_options(args).limits.fair_share_by == choice
+    default = build_parser().parse_args(["serve", "--model", "m"])
+    assert serve_options(default).limits.fair_share_by == "auto"
+
+
+def test_an_unknown_fair_share_by_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        build_parser().parse_args(["serve", "--model", "m", "--fair-share-by", "cookie"])
+    assert exited.value.code == 2
+    assert "--fair-share-by" in capsys.readouterr().err
