@@ -18,7 +18,7 @@ RATE = 16_000
 
 
 def _gate(**options: object) -> AudioGate:
-    return AudioGate.from_family("qwen2audio", host=family_host(), **options)  # type: ignore[arg-type]
+    return AudioGate.from_family("qwen2audio", host=family_host(), **options)
 
 
 def test_the_stream_is_the_whole_clip_and_gives_its_bytes_back() -> None:

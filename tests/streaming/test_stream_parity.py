@@ -32,6 +32,7 @@ RATES = (16_000, 8_000, 22_050, 44_100, 48_000)
 #: Families whose package declares ``streaming.open_feature_stream`` for the numpy
 #: backend (the others may accumulate: the result is the same either way).
 WHISPER_FAMILIES = ("audioflamingo3", "glmasr", "qwen25omni", "qwen2audio", "qwen3omni", "voxtral")
+INCREMENTAL = (*WHISPER_FAMILIES, "granitespeech")
 
 
 # Chunk sizes in source frames: 1 sample; 10 and 20 ms; random; and small primes that
@@ -69,7 +70,7 @@ def test_any_chunking_gives_the_whole_clip(
     stream = open_clip_stream(
         host, policy, inspect(data, clip_index=0, source_format=source_format)
     )
-    if family in WHISPER_FAMILIES:
+    if family in INCREMENTAL:
         assert isinstance(stream, IncrementalClipStream)
     samples = np.frombuffer(data, dtype="<i2").astype(np.float32) / np.float32(32768)
     for part in chunked(frames, sizes):
@@ -78,7 +79,7 @@ def test_any_chunking_gives_the_whole_clip(
     same_clip(streamed_prepared_clip(streamed, sha256=whole.sha256, encoded_bytes=len(data)), whole)
 
 
-@pytest.mark.parametrize("family", sorted(WHISPER_FAMILIES))
+@pytest.mark.parametrize("family", sorted(INCREMENTAL))
 def test_one_sample_chunks(family: str) -> None:
     """One sample per push through soxr and the frames, at 44.1 kHz."""
     rate, frames = 44_100, 44_100 // 2

@@ -9,6 +9,7 @@ Where each stage lives, one module a line:
 * ``melbank``: torchaudio's 80-bin HTK mel bank (n_fft 512).
 * ``logmel``: the numpy log-mel kernel (blocked, per-thread scratch) and batch frames.
 * ``features``: the features stage: ``plan_features`` and ``extract_features``.
+* ``streaming``: ``open_feature_stream``: the log-mel computed as a streamed clip arrives.
 * ``collate``: ``collate_features``: ``input_features`` and ``input_features_mask``,
   as the processor pads a batch.
 * ``prompt``: ``expand_prompt``: chat audio parts or ``<|audio|>`` → n × ``<|audio|>``.

@@ -1,0 +1,209 @@
+"""The Granite Speech streaming stage: the log-mel computed as a streamed clip arrives.
+
+The source is resampled as one stream (soxr HQ, or the identity at 16 kHz:
+:class:`~audiogate.streaming.stage.SourceResampler`). Every frame whose 400-sample
+window lies inside the samples received so far (``160 t + 200 <= n``, frames 0 and 1
+through the reflection of samples 1..200) is computed with the whole-clip kernel
+(:func:`~audiogate_granitespeech.logmel.batch_frames`) in blocks of
+:data:`STREAM_BLOCK_FRAMES`, unclamped, with the running maximum. Those frames do not
+depend on the clip's final length.
+
+What remains for ``finish()``: the resampler's tail and librosa's zero padding to the
+planned length, the last frames (their windows read the reflected end of the clip, at
+most two plus the last block's remainder), then the global step: the clamp to the clip's
+maximum minus 8 (the odd last frame included), ``x / 4 + 1`` and the pairs of frames
+stacked into rows. Each frame goes through the same float32 / float64 operations as in
+:func:`~audiogate_granitespeech.logmel.granite_log_mel` and frames are independent, so
+the result is bit-identical to the whole clip's (``tests/streaming``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final
+
+import numpy as np
+import numpy.typing as npt
+
+from audiogate.cancel import CancelToken, Checkpoint
+from audiogate.errors import PluginError
+from audiogate.policy import AudioPolicy
+from audiogate.records import ResamplePlan, readonly
+from audiogate.streaming.buffer import GrowingArray
+from audiogate.streaming.stage import SourceResampler, open_source_resampler
+from audiogate_granitespeech.features import GraniteSpeechClipFeatures
+from audiogate_granitespeech.geometry import (
+    FEATURE_DIM,
+    HOP,
+    N_MELS,
+    SAMPLE_RATE_HZ,
+    granite_geometry,
+    interior_frames,
+)
+from audiogate_granitespeech.logmel import batch_frames, clamp_and_scale
+
+if TYPE_CHECKING:
+    from audiogate.pipeline.plans import ClipPlan
+
+__all__ = ["STREAM_BLOCK_FRAMES", "GraniteFeatureStream", "open_feature_stream"]
+
+#: Interior frames are computed once this many are ready (0.32 s of audio).
+STREAM_BLOCK_FRAMES: Final = 32
+
+
+class GraniteFeatureStream:
+    """One clip's Granite Speech features, fed source samples as they arrive.
+
+    :param resampler: the clip's streaming resampler (to 16 kHz).
+    :param clip_index: zero-based clip index (cancellation and errors).
+    :param cancel: polled before every computed block.
+    """
+
+    def __init__(self, resampler: SourceResampler, *, clip_index: int, cancel: CancelToken) -> None:
+        self._resampler: SourceResampler | None = resampler
+        self._samples = GrowingArray(np.float32)
+        self._blocks: list[npt.NDArray[np.float32]] = []
+        self._frames = 0  # frames streamed: [0, _frames)
+        self._frame_bytes = 0
+        self._clip_index = clip_index
+        self._cancel = cancel
+
+    def _open(self) -> SourceResampler:
+        if self._resampler is None:
+            raise RuntimeError("the Granite Speech feature stream is closed")
+        return self._resampler
+
+    @property
+    def nbytes(self) -> int:
+        """The 16 kHz waveform's buffer, the streamed frames and the waiting source."""
+        if self._resampler is None:
+            return 0
+        return self._samples.nbytes + self._frame_bytes + self._resampler.waiting_frames * 4
+
+    def planned_nbytes(self, more_frames: int) -> int:
+        """:attr:`nbytes` after ``more_frames`` more source frames: the waveform buffer's
+        capacity, one row of 80 float32 per 160 output samples, the waiting source."""
+        resampler = self._open()
+        out = resampler.output_bound(resampler.source_frames + more_frames)
+        frames = out // HOP + 1
+        return (
+            self._samples.capacity_for(out) * 4
+            + frames * N_MELS * 4
+            + (resampler.waiting_frames + more_frames) * 4
+        )
+
+    def push(self, samples: npt.NDArray[np.float32]) -> None:
+        """Resample the next source samples ``[shape=(k,)]`` and compute every complete
+        block of interior frames now available."""
+        out = self._open().push(samples)
+        if out is not None and out.shape[0]:
+            self._samples.extend(out)
+            self._advance(STREAM_BLOCK_FRAMES)
+
+    def _advance(self, minimum: int) -> None:
+        waveform = self._samples.view()
+        ready = interior_frames(waveform.shape[0])
+        if ready - self._frames < minimum:
+            return
+        self._cancel.check(Checkpoint.FEATURE, self._clip_index)
+        block = batch_frames(
+            waveform,
+            total_samples=waveform.shape[0],
+            first=self._frames,
+            stop=ready,
+            clip_index=self._clip_index,
+            cancel=self._cancel,
+        )
+        self._blocks.append(block)
+        self._frame_bytes += block.nbytes
+        self._frames = ready
+
+    def finish(
+        self, clip_plan: ClipPlan
+    ) -> tuple[npt.NDArray[np.float32], GraniteSpeechClipFeatures]:
+        """The 16 kHz waveform and the features of the whole clip as ``clip_plan`` plans.
+
+        :raises PluginError: the plan is not what the stream ran, or another shape.
+        """
+        resampler = self._open()
+        resample = clip_plan.resample
+        if not resampler.matches(resample) or clip_plan.normalized_samples != (
+            resample.output_samples
+        ):
+            raise PluginError(
+                f"the whole clip is planned as {resample.algorithm} {resample.source_rate_hz}"
+                f" -> {resample.output_rate_hz} Hz ({clip_plan.normalized_samples} of "
+                f"{resample.output_samples} samples), not as the stream ran"
+            )
+        self._samples.extend(resampler.finish())
+        extra = resample.output_samples - len(self._samples)
+        if extra < 0:
+            raise PluginError(
+                f"the resampler streamed {len(self._samples)} samples, planned "
+                f"{resample.output_samples}"
+            )
+        if extra:  # librosa's fix_length
+            self._samples.extend(np.zeros(extra, dtype=np.float32))
+        waveform = self._samples.view()
+        geometry = granite_geometry(waveform.shape[0])
+        if geometry.feature_shape != tuple(clip_plan.features.feature_shape):
+            raise PluginError(
+                f"{waveform.shape[0]} samples give {geometry.feature_shape}, planned "
+                f"{clip_plan.features.feature_shape}"
+            )
+        # The interior frames the last pushes left, then the frames of the clip's end.
+        self._advance(1)
+        flat = np.empty(geometry.frames * N_MELS, dtype=np.float32)
+        logs = flat.reshape(geometry.frames, N_MELS)
+        first = 0
+        for block in self._blocks:
+            logs[first : first + block.shape[0]] = block
+            first += block.shape[0]
+        self._blocks.clear()
+        if first < geometry.frames:
+            logs[first:] = batch_frames(
+                waveform,
+                total_samples=geometry.samples,
+                first=first,
+                stop=geometry.frames,
+                clip_index=self._clip_index,
+                cancel=self._cancel,
+            )
+        peak = np.float32(logs.max())
+        interior = geometry.interior
+        interior_peak = float(logs[:interior].max()) if interior else float("-inf")
+        clamp_and_scale(logs, np.float32(peak - np.float32(8.0)))
+        features = flat[: geometry.rows * FEATURE_DIM].reshape(geometry.rows, FEATURE_DIM)
+        readonly(flat)
+        result = GraniteSpeechClipFeatures(
+            features=readonly(features),
+            mask=None,
+            frames=geometry.rows,
+            tokens=geometry.tokens,
+            samples=geometry.samples,
+            peak=float(peak),
+            interior_peak=interior_peak,
+            waveform=waveform,
+        )
+        return waveform, result
+
+    def close(self) -> None:
+        """Drop the resampler, the waveform and the frames."""
+        if self._resampler is not None:
+            self._resampler.close()
+        self._resampler = None
+        self._samples = GrowingArray(np.float32)
+        self._blocks.clear()
+        self._frame_bytes = 0
+
+
+def open_feature_stream(
+    policy: AudioPolicy, *, resample: ResamplePlan, clip_index: int, cancel: CancelToken
+) -> GraniteFeatureStream | None:
+    """The clip's feature stream (``None``: a resampler that does not stream or another
+    rate than 16 kHz: the accumulating frontend takes the clip)."""
+    if resample.output_rate_hz != SAMPLE_RATE_HZ:
+        return None
+    resampler = open_source_resampler(resample)
+    if resampler is None:
+        return None
+    return GraniteFeatureStream(resampler, clip_index=clip_index, cancel=cancel)
