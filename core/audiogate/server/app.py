@@ -20,7 +20,7 @@ from typing import Any, Final
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.types import Receive, Scope, Send
 
 from audiogate.api import AudioGate
@@ -34,9 +34,11 @@ from audiogate.server.budgets import (
     default_max_body_bytes,
 )
 from audiogate.server.errors import ServerConfigError, http_error
+from audiogate.server.realtime import REALTIME_PATH, RealtimeRoutes
 from audiogate.server.responses import limit_unsent
 from audiogate.server.routes import AudioServer
 from audiogate.server.sources import SOURCES_PATH
+from audiogate.server.stream_upload import StreamedUploads, StreamMetrics
 from audiogate.server.vllm_render import (
     CHAT_RENDER_PATH,
     COMPLETION_RENDER_PATH,
@@ -44,12 +46,14 @@ from audiogate.server.vllm_render import (
     VllmRenderRoutes,
     render_config,
 )
+from audiogate.streaming.deadlines import StreamDeadlines
 from audiogate.worker import AudioWorker, WorkerLimits
 
 __all__ = [
     "ABSOLUTE_MAX_AUDIO_REQUEST_BYTES",
     "JSON_OVERHEAD_BYTES",
     "PREPARE_PATH",
+    "REALTIME_PATH",
     "SOURCES_PATH",
     "ServerLimits",
     "ServerWorker",
@@ -117,6 +121,7 @@ def create_app(
     close_worker: bool = True,
     owners: Mapping[str, str] | None = None,
     vllm: VllmRenderConfig | None = None,
+    stream_deadlines: StreamDeadlines | None = None,
 ) -> Starlette:
     """The Starlette app serving ``gate``.
 
@@ -135,6 +140,8 @@ def create_app(
     :param vllm: the context length and feature dtype of vLLM's render endpoints
         (docs/vllm.md), served for a family vLLM serves (default: read from the gate's
         model directory).
+    :param stream_deadlines: the idle and minimum-rate timeouts of streamed clips
+        (chunked uploads, ``/v1/realtime`` buffers; docs/streaming.md).
     :raises TypeError: the gate has no :class:`ServerWorker`.
     :raises ServerConfigError: the gate's media root is not a directory.
     """
@@ -154,7 +161,7 @@ def create_app(
         owners=owners,
     )
     handlers: dict[Any, Callable[[Request, Exception], Any]] = {HTTPException: http_error}
-    routes = [
+    routes: list[BaseRoute] = [
         Route(PREPARE_PATH, server.prepare, methods=["POST"]),
         Route("/metrics", server.metrics_endpoint, methods=["GET"]),
         Route("/healthz", server.healthz, methods=["GET"]),
@@ -165,8 +172,14 @@ def create_app(
             Route(CHAT_RENDER_PATH, renders.chat, methods=["POST"]),
             Route(COMPLETION_RENDER_PATH, renders.completion, methods=["POST"]),
         ]
+    deadlines = stream_deadlines or StreamDeadlines()
+    streams = StreamMetrics(server.metrics)
+    routes.append(
+        WebSocketRoute(REALTIME_PATH, RealtimeRoutes(server, deadlines, streams).endpoint)
+    )
     if server.sources is not None:
         sources = server.sources
+        sources.streamed = StreamedUploads(server, deadlines, streams)
         routes += [
             Route(SOURCES_PATH, sources.add, methods=["POST"]),
             Route(SOURCES_PATH, sources.listing, methods=["GET"]),

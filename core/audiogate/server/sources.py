@@ -8,7 +8,10 @@
   then admitted as inline audio is, under the model's policy. ``201`` and the new record,
   or ``200`` and the existing one when the same owner uploads the same bytes again.
   A new source is ``processing`` while its features are computed (warming the feature
-  cache), then ``ready``; a prompt referencing it meanwhile waits. A failed disk write
+  cache), then ``ready``; a prompt referencing it meanwhile waits. A body sent chunked
+  (no ``Content-Length``), or raw PCM declared in the query
+  (``?format=pcm16&rate_hz=24000&channels=1``), is prepared while it is received
+  (:mod:`~audiogate.server.stream_upload`) and answered ``ready``. A failed disk write
   answers a typed JSON ``507`` (the disk is full) or ``500`` and leaves no file behind.
 * ``GET /v1/audio/sources``: the caller's sources; ``GET /v1/audio/sources/{sha256}``:
   one the caller may reference; ``DELETE /v1/audio/sources/{sha256}``: retire it (the
@@ -45,13 +48,16 @@ from audiogate.server.errors import (
 )
 from audiogate.server.requests import parse_body
 from audiogate.server.responses import json_response
+from audiogate.server.stream_upload import StreamedUploads, StreamMetrics, raw_declaration
 from audiogate.store import SourceStore, StoreWriteError, check_digest
+from audiogate.streaming.deadlines import StreamDeadlines
 
 if TYPE_CHECKING:
     from audiogate.server.routes import AudioServer
 
 __all__ = [
     "CONTENT_TYPES",
+    "RAW_CONTENT_TYPES",
     "SOURCES_PATH",
     "SourceRoutes",
     "UnauthorizedError",
@@ -84,6 +90,9 @@ CONTENT_TYPES: Final[Mapping[str, SourceFormat]] = {
     "audio/x-caf": SourceFormat("caf"),
     "application/octet-stream": AUTO,
 }
+
+#: Media types a raw PCM upload (``?format=pcm16&rate_hz=...``) may be sent as.
+RAW_CONTENT_TYPES: Final = frozenset({"", "application/octet-stream", "audio/pcm"})
 
 log = logging.getLogger("audiogate.server")
 
@@ -150,6 +159,21 @@ class SourceRoutes:
         self.server = server
         self.store = store
         self._warming: set[asyncio.Task[None]] = set()
+        self._streamed: StreamedUploads | None = None
+
+    @property
+    def streamed(self) -> StreamedUploads:
+        """The streamed uploads' handler (:func:`~audiogate.server.app.create_app` sets
+        it with the server's deadlines; else the default deadlines)."""
+        if self._streamed is None:
+            self._streamed = StreamedUploads(
+                self.server, StreamDeadlines(), StreamMetrics(self.server.metrics)
+            )
+        return self._streamed
+
+    @streamed.setter
+    def streamed(self, handler: StreamedUploads) -> None:
+        self._streamed = handler
 
     async def add(self, request: Request) -> Response:
         """``POST /v1/audio/sources``."""
@@ -159,12 +183,30 @@ class SourceRoutes:
             owner = owner_of(request, server.owners)
             scope = _scope(request)
             media = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
-            if media != "application/json" and media not in CONTENT_TYPES:
+            raw = raw_declaration(request.query_params)
+            if raw is not None and media not in RAW_CONTENT_TYPES:
+                raise BadRequestError(
+                    f"raw PCM (?format=) is sent as one of {sorted(RAW_CONTENT_TYPES)}, not "
+                    f"Content-Type {media!r}",
+                    field="content-type",
+                )
+            if raw is None and media != "application/json" and media not in CONTENT_TYPES:
                 raise BadRequestError(
                     f"Content-Type {media or '(none)'!r} is not an accepted upload; send the "
                     f"audio with one of {sorted(CONTENT_TYPES)}, or application/json with "
                     f'{{"input_audio": {{...}}}} or {{"audio_url": {{...}}}}',
                     field="content-type",
+                )
+            if raw is not None or (
+                media != "application/json" and "content-length" not in request.headers
+            ):
+                # Raw PCM, or audio sent chunked: prepared while it is received.
+                return await self.streamed.add(
+                    request,
+                    hold,
+                    owner=owner,
+                    scope=scope,
+                    source_format=raw or CONTENT_TYPES[media],
                 )
             body = bytes(await server._read_body(request, hold))
             if media == "application/json":

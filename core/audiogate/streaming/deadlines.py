@@ -72,6 +72,11 @@ class LoopClock:
             return await awaitable
 
 
+def _expire(expired: asyncio.Future[None]) -> None:
+    if not expired.done():
+        expired.set_result(None)
+
+
 class ManualClock:
     """A clock that moves only when :meth:`advance` is called (for tests): a wait whose
     deadline the clock reaches ends with :class:`TimeoutError`, at that call."""
@@ -86,13 +91,14 @@ class ManualClock:
         return self._now
 
     def advance(self, seconds: float) -> None:
-        """Move the clock ``seconds`` forward and expire the waits it passes."""
+        """Move the clock ``seconds`` forward and expire the waits it passes (from any
+        thread: a test drives a server's clock from its own)."""
         if seconds < 0:
             raise ValueError(f"a clock only moves forward, not by {seconds}")
         self._now += seconds
-        for deadline, expired in self._waiters:
-            if deadline <= self._now and not expired.done():
-                expired.set_result(None)
+        for deadline, expired in list(self._waiters):
+            if deadline <= self._now:
+                expired.get_loop().call_soon_threadsafe(_expire, expired)
 
     @property
     def waiting(self) -> int:
