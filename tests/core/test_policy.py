@@ -5,13 +5,15 @@ from __future__ import annotations
 import json
 
 import pytest
+from shipped import shipped_families
 
 from audiogate.errors import PolicyError
 from audiogate.host import FamilyHost
 from audiogate.policy import read_checkpoint_configs
 
 MIB = 1 << 20
-FAMILIES = ("phi4mm", "gemma3n", "qwen2audio")
+#: Every shipped family (families.toml): each reads its checkpoint the same way.
+FAMILIES = tuple(family.name for family in shipped_families())
 
 # The pinned defaults a checkpoint that declares nothing gets: mlxcel's phi4mm() and gemma3n()
 # (src/audio/preprocessing_policy.rs), the Qwen2-Audio serving guide (docs/provenance.md).
@@ -75,13 +77,19 @@ PINNED_TABLES = {
 }
 
 
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family", sorted(PINNED_TABLES))
 def test_pinned_defaults_match_the_family_contract(host: FamilyHost, family: str) -> None:
     policy = host.default_policy(family)
     for field, expected in PINNED_TABLES[family].items():
         assert getattr(policy, field) == expected, field
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_every_default_is_pinned_not_read(host: FamilyHost, family: str) -> None:
+    policy = host.default_policy(family)
     assert not policy.from_checkpoint
     assert policy.source_of("max_clips").kind == "pinned"
+    assert policy.source_of("max_samples_per_clip").kind == "pinned"
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -246,7 +254,11 @@ def test_our_namespace_takes_precedence_over_mlxcels(host: FamilyHost, model_dir
     assert policy.max_clips == 5
 
 
-@pytest.mark.parametrize("family", ["phi4mm", "qwen2audio"])
+#: Gemma 3n's processor truncates to 30 s, and its policy may too; no other family's does.
+TRUNCATING = ("gemma3n",)
+
+
+@pytest.mark.parametrize("family", [f for f in FAMILIES if f not in TRUNCATING])
 def test_truncate_mode_is_refused_where_unsupported(
     host: FamilyHost, model_dir, family: str
 ) -> None:
@@ -263,10 +275,11 @@ def test_max_source_rate_below_family_minimum_is_refused(host: FamilyHost, model
         )
 
 
-def test_unknown_keys_are_ignored(host: FamilyHost, model_dir) -> None:
+@pytest.mark.parametrize("family", FAMILIES)
+def test_unknown_keys_are_ignored(host: FamilyHost, model_dir, family: str) -> None:
     policy = host.load_model_policy(
         model_dir(
-            "qwen2audio",
+            family,
             config={
                 "hidden_size": 4096,
                 "rope_scaling": {"type": "x"},
@@ -274,7 +287,7 @@ def test_unknown_keys_are_ignored(host: FamilyHost, model_dir) -> None:
             },
         )
     )
-    assert policy == host.default_policy("qwen2audio")
+    assert policy == host.default_policy(family)
 
 
 @pytest.mark.parametrize(
