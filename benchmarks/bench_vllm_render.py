@@ -1,8 +1,11 @@
 """audiogate's render endpoint against vLLM's own render server, in one run (issue #31).
 
-Both servers render the same ``POST /v1/chat/completions/render`` requests on the
-bundled checkpoint (default Qwen2-Audio): a 5 s 16 kHz mono clip and a 5 s 48 kHz stereo
-clip from :mod:`audiogate.vllm.fixtures`, features in bf16. Per server:
+Both servers (and, with ``--floor``, a server that renders nothing) run side by side,
+started one after the other, and are measured level by level in turn, so that a change
+of the machine's load falls on all of them. Both render the same
+``POST /v1/chat/completions/render`` requests on the bundled checkpoint (default
+Qwen2-Audio): a 5 s 16 kHz mono clip and a 5 s 48 kHz stereo clip from
+:mod:`audiogate.vllm.fixtures`, features in bf16. Per server:
 
 * **start-up**: from the process start to its health endpoint answering;
 * **resident memory** of the server's process tree (``/proc``), idle after start-up and
@@ -126,47 +129,76 @@ def _load(port: int, bodies: list[bytes], concurrency: int, requests: int) -> di
     }
 
 
-def run_server(
-    name: str,
-    command: list[str],
-    port: int,
-    health: str,
-    family: str,
-    requests: int,
-    levels: Sequence[int],
-) -> dict[str, Any]:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    served = MODELS[family].name
-    cases = {case.name: case for case in RENDER_REQUESTS}
-    bodies = [json.dumps(request_body(cases[c], served)).encode() for c in CASES]
-    log = open(f"/tmp/bench-vllm-render-{name}.log", "wb")  # noqa: SIM115
-    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
-    try:
-        startup = _wait(port, health, process, 900)
-        idle_rss = _tree_rss(process.pid)
+#: A server that only reads the body and sends a canned answer of the same size: uvicorn
+#: and the client, with no rendering. What no Python renderer on this stack can go below.
+_FLOOR_APP = """
+import sys
+answer = b"x" * int(sys.argv[1])
+
+async def app(scope, receive, send):
+    if scope["type"] == "lifespan":
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            else:
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+    more = True
+    while more:
+        message = await receive()
+        more = message.get("more_body", False)
+    await send({"type": "http.response.start", "status": 200,
+                "headers": [(b"content-type", b"application/json")]})
+    await send({"type": "http.response.body", "body": answer})
+
+import uvicorn
+uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[2]), log_level="warning",
+            access_log=False)
+"""
+
+
+class Server:
+    """One server process under test: started, measured, stopped."""
+
+    def __init__(self, name: str, command: list[str], port: int, health: str) -> None:
+        self.name, self.command, self.port, self.health = name, command, port, health
+        self.result: dict[str, Any] = {"server": name, "load": []}
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def ready(self, bodies: list[bytes]) -> None:
+        """Start it (alone: start-up is timed), then size its answers and warm it up."""
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+        self.log = open(f"/tmp/bench-vllm-render-{self.name}.log", "wb")  # noqa: SIM115
+        self.process = subprocess.Popen(
+            self.command, stdout=self.log, stderr=subprocess.STDOUT, env=env
+        )
+        self.result["startup_s"] = round(_wait(self.port, self.health, self.process, 900), 1)
+        self.result["rss_idle_mib"] = round(_tree_rss(self.process.pid) / 2**20)
         answer_bytes = {}
         for case, body in zip(CASES, bodies, strict=True):
-            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+            conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=600)
             conn.request("POST", PATH, body, {"Content-Type": "application/json"})
             answer_bytes[case] = len(conn.getresponse().read())
-        _load(port, bodies, 2, 8)  # warm-up
-        loads = [_load(port, bodies, level, requests) for level in levels]
-        return {
-            "server": name,
-            "startup_s": round(startup, 1),
-            "rss_idle_mib": round(idle_rss / 2**20),
-            "rss_after_mib": round(_tree_rss(process.pid) / 2**20),
-            "answer_bytes": answer_bytes,
-            "load": loads,
-        }
-    finally:
-        process.terminate()
+        self.result["answer_bytes"] = answer_bytes
+        _load(self.port, bodies, 2, 8)  # warm-up
+
+    def stop(self) -> None:
+        if self.process is None:
+            return
+        self.result["rss_after_mib"] = round(_tree_rss(self.process.pid) / 2**20)
+        self.process.terminate()
         try:
-            process.wait(30)
+            self.process.wait(30)
         except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        log.close()
+            self.process.kill()
+            self.process.wait()
+        self.log.close()
+
+
+def _loadavg() -> list[str]:
+    with open("/proc/loadavg") as f:
+        return f.read().split()[:3]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -176,20 +208,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=48)
     parser.add_argument("--levels", type=int, nargs="+", default=[1, 4, 16])
     parser.add_argument("--skip-vllm", action="store_true")
+    parser.add_argument(
+        "--floor", action="store_true", help="also a server that renders nothing (the floor)"
+    )
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args(argv)
     model = MODELS[args.family]
-    results = []
+    served = model.name
+    cases = {case.name: case for case in RENDER_REQUESTS}
+    bodies = [json.dumps(request_body(cases[c], served)).encode() for c in CASES]
+    servers = []
     port = _free_port()
     audiogate = [str(ROOT / ".venv" / "bin" / "audiogate"), "serve", "--model", str(model)]
     audiogate += ["--port", str(port), "--workers", str(os.cpu_count() or 1), "--no-access-log"]
     # Room for every client of the highest level: a 429 is not a throughput figure.
     audiogate += ["--queue-depth", str(2 * max(args.levels))]
-    results.append(
-        run_server(
-            "audiogate", audiogate, port, "/healthz", args.family, args.requests, args.levels
-        )
-    )
+    servers.append(Server("audiogate", audiogate, port, "/healthz"))
     if not args.skip_vllm:
         port = _free_port()
         vllm = [
@@ -197,13 +231,35 @@ def main(argv: Sequence[str] | None = None) -> int:
             "-m",
             "vllm.entrypoints.launchers.render.entry",
         ]
-        vllm += ["--model", str(model), "--served-model-name", model.name, "--port", str(port)]
-        results.append(
-            run_server("vllm", vllm, port, "/health", args.family, args.requests, args.levels)
-        )
-    with open("/proc/loadavg") as f:
-        load = f.read().split()[:3]
-    report = {"family": args.family, "loadavg": load, "cpus": os.cpu_count(), "results": results}
+        vllm += ["--model", str(model), "--served-model-name", served, "--port", str(port)]
+        servers.append(Server("vllm", vllm, port, "/health"))
+    if args.floor:
+        port = _free_port()
+        size = 1_042_213  # one answer's bytes (both renderers')
+        floor = [str(ROOT / ".venv" / "bin" / "python"), "-c", _FLOOR_APP, str(size), str(port)]
+        servers.append(Server("floor", floor, port, "/"))
+    try:
+        # Started one after the other (start-up is measured alone), then measured
+        # level by level in turn, so that a change of the machine's load falls on all.
+        for server in servers:
+            server.ready(bodies)
+        loads = []
+        for level in args.levels:
+            for server in servers:
+                server.result["load"].append(_load(server.port, bodies, level, args.requests))
+            loads.append(_loadavg())
+    finally:
+        for server in servers:
+            server.stop()
+    results = [server.result for server in servers]
+    load = _loadavg()
+    report = {
+        "family": args.family,
+        "loadavg": load,
+        "loadavg_per_level": loads,
+        "cpus": os.cpu_count(),
+        "results": results,
+    }
     print(json.dumps(report, indent=1))
     if args.json:
         args.json.write_text(json.dumps(report, indent=1) + "\n")
