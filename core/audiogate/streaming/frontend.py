@@ -23,7 +23,7 @@ and released exactly once: at ``finish()``, at a refusal, or at ``close()``
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol, TypeVar
+from typing import Any, Final, Protocol, TypeVar
 
 import attrs
 import numpy as np
@@ -42,6 +42,7 @@ from audiogate.streaming.buffer import GrowingArray
 from audiogate.streaming.stage import SOURCE_BATCH_FRAMES, FeatureStream
 
 __all__ = [
+    "RESERVE_AHEAD_FRAMES",
     "SOURCE_BATCH_FRAMES",
     "AccumulatingClipStream",
     "ClipStream",
@@ -51,6 +52,11 @@ __all__ = [
 ]
 
 _R = TypeVar("_R")
+
+#: Source frames reserved ahead of those received (341 ms at 48 kHz): the budget is
+#: taken once every few 20 ms chunks, not at each (a stream may be refused for bytes
+#: up to this much early; admission's limits are exact).
+RESERVE_AHEAD_FRAMES: Final = 16384
 
 
 @attrs.frozen(kw_only=True)
@@ -86,6 +92,9 @@ class ClipStream(Protocol):
     def held_bytes(self) -> int:
         """Bytes held in the budget now."""
 
+    def admit(self, frames: int) -> None:
+        """Admit ``frames`` more source frames before their samples are pushed."""
+
     def push(self, samples: npt.ArrayLike) -> None:
         """Add mono float32 samples at the source rate ``[shape=(k,)]``."""
 
@@ -116,6 +125,8 @@ class _BaseStream:
         self._cancel = cancel
         self._clip_index = clip_index
         self._frames = 0
+        self._announced = 0  # frames admitted: pushed, or announced by admit()
+        self._reserved = 0  # frames the reservation covers
         self._nonzero = False
         self._done = False
 
@@ -146,21 +157,57 @@ class _BaseStream:
         if self._hold is not None:
             self._hold.release()
 
+    def admit(self, frames: int) -> None:
+        """Admit ``frames`` more source frames ahead of their samples: a transport that
+        decodes in batches announces each chunk's frames as it arrives, so the chunk that
+        crosses a limit is refused at once. O(1): one integer comparison, and every
+        :data:`RESERVE_AHEAD_FRAMES` frames a cancellation poll, admission's check and a
+        budget take.
+
+        :raises LimitError: the stream crossed a limit (the stream is closed).
+        :raises MemoryLimitError: its bytes do not fit the budget (closed).
+        :raises PreprocessCancelled: the token was cancelled (closed).
+        """
+        total = self._announced + frames
+        if total <= self._reserved and not self._done:
+            # Admitted and reserved already (the reservation never passes admission's
+            # bound); the transport polls the token at every chunk.
+            self._announced = total
+            return
+        if self._done:
+            raise RuntimeError("admit() or push() on a finished or closed stream")
+        try:
+            self._cancel.check(Checkpoint.DECODE, self._clip_index)
+            self._admission.admit(total)
+            if total > self._reserved:
+                ahead = total + RESERVE_AHEAD_FRAMES
+                bound = self._admission.max_frames
+                if bound is not None:
+                    ahead = max(total, min(ahead, bound))
+                self._take(self._planned_nbytes(ahead - self._frames))
+                self._reserved = ahead
+        except BaseException:
+            self.close()
+            raise
+        self._announced = total
+
     def _accept(self, samples: npt.ArrayLike) -> npt.NDArray[np.float32]:
-        """Check and count one chunk: open, not cancelled, admitted, reservable."""
+        """Check and count one chunk: open, admitted (now, unless :meth:`admit` did),
+        reservable."""
         if self._done:
             raise RuntimeError("push() on a finished or closed stream")
         block = np.asarray(samples, dtype=np.float32)
         if block.ndim != 1:
             raise ValueError(f"push() takes mono samples [shape=(k,)], not shape {block.shape}")
+        count = block.shape[0]
         try:
             self._cancel.check(Checkpoint.DECODE, self._clip_index)
-            self._admission.admit(self._frames + block.shape[0])
-            self._take(self._planned_nbytes(block.shape[0]))
         except BaseException:
             self.close()
             raise
-        self._frames += block.shape[0]
+        if self._frames + count > self._announced:
+            self.admit(self._frames + count - self._announced)
+        self._frames += count
         self._nonzero = self._nonzero or bool(block.any())
         return block
 

@@ -46,9 +46,9 @@ __all__ = [
 #: ``"soxr_hq_native"``: soxr's own length), whose output does not depend on the split.
 INCREMENTAL_RESAMPLERS: Final = frozenset({"identity", "soxr_hq", "soxr_hq_native"})
 
-#: Source frames gathered before one resampler call (85 ms at 48 kHz): soxr's per-call
-#: cost dominates 20 ms chunks, and its output does not depend on the split.
-SOURCE_BATCH_FRAMES: Final = 4096
+#: Source frames gathered before one resampler call (341 ms at 48 kHz): soxr's per-call
+#: cost dominates small batches, and its output does not depend on the split.
+SOURCE_BATCH_FRAMES: Final = 16384
 
 
 @runtime_checkable

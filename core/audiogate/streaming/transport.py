@@ -94,6 +94,11 @@ def _wav_header(buffer: bytes, *, clip_index: int) -> tuple[ClipGeometry, int | 
     return None
 
 
+#: Source frames decoded and pushed at once (341 ms at 48 kHz): a 20 ms chunk is only
+#: admitted when it comes (O(1)); its samples wait at most this long for the frontend.
+DECODE_BATCH_FRAMES: Final = 16384
+
+
 def _chunk_geometry(header: ClipGeometry, frames: int) -> ClipGeometry:
     return attrs.evolve(
         header,
@@ -127,7 +132,10 @@ class _Receiver:
         self._format = source_format
         self._digest = hashlib.sha256()
         self._received = 0
-        self._pending = b""
+        self._pending = bytearray()
+        self._announced = 0  # complete frames in _pending, already admitted
+        self._data_seen = 0  # data bytes received (decoded or pending)
+        self._frame_bytes = 1
         self._header: ClipGeometry | None = None
         self._declared: int | None = None
         self._data_bytes = 0
@@ -151,6 +159,7 @@ class _Receiver:
     def _start(self, header: ClipGeometry) -> None:
         host, policy, budget, cancel, clip_index, incremental = self._open
         self._header = header
+        self._frame_bytes = header.frame_bytes
         # The policy's source limits are admission's (on the running length); a chunk's
         # decode checks only its own shape.
         self._limits = DecodeLimits(
@@ -167,44 +176,61 @@ class _Receiver:
         )
 
     def feed(self, chunk: bytes) -> None:
+        """Take the next bytes: each chunk's complete frames are admitted at once (the
+        chunk that crosses a limit is refused), and decoded and pushed in batches of
+        :data:`DECODE_BATCH_FRAMES` (per-chunk work is O(1) arithmetic)."""
         self._digest.update(chunk)
         self._received += len(chunk)
-        buffer = self._pending + chunk if self._pending else chunk
         if self._header is None:
+            buffer = bytes(self._pending) + chunk if self._pending else chunk
             _, _, _, _, clip_index, _ = self._open
             found = _wav_header(buffer, clip_index=clip_index)
             if found is None:
-                self._pending = bytes(buffer)
+                self._pending = bytearray(buffer)
                 return
             geometry, self._declared = found
-            buffer = buffer[geometry.data_offset :]
+            self._pending = bytearray(buffer[geometry.data_offset :])
+            self._data_seen = len(self._pending)
             self._start(geometry)
+        else:
+            self._pending += chunk
+            self._data_seen += len(chunk)
+        header, stream = self._header, self.stream
+        assert header is not None
+        assert stream is not None
+        if self._declared is not None and self._data_seen > self._declared:
+            raise DecodeError(
+                f"the WAV stream goes on past its declared {self._declared}-byte data "
+                "chunk (the data chunk must be the last)",
+                clip_index=self._open[4],
+                code="riff_size_mismatch",
+            )
+        frames = len(self._pending) // self._frame_bytes
+        if frames > self._announced:
+            stream.admit(frames - self._announced)
+            self._announced = frames
+        if frames >= DECODE_BATCH_FRAMES:
+            self._decode(frames)
+
+    def _decode(self, frames: int) -> None:
+        """Decode the first ``frames`` pending frames and push them."""
         header, stream, limits = self._header, self.stream, self._limits
         assert header is not None
         assert stream is not None
         assert limits is not None
-        if self._declared is not None:
-            room = self._declared - self._data_bytes
-            if len(buffer) > room:
-                raise DecodeError(
-                    f"the WAV stream goes on past its declared {self._declared}-byte data "
-                    "chunk (the data chunk must be the last)",
-                    clip_index=self._open[4],
-                    code="riff_size_mismatch",
-                )
-        frame_bytes = header.frame_bytes
-        frames = len(buffer) // frame_bytes
-        self._pending = bytes(buffer[frames * frame_bytes :])
-        if frames:
-            self._data_bytes += frames * frame_bytes
-            samples = decode(
-                buffer[: frames * frame_bytes],
-                _chunk_geometry(header, frames),
-                clip_index=self._open[4],
-                limits=limits,
-                cancel=self._open[3],
-            )
-            stream.push(samples)
+        nbytes = frames * header.frame_bytes
+        data = bytes(self._pending[:nbytes])
+        del self._pending[:nbytes]
+        self._announced -= frames
+        self._data_bytes += nbytes
+        samples = decode(
+            data,
+            _chunk_geometry(header, frames),
+            clip_index=self._open[4],
+            limits=limits,
+            cancel=self._open[3],
+        )
+        stream.push(samples)
 
     def finish(self) -> StreamedClip:
         clip_index = self._open[4]
@@ -214,19 +240,23 @@ class _Receiver:
             raise DecodeError(
                 "the WAV stream ended inside its header", clip_index=clip_index, code="too_short"
             )
-        if self._pending:
+        assert self._header is not None
+        partial = len(self._pending) - self._announced * self._header.frame_bytes
+        if partial:
             raise DecodeError(
-                f"the stream ended inside a frame ({len(self._pending)} trailing bytes)",
+                f"the stream ended inside a frame ({partial} trailing bytes)",
                 clip_index=clip_index,
                 code="partial_frame",
             )
-        if self._declared is not None and self._data_bytes != self._declared:
+        if self._declared is not None and self._data_seen != self._declared:
             raise DecodeError(
-                f"the WAV stream ended after {self._data_bytes} of its declared "
+                f"the WAV stream ended after {self._data_seen} of its declared "
                 f"{self._declared} data bytes",
                 clip_index=clip_index,
                 code="chunk_past_end",
             )
+        if self._announced:
+            self._decode(self._announced)
         if self._data_bytes == 0:
             raise EmptyAudioError(clip_index=clip_index, detail="no samples")
         return self.stream.finish()
