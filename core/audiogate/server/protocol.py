@@ -265,6 +265,22 @@ def guarded_h11(
                     # The rest of the body must arrive within the head timeout, like a head.
                     self._arm_head_timer()
 
+        def handle_websocket_upgrade(self, event: h11.Request) -> None:
+            # From here the connection is a WebSocket's (/v1/realtime): no head timer (it
+            # would close the socket), and it stays in the table, counted against the
+            # caps as a busy connection, until its socket closes.
+            self._cancel_head_timer()
+            self._release()
+            super().handle_websocket_upgrade(event)
+            upgraded = self.transport.get_protocol()
+            lost = upgraded.connection_lost
+
+            def connection_lost(exc: Exception | None) -> None:
+                table.remove(self)
+                lost(exc)
+
+            upgraded.connection_lost = connection_lost  # type: ignore[method-assign]
+
         def on_response_complete(self) -> None:
             self._release()
             table.waiting(self)
