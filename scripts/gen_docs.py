@@ -594,8 +594,12 @@ def gen_metrics() -> str:
     if server_metrics is not None:
         from prometheus_client import CollectorRegistry
 
+        from audiogate.server.stream_upload import StreamMetrics
+
         registry = CollectorRegistry()
-        server_metrics(AudioMetrics(registry))
+        served = AudioMetrics(registry)
+        server_metrics(served)
+        StreamMetrics(served)  # the streamed clips' series (docs/streaming.md)
         names = {f.name for f in audio.registry.collect()}
         server_rows = [
             row

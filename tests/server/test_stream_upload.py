@@ -326,3 +326,22 @@ def test_a_stalled_or_slow_upload_is_cut_with_a_408(
         )
         assert refusals == 1
         assert served.client.get(SOURCES, headers=ALICE).json()["data"] == []
+
+
+def test_serve_takes_the_stream_deadlines() -> None:
+    import argparse
+
+    from audiogate.server.options import add_serve_arguments, serve_options
+
+    parser = argparse.ArgumentParser()
+    add_serve_arguments(parser)
+    default = serve_options(parser.parse_args(["--model", "m"]))
+    assert default.stream_deadlines == StreamDeadlines()
+    given = serve_options(
+        parser.parse_args(
+            ["--model", "m", "--stream-idle-timeout", "2.5", "--stream-min-rate", "4KiB"]
+        )
+    )
+    assert given.stream_deadlines == StreamDeadlines(idle_timeout_s=2.5, min_rate=4096)
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--model", "m", "--stream-idle-timeout", "0"])

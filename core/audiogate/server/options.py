@@ -21,6 +21,7 @@ from audiogate.chat.prompt_text import MAX_PROMPT_TEXT_BYTES
 from audiogate.server.budgets import FAIR_SHARE_KEYS, ServerLimits
 from audiogate.store.source_record import StoreQuotas
 from audiogate.store.store import DEFAULT_SOURCE_WAIT_S
+from audiogate.streaming.deadlines import StreamDeadlines
 from audiogate.worker import WorkerLimits
 from audiogate.worker.reservations import MIB
 
@@ -73,6 +74,8 @@ class ServeOptions:
     :param store_quotas: what each owner, and the store, may hold.
     :param source_wait_s: how long a reference to a source still ``processing`` waits for
         it to be ready (then 409).
+    :param stream_deadlines: the idle and minimum-rate timeouts of streamed clips
+        (chunked uploads, ``/v1/realtime`` buffers).
     """
 
     model_dir: Path = attrs.field(converter=Path)
@@ -98,6 +101,7 @@ class ServeOptions:
     log_level: str = "info"
     access_log: bool = True
     served_model_name: str | None = None
+    stream_deadlines: StreamDeadlines = attrs.field(factory=StreamDeadlines)
 
 
 def _size(text: str) -> int:
@@ -330,6 +334,28 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
             f"--body-timeout, else 408 (default {min_body_rate}; 0: off)"
         ),
     )
+    stream_idle = _default(StreamDeadlines, "idle_timeout_s")
+    p.add_argument(
+        "--stream-idle-timeout",
+        type=_seconds,
+        default=stream_idle,
+        metavar="SECONDS",
+        help=(
+            "cut a streamed clip (a chunked upload, a /v1/realtime buffer) that sends "
+            f"nothing this long, 408 stream_timeout (default {stream_idle:g})"
+        ),
+    )
+    stream_rate = _default(StreamDeadlines, "min_rate")
+    p.add_argument(
+        "--stream-min-rate",
+        type=_size_or_zero,
+        default=stream_rate,
+        metavar="SIZE",
+        help=(
+            "bytes per second a streamed clip must average once it has been open for "
+            f"--stream-idle-timeout, else 408 (default {_size_text(stream_rate)}; 0: off)"
+        ),
+    )
     p.add_argument("--max-prefill-tokens", type=positive_int, metavar="N", help="prompt length cap")
     text_cap = _size_text(_default(ServeOptions, "max_prompt_text_bytes"))
     p.add_argument(
@@ -448,4 +474,7 @@ def serve_options(args: argparse.Namespace) -> ServeOptions:
         log_level=args.log_level,
         access_log=not args.no_access_log,
         served_model_name=args.served_model_name,
+        stream_deadlines=StreamDeadlines(
+            idle_timeout_s=args.stream_idle_timeout, min_rate=args.stream_min_rate
+        ),
     )

@@ -101,6 +101,7 @@ def build_app(options: ServeOptions, *, host: FamilyHost | None = None) -> Starl
             limits=options.limits,
             served_model=options.served_model_name or options.model_dir.name,
             owners=owners,
+            stream_deadlines=options.stream_deadlines,
         )
     except BaseException:
         worker.close()

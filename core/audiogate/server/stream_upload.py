@@ -77,6 +77,8 @@ STREAM_TRANSPORTS: Final = ("upload", "realtime")
 #: Raw PCM encodings a stream may declare (``?format=``).
 RAW_ENCODINGS: Final = ("pcm16", "f32")
 _OUTCOMES: Final = ("completed", "refused", "cancelled")
+#: Refusal codes exported at zero (others appear when they first occur).
+_EXPORTED_REFUSALS: Final = ("limit", "memory_limit", "stream_timeout")
 _STREAM_ORIGIN: Final = "bytes"
 
 
@@ -120,6 +122,8 @@ class StreamMetrics:
             self.bytes.labels(transport=transport)
             for outcome in _OUTCOMES:
                 self.ended.labels(transport=transport, outcome=outcome)
+            for code in _EXPORTED_REFUSALS:
+                self.refusals.labels(transport=transport, code=code)
 
     @contextlib.contextmanager
     def running(self, transport: str) -> Iterator[None]:
