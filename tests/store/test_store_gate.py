@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from shipped import shipped_families
 from storekit import source
 
 from audiogate.api import AudioGate, load_tokenizer
@@ -29,7 +30,17 @@ FAMILIES = {
     "gemma3n": "gemma-3n-e4b-it",
     "phi4mm": "phi-4-multimodal-instruct",
     "qwen2audio": "qwen2-audio-7b-instruct",
+    "voxtral": "voxtral-mini-3b-2507",
+    "granitespeech": "granite-speech-3.3-2b",
+    "audioflamingo3": "audio-flamingo-3-hf",
+    "glmasr": "glm-asr-nano-2512",
+    "qwen25omni": "qwen2.5-omni-7b",
+    "qwen3omni": "qwen3-omni-30b-a3b-instruct",
 }
+
+
+def test_every_shipped_family_is_checked() -> None:
+    assert set(FAMILIES) == {family.name for family in shipped_families()}
 
 
 @pytest.fixture(scope="module")
