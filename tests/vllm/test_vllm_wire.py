@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -159,3 +160,30 @@ def test_answer_fragments_are_the_answers_json() -> None:
     assert b"".join(answer_fragments({"token_ids": [1], "features": None})) == (
         b'{"token_ids":[1],"features":null}'
     )
+
+
+def test_item_cache_encodes_each_hash_once_within_its_budget() -> None:
+    from audiogate.vllm.render import ItemCache
+
+    calls: list[str] = []
+
+    def encoder(key: str, size: int) -> Callable[[], tuple[bytes, bytes | None]]:
+        def encode() -> tuple[bytes, bytes | None]:
+            calls.append(key)
+            return b"i" * size, None if size % 2 else b"m"
+
+        return encode
+
+    cache = ItemCache(max_bytes=100)
+    assert cache.get("a", encoder("a", 40)) == (b"i" * 40, b"m")
+    assert cache.get("a", encoder("a", 40)) == (b"i" * 40, b"m")  # a hit: not encoded
+    assert calls == ["a"]
+    cache.get("b", encoder("b", 40))
+    cache.get("a", encoder("a", 40))  # a used last: b goes first
+    cache.get("c", encoder("c", 40))
+    assert cache.nbytes <= 100
+    cache.get("a", encoder("a", 40))
+    cache.get("b", encoder("b", 40))
+    assert calls == ["a", "b", "c", "b"]
+    assert cache.get("big", encoder("big", 101)) == (b"i" * 101, None)  # never kept
+    assert cache.nbytes <= 100

@@ -36,6 +36,7 @@ from audiogate.server.responses import FragmentsResponse
 from audiogate.server.routes import AudioServer, ClientGone, RequestTicket
 from audiogate.vllm.adapter import VllmFamily, vllm_families, vllm_family
 from audiogate.vllm.render import (
+    ItemCache,
     RenderCall,
     RenderError,
     RenderKind,
@@ -136,6 +137,9 @@ class VllmRenderRoutes:
         self.server = server
         self.adapter = adapter
         self.config = config
+        # Each clip's encoded item once per deployment: a conversation resends its clips
+        # every turn, and an item is bf16 conversion, msgpack and base64 of ~1 MB.
+        self.items = ItemCache()
 
     @classmethod
     def of(cls, server: AudioServer, config: VllmRenderConfig) -> VllmRenderRoutes | None:
@@ -262,5 +266,6 @@ class VllmRenderRoutes:
             max_model_len=self.config.max_model_len,
             served_model=self.server.served_model,
             raw_items=True,
+            item_cache=self.items,
         )
         return answer_fragments(answer)

@@ -15,11 +15,14 @@ sample differently from what the client asked for.
 from __future__ import annotations
 
 import base64
+import functools
 import itertools
 import json
 import math
+import threading
 import uuid
-from collections.abc import Mapping
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
 from typing import Any, Final, Literal
 
 import attrs
@@ -33,6 +36,7 @@ from audiogate.vllm.msgpack import packb
 from audiogate.vllm.tensors import FloatDtype, encode_tensor
 
 __all__ = [
+    "ItemCache",
     "MMPayload",
     "RenderCall",
     "RenderError",
@@ -452,8 +456,68 @@ class _Base64(bytes):
 
 
 def _base64(data: bytes, raw: bool) -> Any:
-    encoded = base64.b64encode(data)
+    return _text(base64.b64encode(data), raw)
+
+
+def _text(encoded: bytes, raw: bool) -> Any:
     return _Base64(encoded) if raw else encoded.decode("ascii")
+
+
+def _encode_clip(
+    prepared: PreparedRequest, index: int, adapter: VllmFamily, dtype: FloatDtype
+) -> tuple[bytes, bytes | None]:
+    """Clip ``index``'s item and its metadata item (or ``None``), as base64."""
+    tensors = dict(adapter.items(prepared, index))
+    # Tensors vLLM keeps on the CPU (sizes, counts) travel twice: in the item and in its
+    # metadata item, which the generate side reads without the features.
+    on_cpu = {k: v for k, v in tensors.items() if _keep_on_cpu(adapter, k, v)}
+    item = base64.b64encode(encode_item(tensors, dtype, adapter))
+    meta = base64.b64encode(encode_item(on_cpu, dtype, adapter)) if on_cpu else None
+    return item, meta
+
+
+class ItemCache:
+    """Encoded items (base64 of their msgpack, and of their metadata item) by
+    ``mm_hash``, the least recently used dropped first past ``max_bytes``.
+
+    A hash covers the clip's source bytes and everything that shapes its item (family,
+    versions, policy, dtype, layout: :func:`audiogate.vllm.mm_hash`), so a hit is the
+    same item byte for byte. A conversation resends its clips every turn: each is
+    encoded once.
+    """
+
+    def __init__(self, max_bytes: int = 32 << 20) -> None:
+        self.max_bytes = max_bytes
+        self._items: OrderedDict[str, tuple[bytes, bytes | None]] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def get(
+        self, key: str, encode: Callable[[], tuple[bytes, bytes | None]]
+    ) -> tuple[bytes, bytes | None]:
+        """The entry under ``key``, encoded by ``encode`` (and kept) when absent."""
+        with self._lock:
+            found = self._items.get(key)
+            if found is not None:
+                self._items.move_to_end(key)
+                return found
+        value = encode()
+        size = len(value[0]) + len(value[1] or b"")
+        if size > self.max_bytes:
+            return value
+        with self._lock:
+            if key not in self._items:
+                self._items[key] = value
+                self._bytes += size
+                while self._bytes > self.max_bytes:
+                    _, (item, meta) = self._items.popitem(last=False)
+                    self._bytes -= len(item) + len(meta or b"")
+        return value
+
+    @property
+    def nbytes(self) -> int:
+        """The bytes held."""
+        return self._bytes
 
 
 def answer_fragments(answer: dict[str, Any]) -> list[bytes]:
@@ -520,9 +584,11 @@ def build_generate_request(
     max_model_len: int,
     served_model: str,
     raw_items: bool = False,
+    item_cache: ItemCache | None = None,
 ) -> dict[str, Any]:
     """The ``GenerateRequest`` JSON (a dict) for ``prepared``; with ``raw_items`` the
-    items' base64 text stays bytes, for :func:`answer_fragments`.
+    items' base64 text stays bytes, for :func:`answer_fragments`; with ``item_cache``
+    an item already encoded under its ``mm_hash`` is not encoded again.
 
     :raises RenderError: the prompt is empty or longer than the context.
     """
@@ -546,20 +612,19 @@ def build_generate_request(
         hashes = [mm_hash(host, prepared.policy, clip, adapter, dtype) for clip in clips]
         ranges = [adapter.placeholder(prepared, index) for index in range(len(hashes))]
         check_disjoint(ranges, prepared.family)
-        kwargs: list[str | None] | None = None
-        metadata: list[str | None] = []
+        kwargs: list[Any] | None = None
+        metadata: list[Any] = []
         if call.mm_payload == "tensors":
-            items = feature_items(prepared, adapter)
-            kwargs = [_base64(encode_item(tensors, dtype, adapter), raw_items) for tensors in items]
-            # Tensors vLLM keeps on the CPU (sizes, counts) travel twice: in the item and
-            # in its metadata item, which the generate side reads without the features.
-            metadata = [
-                _base64(encode_item(on_cpu, dtype, adapter), raw_items) if on_cpu else None
-                for on_cpu in (
-                    {k: v for k, v in tensors.items() if _keep_on_cpu(adapter, k, v)}
-                    for tensors in items
+            encoded = [
+                item_cache.get(
+                    hashes[index], functools.partial(_encode_clip, prepared, index, adapter, dtype)
                 )
+                if item_cache is not None
+                else _encode_clip(prepared, index, adapter, dtype)
+                for index in range(len(hashes))
             ]
+            kwargs = [_text(item, raw_items) for item, _ in encoded]
+            metadata = [None if meta is None else _text(meta, raw_items) for _, meta in encoded]
         modality = adapter.modality
         features = {
             "mm_hashes": {modality: hashes},
