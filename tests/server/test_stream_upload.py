@@ -345,3 +345,40 @@ def test_serve_takes_the_stream_deadlines() -> None:
     assert given.stream_deadlines == StreamDeadlines(idle_timeout_s=2.5, min_rate=4096)
     with pytest.raises(SystemExit):
         parser.parse_args(["--model", "m", "--stream-idle-timeout", "0"])
+
+
+def test_a_wav_stream_without_its_length_is_refused_at_its_header(served: Served) -> None:
+    # A store keeps what the whole-clip path reads, and that refuses such a header.
+    import struct
+
+    data = bytearray(_wav(3, seconds=2.0))
+    struct.pack_into("<I", data, 4, 0xFFFFFFFF)
+    struct.pack_into("<I", data, data.index(b"data") + 4, 0xFFFFFFFF)
+    sock = _chunked_head(served.port, SOURCES, media="audio/wav")
+    with sock:
+        _send_chunk(sock, bytes(data[:4096]))
+        status, error, _ = _reply(sock)
+    assert status == 400
+    assert error["error"]["code"] == "riff_size_mismatch"
+    assert "raw PCM" in error["error"]["message"]
+    wait_until(served.idle)
+
+
+def test_a_chunked_webm_opus_upload_matches_the_normal_upload(served: Served) -> None:
+    pytest.importorskip("soundfile")
+    data = (
+        Path(__file__).resolve().parents[1]
+        / "data/audio/mediarecorder-chromium-opus-mono-48000.webm"
+    ).read_bytes()
+    streamed = served.client.post(
+        SOURCES, content=_pieces(data, 1500), headers={**ALICE, "Content-Type": "audio/webm"}
+    )
+    assert streamed.status_code == 201, streamed.text
+    assert streamed.json()["status"] == "ready"
+    normal = served.client.post(
+        SOURCES, content=data, headers={**BOB, "Content-Type": "audio/webm"}
+    )
+    assert normal.status_code == 201, normal.text
+    same = ("sha256", "bytes", "duration_us", "format")
+    assert {k: normal.json().get(k) for k in same} == {k: streamed.json().get(k) for k in same}
+    wait_until(served.idle)

@@ -38,6 +38,7 @@ from audiogate.cancel import CancelToken
 from audiogate.decode.geometry import SourceFormat
 from audiogate.errors import (
     AudioGateError,
+    DecodeError,
     LimitError,
     PreprocessCancelled,
     clear_frames,
@@ -80,6 +81,26 @@ _OUTCOMES: Final = ("completed", "refused", "cancelled")
 #: Refusal codes exported at zero (others appear when they first occur).
 _EXPORTED_REFUSALS: Final = ("limit", "memory_limit", "stream_timeout")
 _STREAM_ORIGIN: Final = "bytes"
+#: A WAV header's RIFF size field ends here.
+_RIFF_SIZE_END: Final = 8
+_UNKNOWN_RIFF_SIZES: Final = (0, 0xFFFFFFFF)
+
+
+def _check_riff_size(head: bytes) -> None:
+    """Refuse a WAV stream whose header does not declare its length, at its first bytes:
+    the stored source must be a WAV the whole-clip path reads (which refuses such a
+    header), and its digest the bytes received, so the header cannot be patched.
+
+    :raises DecodeError: ``riff_size_mismatch``.
+    """
+    if head[:4] == b"RIFF" and int.from_bytes(head[4:8], "little") in _UNKNOWN_RIFF_SIZES:
+        raise DecodeError(
+            "the WAV upload's header does not declare its length (RIFF size 0 or "
+            "0xFFFFFFFF), and a stored source must; stream raw PCM instead "
+            "(?format=pcm16&rate_hz=...&channels=...)",
+            clip_index=0,
+            code="riff_size_mismatch",
+        )
 
 
 class StreamMetrics:
@@ -312,7 +333,7 @@ class StreamedUploads:
                 clip = await prepare_stream(
                     gate.host,
                     gate.policy,
-                    self._chunks(request, hold, body),
+                    self._chunks(request, hold, body, source_format),
                     source_format=source_format,
                     budget=server.bodies,
                     cancel=CancelToken(),
@@ -349,7 +370,7 @@ class StreamedUploads:
         return json_response(201 if added.created else 200, added.record.as_dict())
 
     async def _chunks(
-        self, request: Request, hold: BudgetHold, body: StreamBody
+        self, request: Request, hold: BudgetHold, body: StreamBody, source_format: SourceFormat
     ) -> AsyncIterator[bytes]:
         """The body's chunks, each held in the body budget and kept for the store."""
         cap = self.server.max_body_bytes
@@ -357,6 +378,7 @@ class StreamedUploads:
         if declared is not None and int(declared) > cap:
             raise LimitError("request body bytes", actual=int(declared), maximum=cap)
         counted = self.metrics.bytes.labels(transport="upload")
+        wav = source_format.container == "wav"
         async with contextlib.aclosing(request.stream()) as stream:
             async for chunk in stream:
                 if not chunk:
@@ -364,6 +386,8 @@ class StreamedUploads:
                 total = body.received + len(chunk)
                 if total > cap:
                     raise LimitError("request body bytes", actual=total, maximum=cap)
+                if wav and body.received < _RIFF_SIZE_END <= total:
+                    _check_riff_size(b"".join(body.parts) + chunk)
                 hold.take(len(chunk))
                 body.received = total
                 counted.inc(len(chunk))
