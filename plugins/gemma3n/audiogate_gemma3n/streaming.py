@@ -1,0 +1,600 @@
+"""The Gemma 3n streaming stage: resampling and the USM log-mel computed as samples arrive.
+
+:func:`open_feature_stream` returns a :class:`Gemma3nFeatureStream` whose ``finish`` equals
+:func:`~audiogate_gemma3n.resample.resample` then :func:`~audiogate_gemma3n.features.
+extract_features` of the concatenated samples, bit for bit:
+
+* the resamplers run as streams. :class:`LinearResampleStream`: output ``i`` reads source
+  samples ``i·fs // 16000`` and the next, so it is final as soon as both have arrived and
+  is computed with the whole clip's float32 operations; only the outputs that clamp to
+  the last sample wait for ``finish``. :class:`SincResampleStream`: each output is one
+  phase's taps against a window of the source, final once the window has arrived. The
+  whole clip computes each phase's outputs as BLAS products of up to 8,192 rows, and
+  OpenBLAS's ``sgemv`` sums rows in groups of 4 from the product's first row, the
+  remainder and one-row products differently; so the stream computes whole groups of 4
+  inside the same 8,192-row products, and the product's last rows at ``finish``, as the
+  whole clip groups them.
+* the log-mel frames: frame ``t`` reads normalized samples ``160·t .. 160·t + 511`` and
+  does not depend on the frames around it (:mod:`audiogate_gemma3n.logmel`), so each is
+  computed, in blocks of :data:`STREAM_BLOCK_FRAMES`, once its samples have arrived.
+
+Left for ``finish``: the source batch still gathering (under
+:data:`~audiogate.streaming.stage.SOURCE_BATCH_FRAMES`), the resampler's last outputs (the
+clamped edge, the last sinc windows), the frames whose window reaches past the clip's end
+(with the zero padding to a multiple of 128 and the right-padding tail frames), at most
+:data:`STREAM_BLOCK_FRAMES` - 1 interior frames, and the range check of the waveform
+(a running minimum and maximum; the whole check runs only to raise its error).
+
+Not streamed (``None``: the core accumulates the clip): left padding (the leading zeros
+shift the frame grid by the final length), the mlx backend, and resamplers of other
+plugins.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from audiogate.cancel import NEVER, CancelToken, Checkpoint
+from audiogate.errors import PluginError
+from audiogate.policy import AudioPolicy
+from audiogate.records import ResamplePlan, readonly
+from audiogate.streaming.buffer import GrowingArray
+from audiogate.streaming.stage import SOURCE_BATCH_FRAMES
+from audiogate_gemma3n.features import Gemma3nClipFeatures, _check_waveform
+from audiogate_gemma3n.geometry import (
+    FEATURE_SIZE,
+    FRAME_HOP_SAMPLES,
+    FRAME_SAMPLES,
+    SAMPLE_RATE_HZ,
+    feature_frames,
+    valid_frames_in_padded_batch,
+)
+from audiogate_gemma3n.logmel import log_mel_frames
+from audiogate_gemma3n.resample import (
+    LINEAR,
+    SINC,
+    linear_output_length,
+    sinc_kernel,
+    sinc_output_length,
+)
+
+if TYPE_CHECKING:
+    from audiogate.pipeline.plans import ClipPlan
+
+__all__ = [
+    "STREAM_BLOCK_FRAMES",
+    "Gemma3nFeatureStream",
+    "Gemma3nLogMelStream",
+    "IdentityStream",
+    "LinearResampleStream",
+    "SincResampleStream",
+    "open_feature_stream",
+]
+
+#: Frames computed together while streaming (fewer wait for more samples): the per-call
+#: cost of a block is then small next to its FFTs.
+STREAM_BLOCK_FRAMES: Final = 32
+#: Rows of one phase per product in :func:`~audiogate_gemma3n.resample.sinc_resample`.
+_SINC_ROWS_PER_PRODUCT: Final = 8_192
+#: OpenBLAS's ``sgemv`` sums the rows of a product in groups of this many.
+_SINC_ROW_GROUP: Final = 4
+_F32: Final = 4
+
+
+class SourceStream(Protocol):
+    """A resampler run as a stream: outputs are returned once final."""
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held (source samples kept for outputs not yet computed)."""
+
+    def output_bound(self, source_frames: int) -> int:
+        """At most how many outputs ``source_frames`` source frames give."""
+
+    def push(self, samples: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+        """Take source samples ``[shape=(k,)]``; the outputs that became final."""
+
+    def finish(self) -> npt.NDArray[np.float32]:
+        """The remaining outputs of the clip of every sample pushed."""
+
+
+class IdentityStream:
+    """16 kHz sources: the samples themselves."""
+
+    nbytes: Final = 0
+
+    def output_bound(self, source_frames: int) -> int:
+        """``source_frames``."""
+        return source_frames
+
+    def push(self, samples: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+        """The samples (not copied)."""
+        return samples
+
+    def finish(self) -> npt.NDArray[np.float32]:
+        """Nothing."""
+        return np.empty(0, dtype=np.float32)
+
+
+class _SourceWindow:
+    """The source samples from an absolute index on: what pending outputs still read."""
+
+    __slots__ = ("base", "samples")
+
+    def __init__(self) -> None:
+        self.base = 0
+        self.samples = np.empty(0, dtype=np.float32)
+
+    @property
+    def stop(self) -> int:
+        return self.base + self.samples.shape[0]
+
+    def append(self, block: npt.NDArray[np.float32]) -> None:
+        self.samples = np.concatenate((self.samples, block)) if self.samples.size else block
+
+    def drop_before(self, index: int) -> None:
+        """Forget the samples before absolute ``index``."""
+        cut = min(max(index - self.base, 0), self.samples.shape[0])
+        if cut:
+            self.samples = self.samples[cut:]
+            self.base += cut
+
+
+class LinearResampleStream:
+    """:func:`~audiogate_gemma3n.resample.linear_resample` as a stream.
+
+    :param in_rate_hz: the source rate (not the output rate).
+    :param out_rate_hz: the output rate.
+    """
+
+    def __init__(self, *, in_rate_hz: int, out_rate_hz: int = SAMPLE_RATE_HZ) -> None:
+        if in_rate_hz <= 0 or out_rate_hz <= 0 or in_rate_hz == out_rate_hz:
+            raise ValueError(f"no linear resampling from {in_rate_hz} to {out_rate_hz} Hz")
+        self._in, self._out = in_rate_hz, out_rate_hz
+        self._window = _SourceWindow()
+        self._next = 0  # the first output not returned yet
+
+    @property
+    def nbytes(self) -> int:
+        return int(self._window.samples.nbytes)
+
+    def output_bound(self, source_frames: int) -> int:
+        return linear_output_length(source_frames, in_rate_hz=self._in, out_rate_hz=self._out)
+
+    def _outputs(self, stop: int, last: int) -> npt.NDArray[np.float32]:
+        """Outputs ``next .. stop``, neighbours clamped to absolute sample ``last``,
+        with the whole clip's float32 operations (``b - a``, times the fraction, plus
+        ``a``; the fraction ``float32(pos % out) / float32(out)``)."""
+        pos = np.arange(self._next, stop, dtype=np.int64) * self._in
+        left = pos // self._out
+        frac = (pos % self._out).astype(np.float32) / np.float32(self._out)
+        x, base = self._window.samples, self._window.base
+        a = x[np.minimum(left, last) - base]
+        b = x[np.minimum(left + 1, last) - base]
+        out: npt.NDArray[np.float32] = np.subtract(b, a)
+        np.multiply(out, frac, out=out)
+        np.add(out, a, out=out)
+        self._next = stop
+        self._window.drop_before(stop * self._in // self._out)
+        return out
+
+    def push(self, samples: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+        self._window.append(samples)
+        received = self._window.stop
+        if received < 2:
+            return np.empty(0, dtype=np.float32)
+        # Output i is final once sample i·in // out + 1 has arrived: i·in < out·(received - 1).
+        stop = -(-self._out * (received - 1) // self._in)
+        return self._outputs(max(stop, self._next), received - 1)
+
+    def finish(self) -> npt.NDArray[np.float32]:
+        n = self._window.stop
+        total = linear_output_length(n, in_rate_hz=self._in, out_rate_hz=self._out)
+        if total <= self._next:
+            return np.empty(0, dtype=np.float32)
+        return self._outputs(total, n - 1)
+
+
+class SincResampleStream:
+    """:func:`~audiogate_gemma3n.resample.sinc_resample` (torchaudio's sinc) as a stream.
+
+    Output ``k·out_step + p`` is phase ``p``'s taps against the source zero-padded by
+    ``width`` in front, from padded sample ``k·in_step + offsets[p]``. Each phase's rows
+    are computed in the whole clip's products (see the module docstring).
+    """
+
+    def __init__(self, *, in_rate_hz: int, out_rate_hz: int = SAMPLE_RATE_HZ) -> None:
+        if in_rate_hz <= 0 or out_rate_hz <= 0 or in_rate_hz == out_rate_hz:
+            raise ValueError(f"no sinc resampling from {in_rate_hz} to {out_rate_hz} Hz")
+        self._in, self._out = in_rate_hz, out_rate_hz
+        self._kernel = sinc_kernel(in_rate_hz, out_rate_hz)
+        k = self._kernel
+        # The padded source from absolute padded index ``base`` on; the front zeros first.
+        self._window = _SourceWindow()
+        self._window.append(np.zeros(k.width, dtype=np.float32))
+        self._received = 0
+        self._rows = np.zeros(k.out_step, dtype=np.int64)  # rows computed per phase
+        # Computed outputs not returned yet (the phases finish rows out of order), from
+        # absolute output ``emitted`` on.
+        self._pending = np.empty(0, dtype=np.float32)
+        self._emitted = 0
+
+    @property
+    def nbytes(self) -> int:
+        return int(self._window.samples.nbytes) + int(self._pending.nbytes)
+
+    def output_bound(self, source_frames: int) -> int:
+        return sinc_output_length(source_frames, in_rate_hz=self._in, out_rate_hz=self._out)
+
+    def _rows_in_window(self, phase: int, padded_stop: int) -> int:
+        """Rows of ``phase`` whose window lies before padded sample ``padded_stop``."""
+        k = self._kernel
+        room = padded_stop - int(k.offsets[phase]) - k.taps.shape[1]
+        return 0 if room < 0 else room // k.in_step + 1
+
+    def _product(self, phase: int, first: int, stop: int, out: npt.NDArray[np.float32]) -> None:
+        """Rows ``first .. stop`` of ``phase`` as one product, into ``out``."""
+        k = self._kernel
+        band = k.taps.shape[1]
+        x = self._window.samples
+        start = first * k.in_step + int(k.offsets[phase]) - self._window.base
+        view = np.lib.stride_tricks.as_strided(
+            x[start:],
+            shape=(stop - first, band),
+            strides=(k.in_step * x.strides[0], x.strides[0]),
+            writeable=False,
+        )
+        out[:] = view @ k.taps[phase]
+
+    def _run(self, limits: npt.NDArray[np.int64], *, final: bool) -> None:
+        """Compute each phase's rows up to ``limits[phase]``; while streaming only whole
+        groups of 4 inside a product, at the end the products' own last rows."""
+        k = self._kernel
+        want = int(((limits - 1) * k.out_step + np.arange(k.out_step)).max(initial=-1)) + 1
+        grow = want - self._emitted - self._pending.shape[0]
+        if grow > 0:
+            self._pending = np.concatenate((self._pending, np.zeros(grow, dtype=np.float32)))
+        pending = self._pending
+        for phase in range(k.out_step):
+            done, limit = int(self._rows[phase]), int(limits[phase])
+            while done < limit:
+                product_end = (done // _SINC_ROWS_PER_PRODUCT + 1) * _SINC_ROWS_PER_PRODUCT
+                stop = min(limit, product_end)
+                first = done
+                if final:
+                    if stop - first == 1 and first % _SINC_ROWS_PER_PRODUCT:
+                        # A one-row product sums differently: redo the group before it.
+                        first -= _SINC_ROW_GROUP
+                else:
+                    stop = first + (stop - first) // _SINC_ROW_GROUP * _SINC_ROW_GROUP
+                    if stop == first:
+                        break
+                rows = np.empty(stop - first, dtype=np.float32)
+                self._product(phase, first, stop, rows)
+                start = phase + first * k.out_step - self._emitted
+                # Rows redone for the grouping were returned already (same values).
+                skip = max(0, -(start // k.out_step)) if start < 0 else 0
+                pending[start + skip * k.out_step :: k.out_step][: stop - first - skip] = rows[
+                    skip:
+                ]
+                done = stop
+            self._rows[phase] = done
+
+    def _release(self) -> npt.NDArray[np.float32]:
+        """The outputs every phase has computed, in order, and the source they no
+        longer need dropped."""
+        k = self._kernel
+        ready = int((self._rows * k.out_step + np.arange(k.out_step)).min())
+        count = ready - self._emitted
+        if count <= 0:
+            return np.empty(0, dtype=np.float32)
+        out = self._pending[:count].copy()
+        self._pending = self._pending[count:]
+        self._emitted = ready
+        # The next rows read from padded sample rows·in_step + offsets on, and a final
+        # one-row product redoes the group of 4 before it.
+        rows = self._rows
+        kept = np.where(rows % _SINC_ROWS_PER_PRODUCT != 0, rows - _SINC_ROW_GROUP, rows)
+        first = int((kept * k.in_step + k.offsets).min())
+        self._window.drop_before(first)
+        return out
+
+    def push(self, samples: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+        k = self._kernel
+        self._window.append(samples)
+        self._received += samples.shape[0]
+        # Rows whose window has arrived, and not past the shortest length this clip can
+        # have (a longer clip only adds outputs).
+        length = self.output_bound(self._received)
+        phases = np.arange(k.out_step)
+        by_length = np.maximum((length - phases + k.out_step - 1) // k.out_step, 0)
+        padded_stop = self._window.stop
+        limits = np.array(
+            [
+                min(self._rows_in_window(p, padded_stop), int(by_length[p]))
+                for p in range(k.out_step)
+            ],
+            dtype=np.int64,
+        )
+        self._run(np.maximum(limits, self._rows), final=False)
+        return self._release()
+
+    def finish(self) -> npt.NDArray[np.float32]:
+        k = self._kernel
+        length = self.output_bound(self._received)
+        phases = np.arange(k.out_step)
+        counts = np.maximum((length - phases + k.out_step - 1) // k.out_step, 0)
+        # The zeros behind the clip that its last windows read.
+        need = (
+            int(((counts - 1) * k.in_step + k.offsets).max(initial=0))
+            + k.taps.shape[1]
+            - self._window.stop
+        )
+        if need > 0:
+            self._window.append(np.zeros(need, dtype=np.float32))
+        self._run(counts.astype(np.int64), final=True)
+        return self._release()
+
+
+class Gemma3nLogMelStream:
+    """The 16 kHz waveform and its USM log-mel frames, computed as samples arrive.
+
+    :param clip_index: for errors and cancellation.
+    :param cancel: polled before every block of frames.
+    """
+
+    def __init__(self, *, clip_index: int = 0, cancel: CancelToken = NEVER) -> None:
+        self._clip_index = clip_index
+        self._cancel = cancel
+        self._waveform = GrowingArray(np.float32)
+        self._frames = np.empty((0, FEATURE_SIZE), dtype=np.float32)
+        self._next = 0  # frames computed
+        # A sample outside [-1, 1] (or NaN): features wait for finish, which raises.
+        self._suspect = False
+
+    @property
+    def samples(self) -> int:
+        """Normalized samples so far."""
+        return len(self._waveform)
+
+    @property
+    def nbytes(self) -> int:
+        """The waveform's and the frames' buffers."""
+        return self._waveform.nbytes + int(self._frames.nbytes)
+
+    def planned_nbytes(self, samples: int) -> int:
+        """:attr:`nbytes` once the waveform holds ``samples`` samples (a bound)."""
+        rows = samples // FRAME_HOP_SAMPLES + 1
+        return self._waveform.capacity_for(samples) * _F32 + self._row_capacity(rows) * (
+            FEATURE_SIZE * _F32
+        )
+
+    def _row_capacity(self, rows: int) -> int:
+        capacity = self._frames.shape[0]
+        return capacity if rows <= capacity else max(rows, 2 * capacity, 256)
+
+    def _compute(self, stop: int) -> None:
+        """Frames ``next .. stop`` of the (zero-padded) waveform so far."""
+        if stop <= self._next:
+            return
+        if stop > self._frames.shape[0]:
+            grown = np.empty((self._row_capacity(stop), FEATURE_SIZE), dtype=np.float32)
+            grown[: self._next] = self._frames[: self._next]
+            self._frames = grown
+        log_mel_frames(
+            self._waveform.view(),
+            lead_samples=0,
+            first_frame=self._next,
+            stop_frame=stop,
+            out=self._frames[self._next : stop],
+            clip_index=self._clip_index,
+            cancel=self._cancel,
+        )
+        self._next = stop
+
+    def push(self, samples: npt.NDArray[np.float32]) -> None:
+        """Append normalized samples ``[shape=(k,)]``; frame what became complete."""
+        if samples.shape[0] == 0:
+            return
+        self._waveform.extend(samples)
+        low, high = samples.min(), samples.max()
+        if not (low >= -1.0 and high <= 1.0):  # NaN fails both
+            self._suspect = True
+        if self._suspect:
+            return
+        n = len(self._waveform)
+        # Frame t reads samples 160·t .. 160·t + 511 (the 513th it unfolds is unused).
+        ready = (n - FRAME_SAMPLES) // FRAME_HOP_SAMPLES + 1 if n >= FRAME_SAMPLES else 0
+        if ready - self._next >= STREAM_BLOCK_FRAMES:
+            self._compute(ready)
+
+    def finish(
+        self, *, samples: int, tokens: int
+    ) -> tuple[npt.NDArray[np.float32], Gemma3nClipFeatures]:
+        """The read-only waveform and the clip's features, right-padded as the whole
+        clip's :func:`~audiogate_gemma3n.features.extract_features` makes them.
+
+        :param samples: the planned normalized samples (the waveform's length).
+        :param tokens: the planned tokens.
+        :raises FeatureError: a sample outside [-1, 1].
+        :raises NonFiniteSampleError: a NaN or infinite sample.
+        :raises PluginError: the waveform is not ``samples`` long.
+        """
+        waveform = self._waveform.view()
+        if waveform.shape[0] != samples:
+            raise PluginError(
+                f"gemma3n clip {self._clip_index}: the stream resampled "
+                f"{waveform.shape[0]} samples, the plan has {samples}"
+            )
+        if self._suspect:
+            _check_waveform(waveform, self._clip_index)  # raises
+        frames = feature_frames(samples)
+        total = valid_frames_in_padded_batch(samples)  # the frames and the tail
+        self._cancel.check(Checkpoint.FEATURE, self._clip_index)
+        self._compute(total)
+        computed = self._frames if self._frames.shape[0] == total else self._frames[:total].copy()
+        readonly(computed)
+        self._frames = np.empty((0, FEATURE_SIZE), dtype=np.float32)
+        features = Gemma3nClipFeatures(
+            features=computed[:frames],
+            mask=readonly(np.ones(frames, dtype=np.bool_)),
+            frames=frames,
+            tokens=tokens,
+            samples=samples,
+            padding_side="right",
+            tail=computed[frames:],
+            waveform=None,
+        )
+        return waveform, features
+
+
+class Gemma3nFeatureStream:
+    """Gemma 3n's :class:`~audiogate.streaming.stage.FeatureStream`: source batches of
+    :data:`~audiogate.streaming.stage.SOURCE_BATCH_FRAMES` through the streaming
+    resampler into :class:`Gemma3nLogMelStream`.
+
+    :param resampler: the clip's resampler as a stream.
+    :param algorithm: the resample plan's algorithm the stream runs.
+    :param source_rate_hz: the source rate.
+    """
+
+    def __init__(
+        self,
+        resampler: SourceStream,
+        *,
+        algorithm: str,
+        source_rate_hz: int,
+        clip_index: int = 0,
+        cancel: CancelToken = NEVER,
+    ) -> None:
+        self._resampler: SourceStream | None = resampler
+        self._algorithm = algorithm
+        self._source_rate_hz = source_rate_hz
+        self._clip_index = clip_index
+        self._cancel = cancel
+        self._mel: Gemma3nLogMelStream | None = Gemma3nLogMelStream(
+            clip_index=clip_index, cancel=cancel
+        )
+        self._waiting: list[npt.NDArray[np.float32]] = []
+        self._waiting_frames = 0
+        self._source_frames = 0
+
+    def _parts(self) -> tuple[SourceStream, Gemma3nLogMelStream]:
+        if self._resampler is None or self._mel is None:
+            raise RuntimeError("the gemma3n feature stream is closed")
+        return self._resampler, self._mel
+
+    @property
+    def nbytes(self) -> int:
+        """The waveform, the frames, the resampler's source and the waiting batch."""
+        if self._resampler is None or self._mel is None:
+            return 0
+        return self._mel.nbytes + self._resampler.nbytes + self._waiting_frames * _F32
+
+    def planned_nbytes(self, more_frames: int) -> int:
+        """:attr:`nbytes` after ``more_frames`` more source frames (a bound): the
+        waveform's and frames' growth, and every source frame not yet resampled."""
+        resampler, mel = self._parts()
+        out = resampler.output_bound(self._source_frames + more_frames) + 1
+        # The resampler's kept source and the batch, twice while they are joined.
+        source = resampler.nbytes + (self._waiting_frames + more_frames) * _F32
+        return mel.planned_nbytes(out) + 2 * source
+
+    def _flush(self) -> None:
+        resampler, mel = self._parts()
+        waiting = self._waiting
+        batch = waiting[0] if len(waiting) == 1 else np.concatenate(waiting)
+        self._waiting, self._waiting_frames = [], 0
+        self._cancel.check(Checkpoint.RESAMPLE, self._clip_index)
+        mel.push(resampler.push(batch))
+
+    def push(self, samples: npt.NDArray[np.float32]) -> None:
+        """Take the next mono float32 source samples ``[shape=(k,)]``."""
+        self._parts()
+        block = np.asarray(samples, dtype=np.float32)
+        if block.ndim != 1:
+            raise ValueError(f"push() takes mono samples [shape=(k,)], not shape {block.shape}")
+        if block.shape[0] == 0:
+            return
+        self._waiting.append(block)
+        self._waiting_frames += block.shape[0]
+        self._source_frames += block.shape[0]
+        if self._waiting_frames >= SOURCE_BATCH_FRAMES:
+            self._flush()
+
+    def finish(self, clip_plan: ClipPlan) -> tuple[npt.NDArray[np.float32], Gemma3nClipFeatures]:
+        """The 16 kHz waveform and the features of the clip ``clip_plan`` plans.
+
+        :raises PluginError: the plan is not what the stream ran.
+        """
+        resampler, mel = self._parts()
+        resample = clip_plan.resample
+        if (
+            resample.algorithm != self._algorithm
+            or resample.source_rate_hz != self._source_rate_hz
+            or resample.output_rate_hz != SAMPLE_RATE_HZ
+            or resample.source_samples != self._source_frames
+            or clip_plan.normalized_samples != resample.output_samples
+        ):
+            raise PluginError(
+                f"gemma3n clip {self._clip_index} is planned as {resample.algorithm} "
+                f"{resample.source_rate_hz} -> {resample.output_rate_hz} Hz over "
+                f"{resample.source_samples} frames ({clip_plan.normalized_samples} of "
+                f"{resample.output_samples} samples), streamed as {self._algorithm} from "
+                f"{self._source_rate_hz} Hz over {self._source_frames} frames"
+            )
+        if self._waiting:
+            self._flush()
+        self._cancel.check(Checkpoint.RESAMPLE, self._clip_index)
+        mel.push(resampler.finish())
+        return mel.finish(samples=resample.output_samples, tokens=clip_plan.features.tokens)
+
+    def close(self) -> None:
+        """Drop the source, the waveform and the frames (idempotent)."""
+        self._resampler = self._mel = None
+        self._waiting, self._waiting_frames = [], 0
+
+
+def open_resample_stream(algorithm: str, *, source_rate_hz: int) -> SourceStream | None:
+    """The streaming form of a resample plan's algorithm, or ``None`` (another plugin's)."""
+    if algorithm == "identity":
+        return IdentityStream()
+    if algorithm == LINEAR:
+        return LinearResampleStream(in_rate_hz=source_rate_hz)
+    if algorithm == SINC:
+        return SincResampleStream(in_rate_hz=source_rate_hz)
+    return None
+
+
+def open_feature_stream(
+    policy: AudioPolicy,
+    *,
+    source_rate_hz: int,
+    resample: ResamplePlan,
+    clip_index: int = 0,
+    cancel: CancelToken = NEVER,
+) -> Gemma3nFeatureStream | None:
+    """The clip's feature stream, or ``None`` (the core accumulates the clip): another
+    feature backend than numpy, left padding, or a resampler this plugin does not run.
+
+    :param resample: the family's plan probed for ``source_rate_hz``.
+    """
+    if policy.feature_backend != "numpy" or policy.options.get("padding_side", "right") != (
+        "right"
+    ):
+        return None
+    if resample.output_rate_hz != SAMPLE_RATE_HZ or resample.source_rate_hz != source_rate_hz:
+        return None
+    resampler = open_resample_stream(resample.algorithm, source_rate_hz=source_rate_hz)
+    if resampler is None:
+        return None
+    return Gemma3nFeatureStream(
+        resampler,
+        algorithm=resample.algorithm,
+        source_rate_hz=source_rate_hz,
+        clip_index=clip_index,
+        cancel=cancel,
+    )
