@@ -36,6 +36,13 @@ MODEL_CLASSES: Final = {
     ("phi4mm", "native"): "Phi4MultimodalForCausalLM",
     ("gemma3n", "default"): "Gemma3nForConditionalGeneration",
     ("qwen2audio", "default"): "Qwen2AudioForConditionalGeneration",
+    ("voxtral", "default"): "VoxtralForConditionalGeneration",
+    ("granitespeech", "default"): "GraniteSpeechForConditionalGeneration",
+    ("audioflamingo3", "default"): "AudioFlamingo3ForConditionalGeneration",
+    ("glmasr", "default"): "GlmAsrForConditionalGeneration",
+    # The Omni checkpoints' text-generating part (the talker and token2wav are not fed).
+    ("qwen25omni", "default"): "Qwen2_5OmniThinkerForConditionalGeneration",
+    ("qwen3omni", "default"): "Qwen3OmniMoeThinkerForConditionalGeneration",
 }
 
 #: The bundled checkpoints this script runs, by family (Phi-4 MM's native one).
@@ -43,6 +50,12 @@ CHECKPOINTS: Final = {
     "phi4mm": ROOT / "examples/models/phi-4-multimodal-instruct-hf",
     "gemma3n": ROOT / "examples/models/gemma-3n-e4b-it",
     "qwen2audio": ROOT / "examples/models/qwen2-audio-7b-instruct",
+    "voxtral": ROOT / "examples/models/voxtral-mini-3b-2507",
+    "granitespeech": ROOT / "examples/models/granite-speech-3.3-2b",
+    "audioflamingo3": ROOT / "examples/models/audio-flamingo-3-hf",
+    "glmasr": ROOT / "examples/models/glm-asr-nano-2512",
+    "qwen25omni": ROOT / "examples/models/qwen2.5-omni-7b",
+    "qwen3omni": ROOT / "examples/models/qwen3-omni-30b-a3b-instruct",
 }
 
 

@@ -15,6 +15,7 @@ from types import ModuleType
 
 import attrs
 import pytest
+from shipped import shipped_families
 
 pytest.importorskip("transformers")
 
@@ -25,6 +26,8 @@ from audiogate.api import AudioGate
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = ROOT / "examples" / "models" / "qwen2-audio-7b-instruct"
 AUDIO = ROOT / "examples" / "audio"
+#: The shipped families in families.toml's order, which the generate example follows.
+FAMILIES = [family.name for family in shipped_families()]
 
 
 @pytest.fixture(scope="module")
@@ -154,11 +157,15 @@ def tiny_models() -> dict:
     pytest.importorskip("torch")
     from audiogate.testing.tiny_models import build_tiny_model
 
-    return {family: build_tiny_model(family) for family in ("phi4mm", "gemma3n", "qwen2audio")}
+    return {family: build_tiny_model(family) for family in FAMILIES}
+
+
+def test_the_example_runs_every_shipped_family(generate_example) -> None:
+    assert list(generate_example.CHECKPOINTS) == FAMILIES
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("family", ["phi4mm", "gemma3n", "qwen2audio"])
+@pytest.mark.parametrize("family", FAMILIES)
 def test_generate_runs_on_a_tiny_model_of_each_family(
     generate_example, tiny_models, family: str
 ) -> None:
@@ -205,3 +212,4 @@ def test_the_generate_example_runs_as_a_script(generate_example, capsys) -> None
     out = capsys.readouterr().out
     assert "phi4mm (native) → Phi4MultimodalForCausalLM" in out
     assert "qwen2audio (default) → Qwen2AudioForConditionalGeneration" in out
+    assert "qwen3omni (default) → Qwen3OmniMoeThinkerForConditionalGeneration" in out
