@@ -13,6 +13,7 @@ import attrs
 import numpy as np
 import pytest
 from mlx_helpers import MLX_REASON, make_signal, with_backend
+from shipped import shipped_families
 
 from audiogate.cancel import NEVER
 
@@ -36,10 +37,21 @@ def _in_thread(run):
     return box["result"]
 
 
-@pytest.mark.parametrize(
-    ("family", "padding"),
-    [("phi4mm", None), ("gemma3n", "right"), ("gemma3n", "left"), ("qwen2audio", None)],
-)
+#: Every shipped family with an MLX kernel of its own (the Whisper-frontend families have
+#: none: their features are numpy's), Gemma 3n with each padding side.
+CASES = [
+    (family.name, padding)
+    for family in shipped_families()
+    if (family.root / family.package / "mlx_logmel.py").is_file()
+    for padding in (("right", "left") if family.name == "gemma3n" else (None,))
+]
+
+
+def test_the_cases_cover_the_mlx_kernels() -> None:
+    assert {family for family, _ in CASES} >= {"phi4mm", "gemma3n", "qwen2audio"}
+
+
+@pytest.mark.parametrize(("family", "padding"), CASES)
 def test_features_from_a_worker_thread_are_usable_elsewhere(host, family, padding) -> None:
     policy = with_backend(host.default_policy(family), "mlx")
     if padding:
