@@ -1,0 +1,593 @@
+"""The Phi-4 MM streaming stage: resampling and the SpeechLib log-mel computed as samples
+arrive.
+
+:func:`open_feature_stream` returns a :class:`Phi4MMFeatureStream` whose ``finish`` equals
+:func:`~audiogate_phi4mm.resample.resample` then :func:`~audiogate_phi4mm.features.
+extract_features` of the concatenated samples, bit for bit:
+
+* the resamplers run as streams. :class:`DecimateStream` (the integer-ratio rule): the
+  whole clip computes blocks of :data:`~audiogate_phi4mm.resample.BLOCK_OUTPUTS` outputs
+  as float64 products of up to ``chunk`` rows of 20 outputs; the stream runs each of those
+  products, with the same rows and the same shape, once the source it reads has arrived.
+  :class:`ExactResampleStream` (``scipy_polyphase_exact``): SciPy's ``upfirdn`` on a
+  window starting at a multiple of ``fs/g`` gives each output the whole clip's float32 sum
+  (:func:`~audiogate_phi4mm.resample.resample_exact` relies on the same), so any output
+  whose inputs have arrived is computed. The identity and relabelled rates pass the
+  samples through; the native variant's soxr HQ runs as the core's
+  :class:`~audiogate.streaming.stage.SourceResampler`, zero-padded to the plan at the end.
+* the log-mel frames: frame ``t`` reads samples ``t·hop .. t·hop + window - 1`` and is
+  computed once they have arrived. The whole clip computes blocks of 256 frames and its
+  mel projections are BLAS products: OpenBLAS gives a one-row product other sums than a
+  product of two rows or more (which agree row for row, whatever the count), so every
+  streamed product has at least two frames, and a clip whose last block is one frame
+  (``T mod 256 = 1``) gets that frame computed alone at ``finish``.
+
+Left for ``finish``: the source batch still gathering (under
+:data:`~audiogate.streaming.stage.SOURCE_BATCH_FRAMES`), the resampler's last outputs
+(the decimator's last products, whose windows reach past the clip's end), the frames
+after the last complete block of :data:`STREAM_BLOCK_FRAMES`, and that one-frame block.
+
+Not streamed (``None``: the core accumulates the clip): the mlx backend, a rate the
+frontend refuses, and resamplers of other plugins.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from audiogate.cancel import NEVER, CancelToken, Checkpoint
+from audiogate.dsp.scratch import thread_scratch
+from audiogate.errors import AudioGateError, PluginError
+from audiogate.policy import AudioPolicy
+from audiogate.records import ClipFeatures, ResamplePlan, readonly
+from audiogate.streaming.buffer import GrowingArray
+from audiogate.streaming.stage import SOURCE_BATCH_FRAMES, SourceResampler, open_source_resampler
+from audiogate_phi4mm.geometry import Frontend, frame_count, frontend_for
+from audiogate_phi4mm.logmel import (
+    BLOCK_FRAMES,
+    _bank_bands,
+    _log_mel_block,
+    _scaled_window,
+    _Scratch,
+)
+from audiogate_phi4mm.melbank import MEL_FILTERS, BankName
+from audiogate_phi4mm.resample import (
+    ALGORITHM,
+    BLOCK_OUTPUTS,
+    EXACT,
+    GROUP_OUTPUTS,
+    HALF_LENGTH_PER_FACTOR,
+    PRODUCT_MULTIPLY_ADDS,
+    _tap_matrices,
+    exact_filter,
+)
+
+if TYPE_CHECKING:
+    from audiogate.pipeline.plans import ClipPlan
+
+__all__ = [
+    "STREAM_BLOCK_FRAMES",
+    "DecimateStream",
+    "ExactResampleStream",
+    "IdentityStream",
+    "Phi4MMFeatureStream",
+    "Phi4MMLogMelStream",
+    "SoxrStreamAdapter",
+    "open_feature_stream",
+]
+
+#: Frames computed together while streaming (fewer wait for more samples).
+STREAM_BLOCK_FRAMES: Final = 32
+_F32: Final = 4
+
+
+class SourceStream(Protocol):
+    """A resampler run as a stream: outputs are returned once final."""
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held (source samples kept for outputs not yet computed)."""
+
+    def output_bound(self, source_frames: int) -> int:
+        """At most how many outputs ``source_frames`` source frames give."""
+
+    def push(self, samples: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+        """Take source samples ``[shape=(k,)]``; the outputs that became final."""
+
+    def finish(self) -> npt.NDArray[np.float32]:
+        """The remaining outputs of the clip of every sample pushed."""
+
+
+class _SourceWindow:
+    """The source samples from an absolute index on: what pending outputs still read."""
+
+    __slots__ = ("base", "samples")
+
+    def __init__(self) -> None:
+        self.base = 0
+        self.samples = np.empty(0, dtype=np.float32)
+
+    @property
+    def stop(self) -> int:
+        return self.base + self.samples.shape[0]
+
+    def append(self, block: npt.NDArray[np.float32]) -> None:
+        self.samples = np.concatenate((self.samples, block)) if self.samples.size else block
+
+    def drop_before(self, index: int) -> None:
+        """Forget the samples before absolute ``index``."""
+        cut = min(max(index - self.base, 0), self.samples.shape[0])
+        if cut:
+            self.samples = self.samples[cut:]
+            self.base += cut
+
+    def span(self, start: int, length: int, stop: int) -> npt.NDArray[np.float64]:
+        """Absolute samples ``start .. start + length`` as float64, zero before 0 and
+        from ``stop`` on."""
+        out = np.zeros(length, dtype=np.float64)
+        lo, hi = max(start, 0), min(start + length, stop)
+        if hi > lo:
+            out[lo - start : hi - start] = self.samples[lo - self.base : hi - self.base]
+        return out
+
+
+class IdentityStream:
+    """16 and 8 kHz sources, and the relabelled rates: the samples themselves."""
+
+    nbytes: Final = 0
+
+    def output_bound(self, source_frames: int) -> int:
+        """``source_frames``."""
+        return source_frames
+
+    def push(self, samples: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+        """The samples (not copied)."""
+        return samples
+
+    def finish(self) -> npt.NDArray[np.float32]:
+        """Nothing."""
+        return np.empty(0, dtype=np.float32)
+
+
+class DecimateStream:
+    """:func:`~audiogate_phi4mm.resample.decimate` (``resample_poly(x, 1, down)``) as a
+    stream, product by product as the whole clip computes them.
+
+    :param down: the integer factor, 2 to 12.
+    """
+
+    def __init__(self, *, down: int) -> None:
+        if not down >= 2:
+            raise ValueError(f"down must be at least 2, got {down}")
+        self._down = down
+        self._main, self._tail = _tap_matrices(down)
+        self._half = HALF_LENGTH_PER_FACTOR * down
+        self._span = GROUP_OUTPUTS * down
+        self._chunk = max(1, PRODUCT_MULTIPLY_ADDS // (GROUP_OUTPUTS * self._span))
+        self._block_rows = -(-BLOCK_OUTPUTS // GROUP_OUTPUTS)
+        self._window = _SourceWindow()
+        self._block = 0  # the next product: block and first row
+        self._top = 0
+
+    @property
+    def nbytes(self) -> int:
+        return int(self._window.samples.nbytes)
+
+    def output_bound(self, source_frames: int) -> int:
+        return -(-source_frames // self._down)
+
+    def _origin(self, block: int, top: int) -> int:
+        """Absolute source index of row ``top`` of ``block``'s buffer (negative: zeros)."""
+        return block * BLOCK_OUTPUTS * self._down - self._half + top * self._span
+
+    def _product(
+        self, block: int, top: int, bottom: int, count: int, stop: int
+    ) -> npt.NDArray[np.float32]:
+        """Rows ``top .. bottom`` of ``block`` (``count`` outputs in the block), the
+        source zero from ``stop`` on: the whole clip's two products and their sum."""
+        rows = bottom - top
+        grid = self._window.span(self._origin(block, top), (rows + 1) * self._span, stop).reshape(
+            rows + 1, self._span
+        )
+        result = np.empty((rows, GROUP_OUTPUTS), dtype=np.float64)
+        carry = np.empty((rows, GROUP_OUTPUTS), dtype=np.float64)
+        np.matmul(grid[:rows], self._main, out=result)
+        np.matmul(grid[1:, : self._tail.shape[0]], self._tail, out=carry)
+        result += carry
+        outputs = min(bottom * GROUP_OUTPUTS, count) - top * GROUP_OUTPUTS
+        return result.reshape(-1)[:outputs].astype(np.float32)
+
+    def _advance(self, bottom: int, rows: int) -> None:
+        self._top = bottom
+        if bottom >= rows:
+            self._block, self._top = self._block + 1, 0
+        self._window.drop_before(self._origin(self._block, self._top))
+
+    def push(self, samples: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+        self._window.append(samples)
+        received = self._window.stop
+        parts: list[npt.NDArray[np.float32]] = []
+        while True:
+            bottom = min(self._top + self._chunk, self._block_rows)
+            # A product whose rows' windows have all arrived belongs to a block that is
+            # full in the whole clip too (its windows end past the block's last output).
+            if self._origin(self._block, bottom + 1) > received:
+                break
+            parts.append(self._product(self._block, self._top, bottom, BLOCK_OUTPUTS, received))
+            self._advance(bottom, self._block_rows)
+        if not parts:
+            return np.empty(0, dtype=np.float32)
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+    def finish(self) -> npt.NDArray[np.float32]:
+        n = self._window.stop
+        total = self.output_bound(n)
+        parts: list[npt.NDArray[np.float32]] = []
+        while self._block * BLOCK_OUTPUTS < total:
+            count = min(BLOCK_OUTPUTS, total - self._block * BLOCK_OUTPUTS)
+            rows = -(-count // GROUP_OUTPUTS)
+            bottom = min(self._top + self._chunk, rows)
+            parts.append(self._product(self._block, self._top, bottom, count, n))
+            self._advance(bottom, rows)
+        if not parts:
+            return np.empty(0, dtype=np.float32)
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+class ExactResampleStream:
+    """:func:`~audiogate_phi4mm.resample.resample_exact` (``resample_poly(x, up, down)``
+    in float32) as a stream.
+
+    :param up: the ratio's numerator; ``down``: its denominator (coprime).
+    """
+
+    def __init__(self, *, up: int, down: int) -> None:
+        if up < 1 or down < 1:
+            raise ValueError(f"up and down must be >= 1, got {up} and {down}")
+        self._up, self._down = up, down
+        _, self._pre_remove = exact_filter(up, down, 0)
+        self._window = _SourceWindow()
+        self._next = 0  # outputs returned
+
+    @property
+    def nbytes(self) -> int:
+        return int(self._window.samples.nbytes)
+
+    def output_bound(self, source_frames: int) -> int:
+        return -(-source_frames * self._up // self._down)
+
+    def _outputs(self, stop: int, n: int) -> npt.NDArray[np.float32]:
+        """Outputs ``next .. stop`` of a clip of (at least) ``n`` samples, as
+        :func:`~audiogate_phi4mm.resample.resample_exact` computes a block."""
+        from scipy.signal import upfirdn
+
+        up, down, pre = self._up, self._down, self._pre_remove
+        h, _ = exact_filter(up, down, n)
+        taps = h.shape[0]
+        first = self._next
+        low = max(0, -(-((first + pre) * down - taps + 1) // up))
+        start = low // down * down
+        end = min(n, (stop - 1 + pre) * down // up + 1)
+        shift = start * up // down
+        x = self._window.samples
+        window = upfirdn(h, x[start - self._window.base : end - self._window.base], up, down)
+        out = np.asarray(window[first + pre - shift : stop + pre - shift], dtype=np.float32)
+        self._next = stop
+        # The next window starts at a multiple of down before its first input; a longer
+        # clip's filter has a few more (zero) taps at its end, so keep a margin.
+        next_low = -(-((stop + pre) * down - taps + 1) // up) - down - 1
+        self._window.drop_before(max(0, next_low) // down * down)
+        return out
+
+    def push(self, samples: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+        self._window.append(samples)
+        received = self._window.stop
+        # Output m reads inputs up to (m + pre_remove)·down // up.
+        stop = min(
+            (received * self._up - 1) // self._down + 1 - self._pre_remove,
+            self.output_bound(received),
+        )
+        if stop <= self._next:
+            return np.empty(0, dtype=np.float32)
+        return self._outputs(stop, received)
+
+    def finish(self) -> npt.NDArray[np.float32]:
+        n = self._window.stop
+        total = self.output_bound(n)
+        if total <= self._next:
+            return np.empty(0, dtype=np.float32)
+        return self._outputs(total, n)
+
+
+class SoxrStreamAdapter:
+    """The core's streaming soxr HQ (:class:`~audiogate.streaming.stage.SourceResampler`)
+    for the native variant; the plan's zero padding is added by the feature stream."""
+
+    def __init__(self, resampler: SourceResampler) -> None:
+        self._resampler = resampler
+
+    @property
+    def nbytes(self) -> int:
+        return self._resampler.waiting_frames * _F32
+
+    def output_bound(self, source_frames: int) -> int:
+        return self._resampler.output_bound(source_frames)
+
+    def push(self, samples: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+        out = self._resampler.push(samples)
+        return np.empty(0, dtype=np.float32) if out is None else out
+
+    def finish(self) -> npt.NDArray[np.float32]:
+        return self._resampler.finish()
+
+
+class Phi4MMLogMelStream:
+    """The normalized waveform and its SpeechLib log-mel frames, computed as it arrives.
+
+    :param frontend: the framing of the effective rate.
+    :param bank: the mel bank (``"speechlib"``, or ``"native"`` for the native variant).
+    """
+
+    def __init__(
+        self,
+        *,
+        frontend: Frontend,
+        bank: BankName,
+        clip_index: int = 0,
+        cancel: CancelToken = NEVER,
+    ) -> None:
+        self._frontend = frontend
+        self._bands = _bank_bands(bank)
+        self._window_weights = _scaled_window(frontend.window_samples)
+        self._clip_index = clip_index
+        self._cancel = cancel
+        self._waveform = GrowingArray(np.float32)
+        self._frames = np.empty((0, MEL_FILTERS), dtype=np.float32)
+        self._next = 0  # frames computed
+
+    @property
+    def samples(self) -> int:
+        """Samples so far."""
+        return len(self._waveform)
+
+    @property
+    def nbytes(self) -> int:
+        """The waveform's and the frames' buffers."""
+        return self._waveform.nbytes + int(self._frames.nbytes)
+
+    def planned_nbytes(self, samples: int) -> int:
+        """:attr:`nbytes` once the waveform holds ``samples`` samples (a bound)."""
+        rows = samples // self._frontend.hop_samples + 1
+        return self._waveform.capacity_for(samples) * _F32 + self._row_capacity(rows) * (
+            MEL_FILTERS * _F32
+        )
+
+    def _row_capacity(self, rows: int) -> int:
+        capacity = self._frames.shape[0]
+        return capacity if rows <= capacity else max(rows, 2 * capacity, 256)
+
+    def _compute(self, first: int, stop: int) -> None:
+        """Frames ``first .. stop`` as products of as even sizes as :data:`BLOCK_FRAMES`
+        allows (one frame alone only when ``stop - first == 1``)."""
+        count = stop - first
+        if count <= 0:
+            return
+        if stop > self._frames.shape[0]:
+            grown = np.empty((self._row_capacity(stop), MEL_FILTERS), dtype=np.float32)
+            grown[: self._next] = self._frames[: self._next]
+            self._frames = grown
+        frontend = self._frontend
+        scratch = thread_scratch(("phi4mm.log_mel", frontend), lambda: _Scratch(frontend))
+        wave = self._waveform.view()
+        pieces = -(-count // BLOCK_FRAMES)
+        for piece in range(pieces):
+            self._cancel.check(Checkpoint.FEATURE, self._clip_index)
+            lo = first + count * piece // pieces
+            hi = first + count * (piece + 1) // pieces
+            origin = lo * frontend.hop_samples
+            length = (hi - lo - 1) * frontend.hop_samples + frontend.window_samples
+            _log_mel_block(
+                wave[origin : origin + length],
+                frontend=frontend,
+                bands=self._bands,
+                window=self._window_weights,
+                scratch=scratch,
+                out=self._frames[lo:hi],
+            )
+        self._next = max(self._next, stop)
+
+    def push(self, samples: npt.NDArray[np.float32]) -> None:
+        """Append samples ``[shape=(k,)]``; frame what became complete."""
+        if samples.shape[0] == 0:
+            return
+        self._waveform.extend(samples)
+        ready = frame_count(len(self._waveform), self._frontend)
+        if ready - self._next >= STREAM_BLOCK_FRAMES:
+            self._compute(self._next, ready)
+
+    def finish(
+        self, *, samples: int, frames: int
+    ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]:
+        """The read-only waveform and features ``[shape=(frames, 80)]``.
+
+        :raises PluginError: the waveform does not give ``frames`` frames.
+        """
+        waveform = self._waveform.view()
+        if waveform.shape[0] != samples or frame_count(samples, self._frontend) != frames:
+            raise PluginError(
+                f"phi4mm clip {self._clip_index}: the stream resampled {waveform.shape[0]} "
+                f"samples, the plan has {samples} samples and {frames} frames"
+            )
+        self._cancel.check(Checkpoint.FEATURE, self._clip_index)
+        # The whole clip's last block is a single frame: its one-row product sums apart.
+        alone = frames % BLOCK_FRAMES == 1
+        end = frames - 1 if alone else frames
+        first = self._next
+        if end - first == 1 and first > 0:
+            first -= 1  # never a one-row product elsewhere (the frame before is redone)
+        self._compute(min(first, end), end)
+        if alone:
+            self._compute(frames - 1, frames)
+        features = self._frames if self._frames.shape[0] == frames else self._frames[:frames].copy()
+        self._frames = np.empty((0, MEL_FILTERS), dtype=np.float32)
+        return waveform, readonly(features)
+
+
+class Phi4MMFeatureStream:
+    """Phi-4 MM's :class:`~audiogate.streaming.stage.FeatureStream`: source batches of
+    :data:`~audiogate.streaming.stage.SOURCE_BATCH_FRAMES` through the streaming
+    resampler into :class:`Phi4MMLogMelStream`.
+
+    :param resampler: the clip's resampler as a stream.
+    :param probe: the resample plan the stream runs (probed at any length).
+    """
+
+    def __init__(
+        self,
+        resampler: SourceStream,
+        *,
+        probe: ResamplePlan,
+        frontend: Frontend,
+        bank: BankName,
+        clip_index: int = 0,
+        cancel: CancelToken = NEVER,
+    ) -> None:
+        self._resampler: SourceStream | None = resampler
+        self._probe = probe
+        self._clip_index = clip_index
+        self._cancel = cancel
+        self._mel: Phi4MMLogMelStream | None = Phi4MMLogMelStream(
+            frontend=frontend, bank=bank, clip_index=clip_index, cancel=cancel
+        )
+        self._waiting: list[npt.NDArray[np.float32]] = []
+        self._waiting_frames = 0
+        self._source_frames = 0
+
+    def _parts(self) -> tuple[SourceStream, Phi4MMLogMelStream]:
+        if self._resampler is None or self._mel is None:
+            raise RuntimeError("the phi4mm feature stream is closed")
+        return self._resampler, self._mel
+
+    @property
+    def nbytes(self) -> int:
+        """The waveform, the frames, the resampler's source and the waiting batch."""
+        if self._resampler is None or self._mel is None:
+            return 0
+        return self._mel.nbytes + self._resampler.nbytes + self._waiting_frames * _F32
+
+    def planned_nbytes(self, more_frames: int) -> int:
+        """:attr:`nbytes` after ``more_frames`` more source frames (a bound): the
+        waveform's and frames' growth, and every source frame not yet resampled."""
+        resampler, mel = self._parts()
+        out = resampler.output_bound(self._source_frames + more_frames) + 1
+        # The resampler's kept source and the batch, twice while they are joined.
+        source = resampler.nbytes + (self._waiting_frames + more_frames) * _F32
+        return mel.planned_nbytes(out) + 2 * source
+
+    def _flush(self) -> None:
+        resampler, mel = self._parts()
+        waiting = self._waiting
+        batch = waiting[0] if len(waiting) == 1 else np.concatenate(waiting)
+        self._waiting, self._waiting_frames = [], 0
+        self._cancel.check(Checkpoint.RESAMPLE, self._clip_index)
+        mel.push(resampler.push(batch))
+
+    def push(self, samples: npt.NDArray[np.float32]) -> None:
+        """Take the next mono float32 source samples ``[shape=(k,)]``."""
+        self._parts()
+        block = np.asarray(samples, dtype=np.float32)
+        if block.ndim != 1:
+            raise ValueError(f"push() takes mono samples [shape=(k,)], not shape {block.shape}")
+        if block.shape[0] == 0:
+            return
+        self._waiting.append(block)
+        self._waiting_frames += block.shape[0]
+        self._source_frames += block.shape[0]
+        if self._waiting_frames >= SOURCE_BATCH_FRAMES:
+            self._flush()
+
+    def finish(self, clip_plan: ClipPlan) -> tuple[npt.NDArray[np.float32], ClipFeatures]:
+        """The normalized waveform and the features of the clip ``clip_plan`` plans.
+
+        :raises PluginError: the plan is not what the stream ran.
+        """
+        resampler, mel = self._parts()
+        resample, probe = clip_plan.resample, self._probe
+        if (
+            (resample.algorithm, resample.source_rate_hz, resample.output_rate_hz)
+            != (probe.algorithm, probe.source_rate_hz, probe.output_rate_hz)
+            or any(resample.detail.get(key) != probe.detail.get(key) for key in ("up", "down"))
+            or resample.source_samples != self._source_frames
+            or clip_plan.normalized_samples != resample.output_samples
+        ):
+            raise PluginError(
+                f"phi4mm clip {self._clip_index} is planned as {resample.algorithm} "
+                f"{resample.source_rate_hz} -> {resample.output_rate_hz} Hz over "
+                f"{resample.source_samples} frames ({clip_plan.normalized_samples} of "
+                f"{resample.output_samples} samples), streamed as {probe.algorithm} "
+                f"{probe.source_rate_hz} -> {probe.output_rate_hz} Hz over "
+                f"{self._source_frames} frames"
+            )
+        if self._waiting:
+            self._flush()
+        self._cancel.check(Checkpoint.RESAMPLE, self._clip_index)
+        mel.push(resampler.finish())
+        extra = resample.output_samples - mel.samples
+        if extra > 0 and resample.algorithm == "soxr_hq":
+            mel.push(np.zeros(extra, dtype=np.float32))  # librosa's length
+        plan = clip_plan.features
+        waveform, features = mel.finish(samples=resample.output_samples, frames=plan.frames)
+        return waveform, ClipFeatures(features=features, frames=plan.frames, tokens=plan.tokens)
+
+    def close(self) -> None:
+        """Drop the source, the waveform and the frames (idempotent)."""
+        self._resampler = self._mel = None
+        self._waiting, self._waiting_frames = [], 0
+
+
+def open_resample_stream(resample: ResamplePlan) -> SourceStream | None:
+    """The streaming form of a resample plan, or ``None`` (an algorithm it cannot run)."""
+    if resample.algorithm == "identity":
+        return IdentityStream()
+    if resample.algorithm == ALGORITHM:
+        return DecimateStream(down=int(resample.detail["down"]))
+    if resample.algorithm == EXACT:
+        return ExactResampleStream(up=int(resample.detail["up"]), down=int(resample.detail["down"]))
+    soxr = open_source_resampler(resample)
+    return None if soxr is None else SoxrStreamAdapter(soxr)
+
+
+def open_feature_stream(
+    policy: AudioPolicy,
+    *,
+    source_rate_hz: int,
+    resample: ResamplePlan,
+    clip_index: int = 0,
+    cancel: CancelToken = NEVER,
+) -> Phi4MMFeatureStream | None:
+    """The clip's feature stream, or ``None`` (the core accumulates the clip): another
+    feature backend than numpy, an effective rate the frontend refuses, or a resampler
+    this plugin does not run.
+
+    :param resample: the family's plan probed for ``source_rate_hz``.
+    """
+    if policy.feature_backend != "numpy" or resample.source_rate_hz != source_rate_hz:
+        return None
+    try:
+        frontend = frontend_for(policy, resample.output_rate_hz, clip_index=clip_index)
+    except AudioGateError:
+        return None  # the whole clip's plan refuses it, with its error
+    resampler = open_resample_stream(resample)
+    if resampler is None:
+        return None
+    return Phi4MMFeatureStream(
+        resampler,
+        probe=resample,
+        frontend=frontend,
+        bank="native" if policy.variant == "native" else "speechlib",
+        clip_index=clip_index,
+        cancel=cancel,
+    )
