@@ -57,10 +57,16 @@ class Served:
         )
 
 
-def _app(tmp_path: Path, clock: ManualClock, limits: ServerLimits | None = None) -> Any:
+def _app(
+    tmp_path: Path,
+    clock: ManualClock,
+    limits: ServerLimits | None = None,
+    *,
+    stored: bool = True,
+) -> Any:
     host = create_host(load_entry_points=True)
     metrics = AudioMetrics(server_registry(), families=host.families)
-    store = SourceStore.open(tmp_path / "store")
+    store = SourceStore.open(tmp_path / "store") if stored else None
     worker = ServerWorker(host, metrics=metrics, feature_cache_bytes=64 << 20, feature_store=store)
     gate = AudioGate.from_model_dir(
         MODELS / MODEL, host=host, tokenizer=tokenizer(MODEL), worker=worker, store=store
@@ -287,3 +293,29 @@ def test_a_real_server_keeps_the_websocket_past_the_head_timeout(tmp_path: Path)
             ws.send(_event("input_audio_buffer.commit"))
             committed = json.loads(ws.recv(timeout=30))
         assert committed["audio_ref"]["sha256"] == hashlib.sha256(pcm).hexdigest()
+
+
+def test_sessions_at_once_keep_their_own_buffers(served: Served) -> None:
+    first, second = _pcm16(0.5, 24_000, seed=1), _pcm16(0.7, 24_000, seed=2)
+    with _connected(served) as one, _connected(served) as two:
+        for start in range(0, len(second), 4800):  # interleaved appends
+            if start < len(first):
+                one.send_text(_append(first[start : start + 4800]))
+            two.send_text(_append(second[start : start + 4800]))
+        two.send_text(_event("input_audio_buffer.commit"))
+        one.send_text(_event("input_audio_buffer.commit"))
+        assert one.receive_json()["audio_ref"]["sha256"] == hashlib.sha256(first).hexdigest()
+        assert two.receive_json()["audio_ref"]["sha256"] == hashlib.sha256(second).hexdigest()
+    wait_until(served.idle)
+
+
+def test_without_a_store_a_commit_answers_its_accounting_only(tmp_path: Path) -> None:
+    app = _app(tmp_path, ManualClock(), stored=False)
+    pcm = _pcm16(0.5, 24_000)
+    with TestClient(app) as client, client.websocket_connect(REALTIME, headers=dict(ALICE)) as ws:
+        assert ws.receive_json()["type"] == "session.created"
+        ws.send_text(_append(pcm))
+        ws.send_text(_event("input_audio_buffer.commit"))
+        committed = ws.receive_json()
+    assert committed["clip"]["sha256"] == hashlib.sha256(pcm).hexdigest()
+    assert "audio_ref" not in committed

@@ -57,7 +57,7 @@ from audiogate.server.errors import (
     status_for,
 )
 from audiogate.server.stream_upload import StreamBody, StreamMetrics, count_end, store_prepared
-from audiogate.store import ANONYMOUS_OWNER
+from audiogate.store import ANONYMOUS_OWNER, StoreWriteError
 from audiogate.streaming.deadlines import StreamDeadlines
 from audiogate.streaming.transport import prepare_stream
 
@@ -416,7 +416,7 @@ def error_event(error: BaseException, event_id: str | None) -> dict[str, Any]:
     """An ``error`` event in OpenAI's shape, with audiogate's code and reason (and the
     limit's figures where there are any); ``event_id`` is the client event's."""
     body = error_payload(error)["error"]
-    status = status_for(error)
+    status = error.status if isinstance(error, StoreWriteError) else status_for(error)
     detail: dict[str, Any] = {
         "type": "invalid_request_error" if status < 500 else "server_error",
         "code": body["code"],
