@@ -1,0 +1,252 @@
+"""The Phi-4 MM streaming stage equals the whole clip's resample + features, bit for bit."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import attrs
+import numpy as np
+import numpy.typing as npt
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from audiogate.acquire.clip import EncodedClip
+from audiogate.cancel import NEVER
+from audiogate.decode.geometry import SourceFormat
+from audiogate.errors import PluginError
+from audiogate.host import FamilyHost
+from audiogate.pipeline.plans import ClipPlan
+from audiogate.pipeline.preflight import preflight
+from audiogate.policy import AudioPolicy, CheckpointConfigs
+from audiogate.streaming.stage import FeatureStream
+from audiogate_phi4mm.features import extract_features
+from audiogate_phi4mm.logmel import BLOCK_FRAMES
+from audiogate_phi4mm.resample import (
+    BLOCK_OUTPUTS,
+    EXACT,
+    decimate,
+    exact_ratio,
+    resample,
+    resample_exact,
+)
+from audiogate_phi4mm.streaming import (
+    DecimateStream,
+    ExactResampleStream,
+    Phi4MMFeatureStream,
+    open_feature_stream,
+)
+
+RATES = (8_000, 11_025, 16_000, 22_050, 44_100, 48_000)
+#: Chunk sizes that put borders inside the polyphase filters and the 400-sample frames.
+ODD_SIZES = (1, 2, 3, 7, 13, 159, 161, 199, 401)
+HEALTH = [HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+
+
+def _signal(n: int, seed: int) -> npt.NDArray[np.float32]:
+    x = np.random.default_rng(seed).standard_normal(n) * 0.1
+    return np.clip(x, -1.0, 1.0).astype(np.float32)
+
+
+def _chunks(x: npt.NDArray[np.float32], sizes: Sequence[int]) -> Iterator[npt.NDArray[np.float32]]:
+    start, index = 0, 0
+    while start < x.shape[0]:
+        size = max(1, sizes[index % len(sizes)])
+        yield x[start : start + size]
+        start, index = start + size, index + 1
+
+
+def _chunkings(rate: int) -> st.SearchStrategy[list[int]]:
+    return st.one_of(
+        st.just([rate // 100]),  # 10 ms
+        st.just([rate // 50]),  # 20 ms
+        st.lists(st.integers(1, rate // 10), min_size=1, max_size=8),
+        st.lists(st.sampled_from(ODD_SIZES), min_size=1, max_size=6),
+    )
+
+
+def _bits(x: npt.NDArray[np.float32]) -> npt.NDArray[np.uint32]:
+    return np.ascontiguousarray(x).view(np.uint32)
+
+
+@pytest.fixture
+def exact(host: FamilyHost) -> AudioPolicy:
+    return host.parse_policy(
+        "phi4mm",
+        CheckpointConfigs(
+            model={"model_type": "phi4mm"},
+            processor={"audiogate_audio_limits": {"resampling_algorithm": EXACT}},
+            processor_file="preprocessor_config.json",
+        ),
+    )
+
+
+def _clip_plan(host: FamilyHost, policy: AudioPolicy, rate_hz: int, frames: int) -> ClipPlan:
+    """The whole clip's plan (only the geometry is read)."""
+    fmt = SourceFormat.raw("pcm16", rate_hz=rate_hz, channels=1)
+    clip = EncodedClip(data=bytes(2 * frames), source_format=fmt, ordinal=1)
+    return preflight(host, policy, [clip]).clips[0]
+
+
+def _stream(host: FamilyHost, policy: AudioPolicy, rate_hz: int) -> Phi4MMFeatureStream:
+    probe = host.plan_resample(policy, source_rate_hz=rate_hz, source_samples=rate_hz, clip_index=0)
+    stream = open_feature_stream(policy, source_rate_hz=rate_hz, resample=probe)
+    assert stream is not None
+    return stream
+
+
+def _check_same(
+    host: FamilyHost,
+    policy: AudioPolicy,
+    rate_hz: int,
+    x: npt.NDArray[np.float32],
+    sizes: Sequence[int],
+) -> None:
+    plan = _clip_plan(host, policy, rate_hz, x.shape[0])
+    wave = resample(policy, plan.resample, x, clip_index=0, cancel=NEVER)
+    whole = extract_features(
+        policy,
+        plan.features,
+        wave,
+        rate_hz=plan.resample.output_rate_hz,
+        clip_index=0,
+        cancel=NEVER,
+    )
+    stream = _stream(host, policy, rate_hz)
+    for chunk in _chunks(x, sizes):
+        stream.push(chunk)
+        assert stream.planned_nbytes(0) >= stream.nbytes
+    waveform, features = stream.finish(plan)
+    stream.close()
+    assert stream.nbytes == 0
+    assert np.array_equal(_bits(waveform), _bits(wave))
+    assert not waveform.flags.writeable
+    assert not features.features.flags.writeable
+    assert np.array_equal(_bits(features.features), _bits(whole.features))
+    assert features.mask is None
+    assert (features.frames, features.tokens) == (whole.frames, whole.tokens)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=HEALTH)
+@given(data=st.data())
+def test_any_chunking_decimates_as_the_whole_clip(data: st.DataObject) -> None:
+    down = data.draw(st.integers(2, 12))
+    # Past one block of 16,000 outputs sometimes: the products of the next block.
+    n = data.draw(st.one_of(st.integers(0, 300), st.integers(301, (BLOCK_OUTPUTS + 900) * down)))
+    sizes = data.draw(_chunkings(16_000 * down))
+    x = _signal(n, data.draw(st.integers(0, 2**16)))
+    whole = decimate(x, down=down, clip_index=0, cancel=NEVER)
+    stream = DecimateStream(down=down)
+    parts = [stream.push(chunk) for chunk in _chunks(x, sizes)]
+    parts.append(stream.finish())
+    assert np.array_equal(_bits(np.concatenate(parts)), _bits(whole))
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=HEALTH)
+@given(data=st.data())
+def test_any_chunking_resamples_the_exact_ratio_as_the_whole_clip(data: st.DataObject) -> None:
+    rate = data.draw(st.sampled_from([8_000, 11_025, 22_050, 32_000, 44_100, 48_000, 96_000]))
+    up, down = exact_ratio(rate)
+    n = data.draw(st.one_of(st.integers(0, 300), st.integers(301, rate * 3 // 2)))
+    sizes = data.draw(_chunkings(rate))
+    x = _signal(n, data.draw(st.integers(0, 2**16)))
+    whole = resample_exact(x, up=up, down=down, clip_index=0, cancel=NEVER)
+    stream = ExactResampleStream(up=up, down=down)
+    parts = [stream.push(chunk) for chunk in _chunks(x, sizes)]
+    parts.append(stream.finish())
+    assert np.array_equal(_bits(np.concatenate(parts)), _bits(whole))
+
+
+def test_one_sample_at_a_time() -> None:
+    x = _signal(2_000, 5)
+    for stream, whole in (
+        (DecimateStream(down=3), decimate(x, down=3, clip_index=0, cancel=NEVER)),
+        (
+            ExactResampleStream(up=160, down=441),
+            resample_exact(x, up=160, down=441, clip_index=0, cancel=NEVER),
+        ),
+    ):
+        parts = [stream.push(x[i : i + 1]) for i in range(x.shape[0])]
+        parts.append(stream.finish())
+        assert np.array_equal(_bits(np.concatenate(parts)), _bits(whole))
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=HEALTH)
+@given(data=st.data())
+def test_any_chunking_gives_the_whole_clips_features(
+    host: FamilyHost,
+    remote: AudioPolicy,
+    exact: AudioPolicy,
+    native: AudioPolicy,
+    data: st.DataObject,
+) -> None:
+    chosen = data.draw(st.sampled_from([remote, exact, native]))
+    rate = data.draw(st.sampled_from(RATES))
+    seconds = data.draw(st.floats(0.03, 1.5))
+    n = max(int(rate * seconds), rate * 420 // 8_000)
+    sizes = data.draw(_chunkings(rate))
+    _check_same(host, chosen, rate, _signal(n, data.draw(st.integers(0, 2**16))), sizes)
+
+
+@pytest.mark.parametrize(
+    "samples",
+    [
+        400,  # exactly one frame (a one-row product, as the whole clip's)
+        401,  # one past
+        559,  # one short of the second frame
+        400 + 160 * BLOCK_FRAMES,  # 257 frames: the last block is one frame
+        400 + 160 * (BLOCK_FRAMES - 1),  # 256 frames: one whole block
+        400 + 160 * (2 * BLOCK_FRAMES + 1),  # 514: a two-frame last block
+    ],
+)
+@pytest.mark.parametrize("sizes", [[1], [160], [320], [13, 401]])
+def test_edge_lengths_at_16k(
+    host: FamilyHost, remote: AudioPolicy, samples: int, sizes: list[int]
+) -> None:
+    if sizes == [1] and samples > 20_000:
+        sizes = [7]
+    _check_same(host, remote, 16_000, _signal(samples, samples), sizes)
+
+
+def test_edge_lengths_at_8k(host: FamilyHost, remote: AudioPolicy) -> None:
+    for samples in (200, 201, 200 + 80 * BLOCK_FRAMES):
+        _check_same(host, remote, 8_000, _signal(samples, samples), [80])
+
+
+def test_a_long_clip_in_20ms_chunks(host: FamilyHost, remote: AudioPolicy) -> None:
+    # Past three decimator blocks (16,000 outputs each).
+    _check_same(host, remote, 48_000, _signal(48_000 * 4 + 17, 1), [960])
+
+
+def test_what_does_not_stream_is_left_to_the_core(host: FamilyHost, remote: AudioPolicy) -> None:
+    probe = host.plan_resample(remote, source_rate_hz=48_000, source_samples=48_000, clip_index=0)
+    opened = open_feature_stream(remote, source_rate_hz=48_000, resample=probe)
+    assert isinstance(opened, FeatureStream)
+    mlx = attrs.evolve(remote, feature_backend="mlx")
+    assert open_feature_stream(mlx, source_rate_hz=48_000, resample=probe) is None
+    other = attrs.evolve(probe, algorithm="soxr_vhq")
+    assert open_feature_stream(remote, source_rate_hz=48_000, resample=other) is None
+    odd = attrs.evolve(probe, output_rate_hz=12_000)
+    assert open_feature_stream(remote, source_rate_hz=48_000, resample=odd) is None
+
+
+def test_a_plan_of_another_clip_is_refused(host: FamilyHost, remote: AudioPolicy) -> None:
+    stream = _stream(host, remote, 48_000)
+    stream.push(_signal(9_600, 0))
+    with pytest.raises(PluginError, match="streamed as scipy_polyphase_integer"):
+        stream.finish(_clip_plan(host, remote, 48_000, 9_601))
+    stream.close()
+    stream.close()
+    assert stream.nbytes == 0
+    with pytest.raises(RuntimeError):
+        stream.push(_signal(10, 0))
+
+
+@pytest.mark.parametrize("seed", [2, 16, 17])
+def test_a_one_frame_last_block_is_its_own_product(
+    host: FamilyHost, remote: AudioPolicy, seed: int
+) -> None:
+    # OpenBLAS sums a one-row mel product differently from the same row in a larger one
+    # (one or two of 80 values for these signals): the stream computes frame 256 of a
+    # 257-frame clip alone, as the whole clip does, though it streamed it with others.
+    _check_same(host, remote, 16_000, _signal(400 + 160 * BLOCK_FRAMES, seed), [160])
