@@ -254,6 +254,28 @@ def _reply(sock: socket.socket) -> tuple[int, dict[str, Any], bytes]:
     return status, json.loads(rest[:length]), head
 
 
+def _send_until_refused(served: Served, sock: socket.socket, pieces: Iterator[bytes]) -> int:
+    """Send ``pieces`` one at a time, each once the server has taken the one before, and
+    stop at the refusal: bytes sent after it would reach a closed socket, whose reset
+    can discard the answer before the client reads it."""
+    sent = 0
+
+    def ended() -> bool:
+        refused = ("audiogate_server_streams_total", "upload", "refused")
+        return served.value(refused[0], transport=refused[1], outcome=refused[2]) > 0
+
+    def taken(size: int) -> bool:
+        return served.value("audiogate_server_stream_bytes_total", transport="upload") >= size
+
+    for piece in pieces:
+        _send_chunk(sock, piece)
+        sent += len(piece)
+        wait_until(lambda size=sent: taken(size) or ended())
+        if ended():
+            break
+    return sent
+
+
 def test_a_limit_crossed_mid_stream_is_refused_at_that_chunk(served: Served) -> None:
     # Qwen2-Audio takes at most 30 s: the chunk that crosses it is refused at once.
     rate = 8_000
@@ -382,3 +404,17 @@ def test_a_chunked_webm_opus_upload_matches_the_normal_upload(served: Served) ->
     same = ("sha256", "bytes", "duration_us", "format")
     assert {k: normal.json().get(k) for k in same} == {k: streamed.json().get(k) for k in same}
     wait_until(served.idle)
+
+
+def test_a_stream_past_the_body_budget_is_refused_mid_stream(tmp_path: Path) -> None:
+    with _serving(tmp_path, limits=ServerLimits(max_inflight_body_bytes=256 * 1024)) as served:
+        sock = _chunked_head(served.port, f"{SOURCES}?format=pcm16&rate_hz=16000")
+        with sock:
+            sock.settimeout(30)
+            _send_until_refused(served, sock, _pieces(_pcm16(20.0, 16_000), 32_000))
+            status, error, _ = _reply(sock)
+        assert status == 413
+        assert error["error"]["code"] == "memory_limit"
+        assert error["error"]["limit"] == "in-flight request body bytes"
+        wait_until(served.idle)
+        assert served.client.get(SOURCES, headers=ALICE).json()["data"] == []
