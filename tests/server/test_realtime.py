@@ -292,7 +292,10 @@ def test_a_real_server_keeps_the_websocket_past_the_head_timeout(tmp_path: Path)
                 ws.recv(timeout=0.6)
             ws.send(_event("input_audio_buffer.commit"))
             committed = json.loads(ws.recv(timeout=30))
+            table = server.config.http.connection_table
+            assert len(table) == 1  # a connection against the caps while it is open
         assert committed["audio_ref"]["sha256"] == hashlib.sha256(pcm).hexdigest()
+        wait_until(lambda: len(table) == 0)  # and out of the table once closed
 
 
 def test_sessions_at_once_keep_their_own_buffers(served: Served) -> None:
