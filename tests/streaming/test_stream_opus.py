@@ -349,3 +349,16 @@ def test_random_chunkings_of_many_streams_leave_one_process(pool):
         sizes = [rng.randint(1, 900) for _ in range(7)]
         same_clip(_stream(data, sizes, pool), whole_clip(policy_of("qwen2audio"), data, OPUS))
     assert pool.live_processes == 1
+
+
+def test_a_chained_ogg_stream_falls_back_to_the_whole_clip(pool):
+    """libsndfile reads one link of a stream: a second link makes the stream fall back,
+    and it is the whole clip's (every link) at the end."""
+    link = _read("opus-mono-16000.opus")
+    data = link + link
+    whole = whole_clip(policy_of("qwen2audio"), data, OPUS)
+    assert whole.source_samples == 2 * 72_000
+    budget = ByteBudget(1 << 30, limit="stream bytes")
+    same_clip(_stream(data, [300], pool, budget=budget), whole)
+    assert budget.held == 0
+    assert pool.live_processes == 1

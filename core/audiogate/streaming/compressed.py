@@ -78,6 +78,47 @@ def _first_ogg_page(buffer: bytes | bytearray) -> bytes | None:
     return bytes(buffer[27 + segments : end]) if len(buffer) >= end else None
 
 
+class _OggPages:
+    """Walks an Ogg stream's page headers as the bytes arrive, to see a second link."""
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+        self._skip = 0  # bytes of the current page's body still to come
+        self._serial: bytes | None = None
+        self._lost = False  # not at a page boundary any more: libsndfile resyncs alone
+
+    def chained(self, data: bytes) -> bool:
+        """``True`` once a page starts a second logical stream (or another serial)."""
+        if self._lost:
+            return False
+        if self._skip >= len(data):
+            self._skip -= len(data)
+            return False
+        self._buffer += data[self._skip :]
+        self._skip = 0
+        while len(self._buffer) >= 27:
+            buffer = self._buffer
+            if buffer[:4] != b"OggS":
+                self._lost = True
+                self._buffer = bytearray()
+                return False
+            segments = buffer[26]
+            if len(buffer) < 27 + segments:
+                break
+            serial = bytes(buffer[14:18])
+            if self._serial is None:
+                self._serial = serial
+            elif serial != self._serial or buffer[5] & 0x02:
+                return True
+            size = 27 + segments + sum(buffer[27 : 27 + segments])
+            if size > len(buffer):
+                self._skip = size - len(buffer)
+                self._buffer = bytearray()
+                break
+            del self._buffer[:size]
+        return False
+
+
 class CompressedReceiver:
     """One compressed stream's bytes in, its :class:`PreparedClip` out (see the module).
 
@@ -120,6 +161,7 @@ class CompressedReceiver:
         self._pcm: _Receiver | None = None
         self._closed = False
         self._container = ""
+        self._pages = _OggPages()
         self.received = 0
 
     @property
@@ -272,8 +314,13 @@ class CompressedReceiver:
                 self._container, clip_index=self._clip_index, cancel=self._cancel
             )
         decoder = self._decoder
-        if decoder.channels == 0:
-            self._keep(data)  # until the codec opens, the stream may fall back
+        if decoder.channels == 0 or self._container == "ogg":
+            # Until the codec opens (a WebM of another codec), and for the whole of an
+            # Ogg stream (a chained one), the stream may fall back.
+            self._keep(data)
+        if self._container == "ogg" and self._pages.chained(data):
+            self._fall_back()
+            return
         try:
             blocks = decoder.feed(data)
             if ended:
@@ -285,9 +332,23 @@ class CompressedReceiver:
                 self._state = _ACCUMULATING
                 return
             raise
-        if decoder.channels and self._kept:
+        if decoder.channels and self._kept and self._container == "webm":
             self._drop_kept()
         self._push(blocks)
+
+    def _fall_back(self) -> None:
+        """A chained Ogg stream: libsndfile reads one link of a stream; the whole-clip
+        path decodes each in turn. The decoder and the frontend are dropped, and the
+        kept bytes are prepared at the end."""
+        decoder, self._decoder = self._decoder, None
+        stream, self._stream = self._stream, None
+        try:
+            if decoder is not None:
+                decoder.close()
+        finally:
+            if stream is not None:
+                stream.close()
+        self._state = _ACCUMULATING
 
     def _drop_kept(self) -> None:
         """The codec is open: the bytes need not be kept for a fallback any more."""
