@@ -19,7 +19,7 @@ from stream_helpers import byte_chunks, family_host, policy_of, same_clip, whole
 
 from audiogate.budget import ByteBudget
 from audiogate.decode.geometry import SourceFormat
-from audiogate.decode.isolation import DecoderPool
+from audiogate.decode.isolation import DecoderFailedError, DecoderPool
 from audiogate.decode.remux import remux_webm_opus
 from audiogate.decode.stream_remux import WebmOpusRemuxer
 from audiogate.errors import CodecsUnavailableError, DecodeError, EmptyAudioError, LimitError
@@ -362,3 +362,22 @@ def test_a_chained_ogg_stream_falls_back_to_the_whole_clip(pool):
     same_clip(_stream(data, [300], pool, budget=budget), whole)
     assert budget.held == 0
     assert pool.live_processes == 1
+
+
+@pytest.mark.parametrize(
+    ("hook", "code"), [("abort", "decoder_crashed"), ("hang", "decoder_timeout")]
+)
+def test_a_decoder_that_dies_or_hangs_mid_stream_fails_the_stream_only(hook, code):
+    fds = len(list(Path("/proc/self/fd").iterdir()))
+    broken = DecoderPool(processes=1, cpu_seconds=1, test_hook=hook)
+    broken.wall_seconds = 1
+    budget = ByteBudget(1 << 30, limit="stream bytes")
+    try:
+        with pytest.raises(DecoderFailedError) as caught:
+            _stream(_read("webm-opus-mono-16000.webm"), [300], broken, budget=budget)
+        assert caught.value.code == code
+        assert broken.live_processes == 0
+        assert budget.held == 0
+    finally:
+        broken.close()
+    assert len(list(Path("/proc/self/fd").iterdir())) == fds
