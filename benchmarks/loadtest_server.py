@@ -514,6 +514,8 @@ def sweep_point(
         "p99_ms": percentile(latencies, 99) * 1e3,
         "cpu_ms_per_answer": cpu / max(ok + refused, 1) * 1e3,
         "cpu_s": cpu,
+        # The CPU the server got per second: on a shared machine, what bounds goodput.
+        "cpu_per_s": cpu / wall,
         "ok": ok,
         "refused": refused,
     }
@@ -652,14 +654,14 @@ def sweep(args: argparse.Namespace) -> int:
         print(f"\n{seconds:g} s clips (load average {os.getloadavg()[0]:.1f})")
         print(
             "    c  goodput/s  refusals/s  p50 ms  p99 ms  server CPU ms: per answer"
-            "  per success*  client CPU ms/answer"
+            "  per success*  server CPU s/s  client CPU ms/answer"
         )
         for p in points:
             success = (p["cpu_s"] - p["refused"] * refusal_s) / max(p["ok"], 1) * 1e3
             print(
                 f"{p['c']:5.0f}  {p['goodput']:9.1f}  {p['refusals']:10.1f}  {p['p50_ms']:6.0f}"
                 f"  {p['p99_ms']:6.0f}  {p['cpu_ms_per_answer']:25.2f}"
-                f"  {success:12.2f}  {p['client_cpu_ms']:20.2f}"
+                f"  {success:12.2f}  {p['cpu_per_s']:14.2f}  {p['client_cpu_ms']:20.2f}"
             )
         print("  * less the refusals at the kept-alive refusal cost measured above")
         # The knee: the highest concurrency below 32 within 90 % of the peak below 32.
