@@ -153,10 +153,17 @@ def test_one_sample_at_a_time(kind: str) -> None:
 
 
 def test_sinc_products_keep_the_whole_clips_rows() -> None:
-    # 8,192-row products, their last groups and one-row remainders (44.1 kHz: 441-sample
-    # rows, BLAS products; 48 kHz: overlapping rows).
-    for rate, n in ((48_000, 3 * 8_192 * 3 + 7), (44_100, 441 * 8_193 // 160), (8_000, 4_097)):
-        x = _signal(n, rate)
+    # 8,192-row products, their last groups and one-row remainders (44.1 and 22.05 kHz:
+    # rows of 441 samples, BLAS products; 48 and 8 kHz: overlapping rows). At 2,167 and
+    # 1,809 samples a phase's last row is a one-row remainder that OpenBLAS sums apart.
+    for rate, n in (
+        (48_000, 3 * 8_192 * 3 + 7),
+        (44_100, 441 * 8_193 // 160),
+        (8_000, 4_097),
+        (44_100, 2_167),
+        (22_050, 1_809),
+    ):
+        x = _signal(n, n)
         whole = sinc_resample(x, in_rate_hz=rate)
         stream = SincResampleStream(in_rate_hz=rate)
         parts = [stream.push(chunk) for chunk in _chunks(x, [rate // 50])]
