@@ -20,6 +20,7 @@ what the stream held.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping
@@ -169,7 +170,7 @@ class StreamMetrics:
         """Count one stream's end: completed (``None``), cancelled, or refused."""
         if error is None:
             outcome = "completed"
-        elif isinstance(error, PreprocessCancelled | ClientDisconnect):
+        elif isinstance(error, PreprocessCancelled | ClientDisconnect | asyncio.CancelledError):
             outcome = "cancelled"
         else:
             outcome = "refused"
