@@ -131,11 +131,13 @@ class _Buffer:
 
     def __init__(self, session: _Session) -> None:
         server = session.routes.server
-        self.queue: asyncio.Queue[bytes | None] = asyncio.Queue()
+        #: Each append's bytes and its client ``event_id``; ``None`` ends the buffer.
+        self.queue: asyncio.Queue[tuple[bytes, str | None] | None] = asyncio.Queue()
         self.body = StreamBody()
         self.hold: BudgetHold = server.bodies.hold()
         self.token = CancelToken()
         self.source_format = SourceFormat.raw("pcm16", rate_hz=session.rate_hz, channels=1)
+        #: The client event of the chunk being prepared (a refusal names it).
         self.event_id: str | None = None
         self._gauge = session.routes.metrics.inflight.labels(transport="realtime")
         self._gauge.inc()
@@ -154,7 +156,8 @@ class _Buffer:
         )
 
     async def _chunks(self) -> AsyncIterator[bytes]:
-        while (chunk := await self.queue.get()) is not None:
+        while (item := await self.queue.get()) is not None:
+            chunk, self.event_id = item
             yield chunk
         self.body.ended_at = time.perf_counter()
 
@@ -302,7 +305,6 @@ class _Session:
         if self.buffer is None:
             self.buffer = _Buffer(self)
         buffer = self.buffer
-        buffer.event_id = event_id
         cap = self.routes.server.max_body_bytes
         total = buffer.body.received + len(data)
         try:
@@ -317,7 +319,7 @@ class _Session:
         buffer.body.received = total
         buffer.body.parts.append(data)
         self.routes.metrics.bytes.labels(transport="realtime").inc(len(data))
-        buffer.queue.put_nowait(data)
+        buffer.queue.put_nowait((data, event_id))
 
     async def _commit(self) -> None:
         buffer, self.buffer = self.buffer, None
