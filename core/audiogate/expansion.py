@@ -13,7 +13,9 @@ policy and builds its prompt from these pieces:
 * :func:`delimited_chat_pieces`: a chat rendering whose audio parts arrive bare (the
   template's block is printed around the run) or already wrapped in the delimiters.
 * :func:`split_at_placeholders` and :func:`insert_after_last`: a plain prompt's
-  placeholders, or the clips' blocks after the last user turn when it has none.
+  placeholders, or the clips' blocks after the last user turn when it has none;
+  :func:`written_block_pieces`, both for a prompt whose placeholder is the template's
+  whole block.
 * :func:`assemble`: the pieces as text, ids and per-clip spans (an
   :class:`~audiogate.records.ExpandedPrompt`), the tokenizer's audio ids checked.
 
@@ -28,7 +30,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 import attrs
@@ -55,6 +57,7 @@ __all__ = [
     "insert_after_last",
     "refuse_raw_markers",
     "split_at_placeholders",
+    "written_block_pieces",
 ]
 
 #: A piece of a prompt: text, or the index (0-based) of a clip whose audio run goes there.
@@ -90,11 +93,39 @@ class AudioMarkers:
         """One placeholder between the delimiters, as a template prints an audio part."""
         return self.bos + self.audio + self.eos
 
+    def configured(self, options: Mapping[str, Any], **keys: str) -> AudioMarkers:
+        """These markers with each one the policy's ``options`` set replaced.
+
+        :param keys: the option key of a field where the family's differs from the usual
+            one (``audio_token``, ``audio_token_id``, ``audio_bos_token``,
+            ``audio_bos_token_id``, ``audio_eos_token``, ``audio_eos_token_id``), e.g.
+            ``audio_id="audio_token_index"``.
+        """
+        changes: dict[str, Any] = {}
+        for field, default in _OPTION_KEYS.items():
+            key = keys.get(field, default)
+            current = getattr(self, field)
+            if key in options and current not in (None, ""):
+                value = options[key]
+                changes[field] = int(value) if field.endswith("_id") else str(value)
+        return attrs.evolve(self, **changes)
+
     @property
     def token_ids(self) -> tuple[tuple[str, int], ...]:
         """Each reserved token with the id the policy gives it."""
         pairs = ((self.audio, self.audio_id), (self.bos, self.bos_id), (self.eos, self.eos_id))
         return tuple((token, value) for token, value in pairs if token and value is not None)
+
+
+#: The usual policy option of each :class:`AudioMarkers` field.
+_OPTION_KEYS: Final = {
+    "audio": "audio_token",
+    "audio_id": "audio_token_id",
+    "bos": "audio_bos_token",
+    "bos_id": "audio_bos_token_id",
+    "eos": "audio_eos_token",
+    "eos_id": "audio_eos_token_id",
+}
 
 
 def check_clips(
@@ -264,6 +295,33 @@ def split_at_placeholders(
                 clip += 1
             pieces.append(part)
     return pieces
+
+
+def written_block_pieces(
+    texts: Sequence[str],
+    clips: Sequence[ClipSlot],
+    markers: AudioMarkers,
+    *,
+    anchor: str,
+    raw_message: str,
+) -> list[Piece]:
+    """A plain prompt in which the user writes the template's block
+    (``markers.block``) once per clip, in clip order; without any, the blocks of all clips
+    after the last ``anchor``.
+
+    :param raw_message: the refusal of a reserved token outside a block, with ``{marker}``.
+    :raises PlaceholderError: a reserved token outside a block, or a number of blocks other
+        than the clips'.
+    """
+    for text in texts:
+        refuse_raw_markers(text.replace(markers.block, ""), markers.reserved, raw_message)
+    pieces = split_at_placeholders(
+        texts, markers.block, clips, lambda clip: (markers.bos, clip, markers.eos)
+    )
+    if pieces is not None:
+        return pieces
+    blocks = [piece for index in range(len(clips)) for piece in (markers.bos, index, markers.eos)]
+    return insert_after_last(texts, anchor, blocks)
 
 
 def insert_after_last(texts: Sequence[str], anchor: str, blocks: Sequence[Piece]) -> list[Piece]:

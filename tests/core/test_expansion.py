@@ -123,3 +123,27 @@ def test_a_tokenizer_with_other_ids_or_stray_audio_ids_is_refused(tokenizer):
         assemble(["x", 0], clips(1), other, tokenizer)
     with pytest.raises(PlaceholderError, match="outside the audio positions"):
         assemble(["<A>", 0], clips(1), MARKERS, tokenizer)
+
+
+def test_policy_options_name_other_markers():
+    options = {"audio_token": "<X>", "audio_token_index": 7, "audio_eos_token_id": 9}
+    configured = MARKERS.configured(options, audio_id="audio_token_index")
+    assert (configured.audio, configured.audio_id, configured.eos_id) == ("<X>", 7, 9)
+    assert (configured.bos, configured.bos_id, configured.eos) == ("<B>", 301, "<E>")
+    # A family without delimiters does not gain them from options.
+    bare = AudioMarkers(audio="<A>", audio_id=300).configured({"audio_bos_token": "<B>"})
+    assert bare.reserved == ("<A>",)
+
+
+def test_a_written_block_per_clip_or_the_blocks_after_the_anchor():
+    from audiogate.expansion import written_block_pieces
+
+    slots = clips(1, 2)
+    written = written_block_pieces(
+        ["u>a<B><A><E>b<B><A><E>"], slots, MARKERS, anchor="u>", raw_message=RAW
+    )
+    assert assemble(written, slots, MARKERS, None).text == "u>a<B><A><E>b<B><A><A><E>"
+    inserted = written_block_pieces(["u>a"], slots, MARKERS, anchor="u>", raw_message=RAW)
+    assert assemble(inserted, slots, MARKERS, None).text == "u><B><A><E><B><A><A><E>a"
+    with pytest.raises(PlaceholderError, match="the prompt holds '<E>'"):
+        written_block_pieces(["<B><A><E><E>"], slots[:1], MARKERS, anchor="u>", raw_message=RAW)

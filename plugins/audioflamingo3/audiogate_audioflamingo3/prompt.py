@@ -86,12 +86,8 @@ _RAW: Final = (
 )
 
 
-def _markers(policy: AudioPolicy) -> AudioMarkers:
-    options = policy.options
-    return AudioMarkers(
-        audio=str(options.get("audio_token", AUDIO_TOKEN)),
-        audio_id=int(options.get("audio_token_id", AUDIO_TOKEN_ID)),
-    )
+#: The checkpoint's audio token (its policy's options may name another).
+_MARKERS: Final = AudioMarkers(audio=AUDIO_TOKEN, audio_id=AUDIO_TOKEN_ID)
 
 
 def _content_start(text: str) -> int:
@@ -154,7 +150,7 @@ def expand_prompt(
         placeholder, an image part, or a ``<sound>`` typed in chat text.
     :raises PolicyError: the tokenizer's ``<sound>`` id differs from the policy's.
     """
-    markers = _markers(policy)
+    markers = _MARKERS.configured(policy.options)
     check_clips(
         clips,
         audio_tokens=audio_tokens,

@@ -106,16 +106,15 @@ _RAW: Final = (
 )
 
 
-def _markers(policy: AudioPolicy) -> AudioMarkers:
-    options = policy.options
-    return AudioMarkers(
-        audio=str(options.get("audio_token", AUDIO_TOKEN)),
-        bos=str(options.get("audio_bos_token", AUDIO_BOS_TOKEN)),
-        eos=str(options.get("audio_eos_token", AUDIO_EOS_TOKEN)),
-        audio_id=int(options.get("audio_token_id", AUDIO_TOKEN_ID)),
-        bos_id=int(options.get("audio_bos_token_id", AUDIO_BOS_TOKEN_ID)),
-        eos_id=int(options.get("audio_eos_token_id", AUDIO_EOS_TOKEN_ID)),
-    )
+#: The checkpoint's audio tokens (its policy's options may name others).
+_MARKERS: Final = AudioMarkers(
+    audio=AUDIO_TOKEN,
+    audio_id=AUDIO_TOKEN_ID,
+    bos=AUDIO_BOS_TOKEN,
+    bos_id=AUDIO_BOS_TOKEN_ID,
+    eos=AUDIO_EOS_TOKEN,
+    eos_id=AUDIO_EOS_TOKEN_ID,
+)
 
 
 def _chat_pieces(
@@ -200,7 +199,7 @@ def expand_prompt(
         placeholder, an image part, or an audio token typed where it places no clip.
     :raises PolicyError: the tokenizer's audio token ids differ from the policy's.
     """
-    markers = _markers(policy)
+    markers = _MARKERS.configured(policy.options)
     check_clips(
         clips,
         audio_tokens=audio_tokens,

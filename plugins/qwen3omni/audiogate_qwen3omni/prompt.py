@@ -29,13 +29,10 @@ from typing import Any, Final
 
 from audiogate.expansion import (
     AudioMarkers,
-    Piece,
     assemble,
     check_clips,
     delimited_chat_pieces,
-    insert_after_last,
-    refuse_raw_markers,
-    split_at_placeholders,
+    written_block_pieces,
 )
 from audiogate.policy import AudioPolicy
 from audiogate.records import ClipSlot, ExpandedPrompt, MediaSegment, PromptSegment, TextSegment
@@ -85,36 +82,19 @@ _RAW: Final = (
 )
 
 
-def _markers(policy: AudioPolicy) -> AudioMarkers:
-    options = policy.options
-    return AudioMarkers(
-        audio=str(options.get("audio_token", AUDIO_TOKEN)),
-        bos=str(options.get("audio_bos_token", AUDIO_BOS_TOKEN)),
-        eos=str(options.get("audio_eos_token", AUDIO_EOS_TOKEN)),
-        audio_id=int(options.get("audio_token_index", AUDIO_TOKEN_INDEX)),
-        bos_id=int(options.get("audio_bos_token_id", AUDIO_BOS_TOKEN_ID)),
-        eos_id=int(options.get("audio_eos_token_id", AUDIO_EOS_TOKEN_ID)),
-    )
+#: The checkpoint's audio tokens (its policy's options may name others).
+_MARKERS: Final = AudioMarkers(
+    audio=AUDIO_TOKEN,
+    audio_id=AUDIO_TOKEN_INDEX,
+    bos=AUDIO_BOS_TOKEN,
+    bos_id=AUDIO_BOS_TOKEN_ID,
+    eos=AUDIO_EOS_TOKEN,
+    eos_id=AUDIO_EOS_TOKEN_ID,
+)
 
 
 def _raw(where: str, markers: AudioMarkers) -> str:
     return _RAW.replace("{where}", where).replace("{block}", markers.block)
-
-
-def _plain_pieces(
-    texts: Sequence[str], clips: Sequence[ClipSlot], markers: AudioMarkers
-) -> list[Piece]:
-    for text in texts:
-        refuse_raw_markers(
-            text.replace(markers.block, ""), markers.reserved, _raw("the prompt", markers)
-        )
-    pieces = split_at_placeholders(
-        texts, markers.block, clips, lambda clip: (markers.bos, clip, markers.eos)
-    )
-    if pieces is not None:
-        return pieces
-    blocks = [piece for index in range(len(clips)) for piece in (markers.bos, index, markers.eos)]
-    return insert_after_last(texts, USER_TURN, blocks)
 
 
 def expand_prompt(
@@ -130,11 +110,8 @@ def expand_prompt(
     :raises PlaceholderError: a missing, extra, reordered or repeated audio position, an
         image or video part, or a raw audio marker.
     :raises PolicyError: the tokenizer's audio token ids differ from the policy's.
-    :raises PlaceholderError: a missing, extra, reordered or repeated audio position, an
-        image or video part, or a raw audio marker.
-    :raises PolicyError: the tokenizer's audio token ids differ from the policy's.
     """
-    markers = _markers(policy)
+    markers = _MARKERS.configured(policy.options, audio_id="audio_token_index")
     check_clips(
         clips,
         audio_tokens=audio_tokens,
@@ -150,7 +127,8 @@ def expand_prompt(
             raw_message=_raw("the rendered prompt", markers),
         )
     else:
-        pieces = _plain_pieces(
-            [s.text for s in segments if isinstance(s, TextSegment)], clips, markers
+        texts = [s.text for s in segments if isinstance(s, TextSegment)]
+        pieces = written_block_pieces(
+            texts, clips, markers, anchor=USER_TURN, raw_message=_raw("the prompt", markers)
         )
     return assemble(pieces, clips, markers, tokenizer)
