@@ -1,20 +1,105 @@
-"""Request parsing: a prepare request's body (strict UTF-8 JSON) to a :class:`PrepareCall`."""
+"""Request parsing: a prepare request's body (strict UTF-8 JSON) to a :class:`PrepareCall`,
+and the lane that large bodies are read, parsed and prepared in."""
 
 from __future__ import annotations
 
+import asyncio
 import re
+import secrets
+from types import TracebackType
 from typing import Any, Final
 
 import attrs
+import numpy as np
 
+from audiogate.errors import QueueFullError
 from audiogate.jsonkeys import DuplicateKeyError, loads_unique_keys
 from audiogate.server.encoding import FEATURE_FORMATS, FeatureFormat, safetensors_available
 from audiogate.server.errors import BadRequestError
 
-__all__ = ["PrepareCall", "parse_body", "parse_call"]
+__all__ = [
+    "LARGE_BODY_BYTES",
+    "LaneTicket",
+    "LargeBodyLane",
+    "PrepareCall",
+    "parse_body",
+    "parse_call",
+]
 
 _OPTION_KEYS: Final = frozenset({"feature_format", "return_features"})
 _SURROGATE_ESCAPE: Final = re.compile(rb"\\u[dD][89a-fA-F]")
+
+#: A body of this many bytes or more (declared, or read) takes a place in the
+#: :class:`LargeBodyLane` before it is read on, parsed and prepared.
+LARGE_BODY_BYTES: Final = 1 << 20
+
+
+class LargeBodyLane:
+    """At most ``width`` requests with a large body (:data:`LARGE_BODY_BYTES` or more) are
+    read, parsed and prepared at a time; the others wait for a place, unread, for up to
+    ``wait_s`` (``None``: as long as it takes), then are refused (429, ``queue_full``).
+
+    Why: the work of a large body is CPU work in this process that holds the GIL for long
+    stretches (reading it chunk by chunk on the loop, one ``json`` scan of its base64
+    string, the base64 decode, a container walk before a refusal). Six clients looping
+    16 MB bodies kept four threads contending for the GIL and moved a small request's
+    p99 to 16 times its unloaded value; in the lane, large bodies take at most ``width``
+    threads' worth of it, whatever their number, and the rest of the server keeps
+    serving small requests (``benchmarks/bench_hostile_uploads.py``, docs/performance.md).
+    Bodies of unknown length (chunked) take their place once read, when they turn out
+    large.
+    """
+
+    def __init__(self, width: int, *, wait_s: float | None) -> None:
+        if width < 1:
+            raise ValueError(f"width must be at least 1, not {width}")
+        self.width = width
+        self.wait_s = wait_s
+        self._places = asyncio.Semaphore(width)
+
+    def ticket(self) -> LaneTicket:
+        """One request's claim (an async context manager that gives back its place)."""
+        return LaneTicket(self)
+
+
+class LaneTicket:
+    """A request's place in a :class:`LargeBodyLane`, taken by :meth:`admit` once the body
+    is known to be large, and given back on leaving the ``async with`` block."""
+
+    def __init__(self, lane: LargeBodyLane) -> None:
+        self._lane = lane
+        self.held = False
+
+    async def admit(self, nbytes: int | None) -> None:
+        """Take a place if ``nbytes`` (declared or read; ``None``: unknown) is large.
+
+        :raises QueueFullError: no place within the lane's ``wait_s``.
+        """
+        if self.held or nbytes is None or nbytes < LARGE_BODY_BYTES:
+            return
+        try:
+            async with asyncio.timeout(self._lane.wait_s):
+                await self._lane._places.acquire()
+        except TimeoutError:
+            raise QueueFullError(
+                f"{self._lane.width} large request bodies ({LARGE_BODY_BYTES} bytes or more) "
+                f"are being processed and this one waited {self._lane.wait_s:g} s for its "
+                f"turn; retry later"
+            ) from None
+        self.held = True
+
+    async def __aenter__(self) -> LaneTicket:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if self.held:
+            self.held = False
+            self._lane._places.release()
 
 
 @attrs.frozen(kw_only=True)
@@ -52,7 +137,30 @@ def parse_body(body: bytes | bytearray) -> Any:
     refused: parsers disagree on which one counts (Python's takes the last, some proxies
     and validators the first), so a request that a filter in front of the server read
     one way must not be served another way.
+
+    Long plain string values (base64 uploads) are cut out before ``json`` scans the body
+    and put back after (:func:`_cut_long_strings`): the same document, without holding
+    the GIL for one scan of the whole upload.
     """
+    cut, values = _cut_long_strings(body)
+    document: Any = None
+    if values:
+        try:
+            document = _put_back(_loads(cut), values)
+        except (BadRequestError, _NotPutBack):
+            document = None  # parsed whole below: its refusal names the body's own bytes
+    if document is None:
+        document = _loads(body)
+    # JSON admits a lone "\udXXX" escape; Python keeps it, tokenizers fail on it. The walk
+    # only runs when the (UTF-8) body has such an escape at all (a valid pair is fine).
+    # A body without any backslash (a base64 upload) is passed at memchr speed: the regex
+    # held the GIL for 30 to 70 ms on a 16 MB body, as did ``b"\\u" in body``.
+    if body.find(b"\\") != -1 and _SURROGATE_ESCAPE.search(body) and _lone_surrogate(document):
+        raise BadRequestError("the request contains a lone UTF-16 surrogate (invalid Unicode)")
+    return document
+
+
+def _loads(body: bytes | bytearray) -> Any:
     try:
         text = body.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -60,7 +168,7 @@ def parse_body(body: bytes | bytearray) -> Any:
             f"the request body is not UTF-8: {exc.reason} at byte {exc.start}"
         ) from None
     try:
-        document = loads_unique_keys(text)
+        return loads_unique_keys(text)
     except RecursionError:
         raise BadRequestError("the request body is nested too deeply") from None
     except DuplicateKeyError as exc:
@@ -69,11 +177,98 @@ def parse_body(body: bytes | bytearray) -> Any:
         ) from None
     except ValueError as exc:
         raise BadRequestError(f"the request body is not valid JSON: {exc}") from None
-    del text
-    # JSON admits a lone "\udXXX" escape; Python keeps it, tokenizers fail on it. The walk
-    # only runs when the (UTF-8) body has such an escape at all (a valid pair is fine).
-    if _SURROGATE_ESCAPE.search(body) and _lone_surrogate(document):
-        raise BadRequestError("the request contains a lone UTF-16 surrogate (invalid Unicode)")
+
+
+#: A JSON string value of this many bytes or more, ASCII without a backslash or a control
+#: character (base64, a data URI), is cut out of the body before ``json`` scans it.
+LONG_STRING_BYTES: Final = 64 * 1024
+#: Quotes looked at in search of long strings; a body with more is parsed as it is.
+_MAX_QUOTES: Final = 4096
+_WHITESPACE: Final = b" \t\r\n"
+
+
+class _NotPutBack(Exception):
+    """A cut value's marker was not found once in the parsed document."""
+
+
+def _cut_long_strings(body: bytes | bytearray) -> tuple[bytes | bytearray, dict[str, str]]:
+    """``body`` with each long plain string value replaced by a short marker string, and
+    the markers' values; ``(body, {})`` when there is none.
+
+    Strings are found as ``json`` lexes them (each unescaped quote opens or closes one),
+    with ``bytes.find`` (memchr speed) and at most :data:`_MAX_QUOTES` quotes; object
+    keys are left alone. A cut value must be what ``json`` would have accepted: ASCII
+    without control characters (checked by numpy, which releases the GIL) and without
+    escapes, so its JSON text is its value. The markers hold a random nonce, so no
+    string of the request can equal one.
+    """
+    if len(body) < LONG_STRING_BYTES:
+        return body, {}
+    spans: list[tuple[int, int]] = []
+    pos = quotes = 0
+    while (start := body.find(b'"', pos)) != -1:
+        end = start
+        while True:
+            end = body.find(b'"', end + 1)
+            quotes += 1
+            if end == -1 or quotes > _MAX_QUOTES:
+                return body, {}  # unterminated (json says where), or too many to look at
+            backslashes = 0
+            while body[end - 1 - backslashes] == 0x5C:
+                backslashes += 1
+                if backslashes > _MAX_QUOTES:
+                    return body, {}
+            if backslashes % 2 == 0:
+                break
+        pos = end + 1
+        if end - start - 1 >= LONG_STRING_BYTES and body.find(b"\\", start, end) == -1:
+            after = pos
+            while after < len(body) and body[after] in _WHITESPACE:
+                after += 1
+            if after < len(body) and body[after] == 0x3A:  # ':': a key
+                continue
+            spans.append((start + 1, end))
+    if not spans:
+        return body, {}
+    view = memoryview(body)
+    nonce = secrets.token_hex(12)
+    pieces: list[bytes | memoryview] = []
+    values: dict[str, str] = {}
+    last = 0
+    for index, (first, stop) in enumerate(spans):
+        raw = view[first:stop]
+        if int(np.frombuffer(raw, dtype=np.uint8).min()) < 0x20:
+            continue  # a control character: json refuses it, with its position
+        try:
+            value = str(raw, "ascii")
+        except UnicodeDecodeError:
+            continue
+        marker = f"audiogate-cut-{nonce}-{index}"
+        values[marker] = value
+        pieces += (view[last:first], marker.encode())
+        last = stop
+    pieces.append(view[last:])
+    return (b"".join(pieces), values) if values else (body, {})
+
+
+def _put_back(document: Any, values: dict[str, str]) -> Any:
+    """``document`` with each marker string replaced by its value (in place).
+
+    :raises _NotPutBack: a marker is not found exactly once as a value.
+    """
+    left = dict(values)
+    stack = [document]
+    while stack:
+        item = stack.pop()
+        slots = item.items() if isinstance(item, dict) else enumerate(item)
+        for key, value in slots:
+            if isinstance(value, str):
+                if value in left:
+                    item[key] = left.pop(value)
+            elif isinstance(value, dict | list):
+                stack.append(value)
+    if left:
+        raise _NotPutBack(sorted(left))
     return document
 
 

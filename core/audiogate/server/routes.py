@@ -57,7 +57,7 @@ from audiogate.server.errors import (
     RequestTimeoutError,
     error_response,
 )
-from audiogate.server.requests import parse_body, parse_call
+from audiogate.server.requests import LargeBodyLane, parse_body, parse_call
 from audiogate.server.responses import FragmentsResponse, json_response, render_answer, render_head
 from audiogate.server.sources import SourceRoutes
 from audiogate.worker import AudioWorker
@@ -154,6 +154,10 @@ class AudioServer:
         self.body_idle_timeout_s = limits.body_idle_timeout_s
         self.min_body_rate = limits.min_body_rate
         self._helper = concurrent.futures.ThreadPoolExecutor(1, "audiogate-server-io")
+        #: Large bodies are read, parsed and prepared on at most half the worker's threads.
+        self.large_bodies = LargeBodyLane(
+            max(1, worker.limits.threads // 2), wait_s=limits.body_idle_timeout_s or None
+        )
         self.bodies = ByteBudget(
             limits.max_inflight_body_bytes or 4 * self.max_body_bytes,
             limit=BODY_BYTES_LIMIT,
@@ -218,18 +222,22 @@ class AudioServer:
         owner = owner_of(request, self.owners)
         if self._queue_full():
             await self._refuse_at_the_door(request, ticket)
-        body = await self._read_body(request, hold)
-        ticket.body_read = True
-        if len(body) > _OFFLOOP_PARSE_BYTES:
-            document = await self._off_loop(parse_body, body)
-        else:
-            document = parse_body(body)
-        del body
-        call = parse_call(document)
-        del document
-        token = CancelToken()
-        prepared = ticket.request = self.gate.request(call.messages, cancel=token, owner=owner)
-        result = await self._until_disconnect(request, prepared.run_async(), token)
+        async with self.large_bodies.ticket() as lane:  # see LargeBodyLane
+            declared = request.headers.get("content-length")
+            await lane.admit(None if declared is None else int(declared))
+            body = await self._read_body(request, hold)
+            ticket.body_read = True
+            await lane.admit(len(body))
+            if len(body) > _OFFLOOP_PARSE_BYTES:
+                document = await self._off_loop(parse_body, body)
+            else:
+                document = parse_body(body)
+            del body
+            call = parse_call(document)
+            del document
+            token = CancelToken()
+            prepared = ticket.request = self.gate.request(call.messages, cancel=token, owner=owner)
+            result = await self._until_disconnect(request, prepared.run_async(), token)
         head = render_head(result, call, self.served_model)
         inputs = result.model_inputs if call.return_features else {}
         # The answer is held until it is sent: its bound is taken from the body budget
