@@ -418,3 +418,19 @@ def test_a_stream_past_the_body_budget_is_refused_mid_stream(tmp_path: Path) -> 
         assert error["error"]["limit"] == "in-flight request body bytes"
         wait_until(served.idle)
         assert served.client.get(SOURCES, headers=ALICE).json()["data"] == []
+
+
+def test_build_app_gives_the_streams_the_served_deadlines(tmp_path: Path) -> None:
+    from audiogate.server import ServeOptions, build_app
+
+    deadlines = StreamDeadlines(idle_timeout_s=3.0, min_rate=100)
+    options = ServeOptions(
+        model_dir=MODELS / MODEL, store_dir=tmp_path / "store", stream_deadlines=deadlines
+    )
+    app = build_app(options)
+    server = app.state.audiogate
+    try:
+        assert server.sources.streamed.deadlines == deadlines
+    finally:
+        server.worker.close()
+        server.gate.store.close()
