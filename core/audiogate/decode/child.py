@@ -335,8 +335,10 @@ def _probe_page(serial: bytes) -> bytes:
     return bytes(page)
 
 
-#: Frames per libsndfile read in a streaming session (20 ms at 48 kHz).
-_READ_FRAMES: Final = 960
+#: Frames per libsndfile read in a streaming session (100 ms at 48 kHz): what a read
+#: has decoded when it waits for bytes goes out with the next answer (fewer calls; a
+#: smaller read sends sooner).
+_READ_FRAMES: Final = 4800
 
 
 class _Aborted(Exception):

@@ -50,7 +50,7 @@ if TYPE_CHECKING:
 __all__ = ["FORWARD_BYTES", "STREAMED_CONTAINERS", "CompressedReceiver"]
 
 #: Bytes gathered before they go to the decoder process (one round trip each).
-FORWARD_BYTES: Final = 512
+FORWARD_BYTES: Final = 2048
 #: Containers whose Opus streams decode as they arrive (``"opus"`` declares either).
 STREAMED_CONTAINERS: Final = frozenset({"ogg", "webm"})
 #: Bytes read to recognise the container of an ``"auto"`` stream.
