@@ -26,6 +26,7 @@ from audiogate.metrics import AudioMetrics
 from audiogate.server import ServerLimits, ServerThread, ServerWorker, create_app
 from audiogate.server.run import server_registry
 from audiogate.store import SourceStore
+from audiogate.store.source_record import StoreQuotas
 from audiogate.streaming.deadlines import ManualClock, StreamDeadlines
 from audiogate.testing.audio import noise
 
@@ -63,10 +64,11 @@ def _app(
     limits: ServerLimits | None = None,
     *,
     stored: bool = True,
+    quotas: StoreQuotas | None = None,
 ) -> Any:
     host = create_host(load_entry_points=True)
     metrics = AudioMetrics(server_registry(), families=host.families)
-    store = SourceStore.open(tmp_path / "store") if stored else None
+    store = SourceStore.open(tmp_path / "store", quotas=quotas) if stored else None
     worker = ServerWorker(host, metrics=metrics, feature_cache_bytes=64 << 20, feature_store=store)
     gate = AudioGate.from_model_dir(
         MODELS / MODEL, host=host, tokenizer=tokenizer(MODEL), worker=worker, store=store
@@ -324,3 +326,18 @@ def test_without_a_store_a_commit_answers_its_accounting_only(tmp_path: Path) ->
         committed = ws.receive_json()
     assert committed["clip"]["sha256"] == hashlib.sha256(pcm).hexdigest()
     assert "audio_ref" not in committed
+
+
+def test_an_append_past_the_owners_byte_quota_is_refused(tmp_path: Path) -> None:
+    app = _app(tmp_path, ManualClock(), quotas=StoreQuotas(max_bytes_per_owner=100_000))
+    second = _pcm16(1.0, 24_000)  # 48,000 bytes
+    with TestClient(app) as client, client.websocket_connect(REALTIME, headers=dict(ALICE)) as ws:
+        assert ws.receive_json()["type"] == "session.created"
+        for n in (1, 2, 3):
+            ws.send_text(_append(second, event_id=f"a{n}"))
+        error = ws.receive_json()["error"]
+        ws.send_text(_event("input_audio_buffer.commit"))
+        assert ws.receive_json()["error"]["code"] == "empty"  # the buffer was dropped
+    assert error["code"] == "source_quota"
+    assert error["event_id"] == "a3"
+    assert error["actual"] == 144_000

@@ -26,6 +26,7 @@ from audiogate.metrics import AudioMetrics
 from audiogate.server import ServerLimits, ServerThread, ServerWorker, create_app
 from audiogate.server.run import server_registry
 from audiogate.store import SourceStore
+from audiogate.store.source_record import StoreQuotas
 from audiogate.streaming.deadlines import ManualClock, StreamDeadlines
 from audiogate.testing.audio import noise, tone, wav_bytes
 
@@ -63,11 +64,15 @@ class Served:
 
 @contextlib.contextmanager
 def _serving(
-    tmp_path: Path, *, limits: ServerLimits | None = None, deadlines: dict[str, Any] | None = None
+    tmp_path: Path,
+    *,
+    limits: ServerLimits | None = None,
+    deadlines: dict[str, Any] | None = None,
+    quotas: StoreQuotas | None = None,
 ) -> Iterator[Served]:
     host = create_host(load_entry_points=True)
     metrics = AudioMetrics(server_registry(), families=host.families)
-    store = SourceStore.open(tmp_path / "store")
+    store = SourceStore.open(tmp_path / "store", quotas=quotas)
     worker = ServerWorker(host, metrics=metrics, feature_cache_bytes=64 << 20, feature_store=store)
     gate = AudioGate.from_model_dir(
         MODELS / MODEL, host=host, tokenizer=tokenizer(MODEL), worker=worker, store=store
@@ -434,3 +439,25 @@ def test_build_app_gives_the_streams_the_served_deadlines(tmp_path: Path) -> Non
     finally:
         server.worker.close()
         server.gate.store.close()
+
+
+def test_a_stream_past_the_owners_byte_quota_is_refused_at_that_chunk(tmp_path: Path) -> None:
+    with _serving(tmp_path, quotas=StoreQuotas(max_bytes_per_owner=100_000)) as served:
+        first = served.client.post(
+            f"{SOURCES}?format=pcm16&rate_hz=16000",
+            content=_pcm16(1.0, 16_000),  # 32,000 bytes of the 100,000
+            headers={**ALICE, "Content-Type": "application/octet-stream"},
+        )
+        assert first.status_code == 201, first.text
+        sock = _chunked_head(served.port, f"{SOURCES}?format=pcm16&rate_hz=16000")
+        with sock:
+            sock.settimeout(30)
+            sent = _send_until_refused(served, sock, _pieces(_pcm16(10.0, 16_000), 16_000))
+            status, error, _ = _reply(sock)
+        assert status == 413
+        assert error["error"]["code"] == "source_quota"
+        assert error["error"]["limit"] == "source bytes per owner"
+        assert error["error"]["actual"] == 32_000 + 80_000  # the fifth 16,000-byte chunk
+        assert sent == 80_000
+        wait_until(served.idle)
+        assert len(served.client.get(SOURCES, headers=ALICE).json()["data"]) == 1

@@ -56,7 +56,14 @@ from audiogate.server.errors import (
     error_payload,
     status_for,
 )
-from audiogate.server.stream_upload import StreamBody, StreamMetrics, count_end, store_prepared
+from audiogate.server.stream_upload import (
+    OwnerQuota,
+    StreamBody,
+    StreamMetrics,
+    count_end,
+    owner_quota,
+    store_prepared,
+)
 from audiogate.store import ANONYMOUS_OWNER, StoreWriteError
 from audiogate.streaming.deadlines import StreamDeadlines
 from audiogate.streaming.transport import prepare_stream
@@ -129,8 +136,9 @@ def _rate(text: Any, field: str) -> int:
 class _Buffer:
     """One input audio buffer: the clip being prepared from its appends."""
 
-    def __init__(self, session: _Session) -> None:
+    def __init__(self, session: _Session, quota: OwnerQuota | None) -> None:
         server = session.routes.server
+        self.quota = quota
         #: Each append's bytes and its client ``event_id``; ``None`` ends the buffer.
         self.queue: asyncio.Queue[tuple[bytes, str | None] | None] = asyncio.Queue()
         self.body = StreamBody()
@@ -303,13 +311,16 @@ class _Session:
         if not data:
             return
         if self.buffer is None:
-            self.buffer = _Buffer(self)
+            quota = await owner_quota(self.routes.server, self.owner)
+            self.buffer = _Buffer(self, quota)
         buffer = self.buffer
         cap = self.routes.server.max_body_bytes
         total = buffer.body.received + len(data)
         try:
             if total > cap:
                 raise LimitError("request body bytes", actual=total, maximum=cap)
+            if buffer.quota is not None:
+                buffer.quota.check(total)
             buffer.hold.take(len(data))
         except AudioGateError as error:
             self.buffer = None

@@ -42,6 +42,7 @@ from audiogate.errors import (
     DecodeError,
     LimitError,
     PreprocessCancelled,
+    SourceQuotaError,
     clear_frames,
     error_code,
 )
@@ -66,10 +67,12 @@ if TYPE_CHECKING:
 __all__ = [
     "RAW_ENCODINGS",
     "STREAM_TRANSPORTS",
+    "OwnerQuota",
     "StreamBody",
     "StreamMetrics",
     "StreamedUploads",
     "count_end",
+    "owner_quota",
     "raw_declaration",
     "store_prepared",
 ]
@@ -206,6 +209,34 @@ def raw_declaration(params: Mapping[str, str]) -> SourceFormat | None:
     return SourceFormat.raw(encoding, rate_hz=numbers["rate_hz"], channels=numbers["channels"])  # type: ignore[arg-type]
 
 
+@attrs.frozen
+class OwnerQuota:
+    """What ``--store-max-bytes-per-owner`` leaves an owner when its stream starts."""
+
+    used: int
+    maximum: int
+
+    def check(self, received: int) -> None:
+        """:raises SourceQuotaError: ``received`` more bytes would pass the quota."""
+        if self.used + received > self.maximum:
+            raise SourceQuotaError(
+                "source bytes per owner", actual=self.used + received, maximum=self.maximum
+            )
+
+
+async def owner_quota(server: AudioServer, owner: str) -> OwnerQuota | None:
+    """The owner's byte quota as its stream starts (``None``: no store or no quota), so a
+    stream past it is refused at that chunk instead of after its last byte. (The store
+    checks every quota again when it stores the source; a stream of bytes the owner
+    already stored is refused here where a whole upload of them would be answered 200.)"""
+    store = server.gate.store
+    if store is None or store.quotas.max_bytes_per_owner is None:
+        return None
+    records = await store.list_async(owner)
+    used = sum(record.nbytes for record in records if record.live)
+    return OwnerQuota(used=used, maximum=store.quotas.max_bytes_per_owner)
+
+
 def _cache_prepared(
     server: AudioServer, clip: PreparedClip, data: bytes, source_format: SourceFormat, owner: str
 ) -> None:
@@ -331,10 +362,11 @@ class StreamedUploads:
         clip: PreparedClip | None = None
         with self.metrics.running("upload"):
             try:
+                quota = await owner_quota(server, owner)
                 clip = await prepare_stream(
                     gate.host,
                     gate.policy,
-                    self._chunks(request, hold, body, source_format),
+                    self._chunks(request, hold, body, source_format, quota),
                     source_format=source_format,
                     budget=server.bodies,
                     cancel=CancelToken(),
@@ -371,7 +403,12 @@ class StreamedUploads:
         return json_response(201 if added.created else 200, added.record.as_dict())
 
     async def _chunks(
-        self, request: Request, hold: BudgetHold, body: StreamBody, source_format: SourceFormat
+        self,
+        request: Request,
+        hold: BudgetHold,
+        body: StreamBody,
+        source_format: SourceFormat,
+        quota: OwnerQuota | None,
     ) -> AsyncIterator[bytes]:
         """The body's chunks, each held in the body budget and kept for the store."""
         cap = self.server.max_body_bytes
@@ -387,6 +424,8 @@ class StreamedUploads:
                 total = body.received + len(chunk)
                 if total > cap:
                     raise LimitError("request body bytes", actual=total, maximum=cap)
+                if quota is not None:
+                    quota.check(total)
                 if wav and body.received < _RIFF_SIZE_END <= total:
                     _check_riff_size(b"".join(body.parts) + chunk)
                 hold.take(len(chunk))
