@@ -36,7 +36,7 @@ from audiogate.budget import BudgetHold
 from audiogate.cache.entry import CachedClip
 from audiogate.cache.key import feature_key
 from audiogate.cancel import CancelToken
-from audiogate.decode.geometry import SourceFormat
+from audiogate.decode.geometry import Encoding, SourceFormat
 from audiogate.errors import (
     AudioGateError,
     DecodeError,
@@ -206,7 +206,8 @@ def raw_declaration(params: Mapping[str, str]) -> SourceFormat | None:
                 field=name,
             )
         numbers[name] = int(text)
-    return SourceFormat.raw(encoding, rate_hz=numbers["rate_hz"], channels=numbers["channels"])  # type: ignore[arg-type]
+    declared: Encoding = "pcm16" if encoding == "pcm16" else "f32"
+    return SourceFormat.raw(declared, rate_hz=numbers["rate_hz"], channels=numbers["channels"])
 
 
 @attrs.frozen
