@@ -199,7 +199,14 @@ def test_samples_arrive_before_the_stream_ends(pool):
 
 
 @pytest.mark.parametrize(
-    "name", ["mp3-cbr64-stereo-24000.mp3", "flac-s16-mono-8000.flac", "vorbis-mono-16000.ogg"]
+    "name",
+    [
+        "mp3-cbr64-stereo-24000.mp3",
+        "flac-s16-mono-8000.flac",
+        "vorbis-mono-16000.ogg",
+        "aac-mono-24000.m4a",
+        "wav-ima-adpcm-mono-16000.wav",
+    ],
 )
 def test_other_formats_are_prepared_at_the_end_as_the_whole_clip(name, pool):
     data = _read(name)
@@ -381,3 +388,33 @@ def test_a_decoder_that_dies_or_hangs_mid_stream_fails_the_stream_only(hook, cod
     finally:
         broken.close()
     assert len(list(Path("/proc/self/fd").iterdir())) == fds
+
+
+def test_an_auto_wav_stream_is_decoded_here_as_a_wav_stream(pool):
+    data = _read("wav-s16-stereo-11025.wav")
+    auto = SourceFormat("auto")
+    same_clip(
+        _stream(data, [1, 64, 7], pool, source_format=auto),
+        whole_clip(policy_of("qwen2audio"), data, auto),
+    )
+
+
+def test_a_webm_of_another_codec_falls_back_with_the_whole_clip_s_result(opus_packets, pool):
+    head, packets, _ = opus_packets
+    data = _matroska(head, packets[:20], 0, codec=b"A_VORBIS")
+    with pytest.raises(DecodeError) as whole:
+        whole_clip(policy_of("qwen2audio"), data, SourceFormat("webm"))
+    with pytest.raises(DecodeError) as streamed:
+        _stream(data, [100], pool, source_format=SourceFormat("webm"))
+    assert (streamed.value.code, str(streamed.value)) == (whole.value.code, str(whole.value))
+    assert pool.live_processes == 1
+
+
+@pytest.mark.parametrize("name", ["wav-ms-adpcm-stereo-22050.wav", "wav-gsm610-mono-8000.wav"])
+def test_a_codec_wav_stream_is_prepared_at_the_end_as_the_whole_clip(name, pool):
+    data = _read(name)
+    wav = SourceFormat("wav")
+    budget = ByteBudget(1 << 30, limit="stream bytes")
+    streamed = _stream(data, [40, 3], pool, source_format=wav, budget=budget)
+    same_clip(streamed, whole_clip(policy_of("qwen2audio"), data, wav))
+    assert budget.held == 0

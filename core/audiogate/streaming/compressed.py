@@ -42,6 +42,7 @@ from audiogate.host import FamilyHost
 from audiogate.pipeline.prepared import PreparedClip
 from audiogate.policy import AudioPolicy
 from audiogate.streaming.frontend import ClipStream, open_clip_stream
+from audiogate.streaming.transport import _CodecWav
 
 if TYPE_CHECKING:
     from audiogate.decode.isolation import DecoderPool, DecoderStream
@@ -301,7 +302,14 @@ class CompressedReceiver:
             assert self._pcm is not None
             data, self._pending = bytes(self._pending), bytearray()
             if data:
-                self._pcm.feed(data)
+                try:
+                    self._pcm.feed(data)
+                except _CodecWav as codec:
+                    # ADPCM or GSM 6.10 WAV: a whole clip at the end.
+                    self._pcm.close()
+                    self._pcm = None
+                    self._state = _ACCUMULATING
+                    self._keep(codec.received)
             return
         if self._state != _STREAMING:
             return

@@ -31,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import struct
-from collections.abc import AsyncIterable
+from collections.abc import AsyncIterable, AsyncIterator
 from typing import TYPE_CHECKING, Final
 
 import attrs
@@ -47,6 +47,7 @@ from audiogate.pipeline.prepared import PreparedClip
 from audiogate.policy import MICROS_PER_SECOND, AudioPolicy
 from audiogate.streaming.deadlines import StreamDeadlines, paced
 from audiogate.streaming.frontend import ClipStream, StreamedClip, open_clip_stream
+from audiogate.streaming.stage import batch_frames
 
 if TYPE_CHECKING:
     from audiogate.decode.isolation import DecoderPool
@@ -77,7 +78,8 @@ def _wav_header(buffer: bytes, *, clip_index: int) -> tuple[ClipGeometry, int | 
             # The strict parser validates RIFF, fmt and friends on a copy holding one
             # zero frame (sizes patched): any header it refuses is refused here, alike.
             frame = max(1, block_align)
-            probe = bytearray(buffer[: position + 8]) + bytes(frame)
+            # (An odd frame, GSM 6.10's 65 bytes, takes its pad byte.)
+            probe = bytearray(buffer[: position + 8]) + bytes(frame + (frame & 1))
             struct.pack_into("<I", probe, 4, len(probe) - 8)
             struct.pack_into("<I", probe, position + 4, frame)
             geometry = inspect(
@@ -97,6 +99,16 @@ def _wav_header(buffer: bytes, *, clip_index: int) -> tuple[ClipGeometry, int | 
 #: Source frames decoded and pushed at once (341 ms at 48 kHz): a 20 ms chunk is only
 #: admitted when it comes (O(1)); its samples wait at most this long for the frontend.
 DECODE_BATCH_FRAMES: Final = 16384
+
+
+class _CodecWav(Exception):
+    """A WAV stream whose header names a codec the core does not decode in-process
+    (ADPCM, GSM 6.10): its ``received`` bytes (all of them so far) go to the
+    compressed receiver, which prepares it as a whole clip at the end."""
+
+    def __init__(self, received: bytes) -> None:
+        super().__init__("a codec's WAV stream")
+        self.received = received
 
 
 def _chunk_geometry(header: ClipGeometry, frames: int) -> ClipGeometry:
@@ -136,6 +148,7 @@ class _Receiver:
         self._announced = 0  # complete frames in _pending, already admitted
         self._data_seen = 0  # data bytes received (decoded or pending)
         self._frame_bytes = 1
+        self._batch = DECODE_BATCH_FRAMES
         self._header: ClipGeometry | None = None
         self._declared: int | None = None
         self._data_bytes = 0
@@ -160,6 +173,7 @@ class _Receiver:
         host, policy, budget, cancel, clip_index, incremental = self._open
         self._header = header
         self._frame_bytes = header.frame_bytes
+        self._batch = min(DECODE_BATCH_FRAMES, batch_frames(header.rate_hz))
         # The policy's source limits are admission's (on the running length); a chunk's
         # decode checks only its own shape.
         self._limits = DecodeLimits(
@@ -177,8 +191,9 @@ class _Receiver:
 
     def feed(self, chunk: bytes) -> None:
         """Take the next bytes: each chunk's complete frames are admitted at once (the
-        chunk that crosses a limit is refused), and decoded and pushed in batches of
-        :data:`DECODE_BATCH_FRAMES` (per-chunk work is O(1) arithmetic)."""
+        chunk that crosses a limit is refused), and decoded and pushed in batches of a
+        quarter second (:func:`~audiogate.streaming.stage.batch_frames`, at most
+        :data:`DECODE_BATCH_FRAMES`; per-chunk work is O(1) arithmetic)."""
         self._digest.update(chunk)
         self._received += len(chunk)
         if self._header is None:
@@ -189,6 +204,9 @@ class _Receiver:
                 self._pending = bytearray(buffer)
                 return
             geometry, self._declared = found
+            if not geometry.in_process:
+                # ADPCM or GSM 6.10: a codec's WAV, decoded as a whole clip at the end.
+                raise _CodecWav(bytes(buffer))
             self._pending = bytearray(buffer[geometry.data_offset :])
             self._data_seen = len(self._pending)
             self._start(geometry)
@@ -209,7 +227,7 @@ class _Receiver:
         if frames > self._announced:
             stream.admit(frames - self._announced)
             self._announced = frames
-        if frames >= DECODE_BATCH_FRAMES:
+        if frames >= self._batch:
             self._decode(frames)
 
     def _decode(self, frames: int) -> None:
@@ -355,7 +373,38 @@ async def prepare_stream(
             clip_index=clip_index,
             incremental=incremental,
             origin=origin,
+            decoders=decoders,
         )
+    return await _prepare_compressed(
+        host,
+        policy,
+        aiter(chunks),
+        source_format=source_format,
+        budget=budget,
+        cancel=cancel,
+        clip_index=clip_index,
+        incremental=incremental,
+        origin=origin,
+        decoders=decoders,
+    )
+
+
+async def _prepare_compressed(
+    host: FamilyHost,
+    policy: AudioPolicy,
+    chunks: AsyncIterator[bytes],
+    *,
+    source_format: SourceFormat,
+    budget: ByteBudget | None,
+    cancel: CancelToken,
+    clip_index: int,
+    incremental: bool,
+    origin: str,
+    decoders: DecoderPool | None,
+    received: bytes = b"",
+) -> PreparedClip:
+    """A compressed stream (:mod:`audiogate.streaming.compressed`); ``received``: bytes
+    that came before ``chunks`` (a codec's WAV handed over)."""
     from audiogate.streaming.compressed import CompressedReceiver
 
     receiver = CompressedReceiver(
@@ -370,6 +419,8 @@ async def prepare_stream(
         decoders=decoders,
     )
     try:
+        if received and receiver.feed(received):
+            await asyncio.to_thread(receiver.flush)
         async for chunk in chunks:
             cancel.check(Checkpoint.DECODE, clip_index)
             if receiver.feed(bytes(chunk)):
@@ -392,8 +443,11 @@ async def _prepare_pcm(
     clip_index: int,
     incremental: bool,
     origin: str,
+    decoders: DecoderPool | None,
 ) -> PreparedClip:
-    """A raw PCM or WAV stream, decoded in this process chunk by chunk."""
+    """A raw PCM or WAV stream, decoded in this process chunk by chunk (a codec's WAV
+    is handed to the compressed receiver)."""
+    chunks = aiter(chunks)
     receiver = _Receiver(
         host,
         policy,
@@ -408,6 +462,21 @@ async def _prepare_pcm(
             cancel.check(Checkpoint.DECODE, clip_index)
             receiver.feed(bytes(chunk))
         streamed = receiver.finish()
+    except _CodecWav as codec:
+        receiver.close()
+        return await _prepare_compressed(
+            host,
+            policy,
+            chunks,
+            source_format=source_format,
+            budget=budget,
+            cancel=cancel,
+            clip_index=clip_index,
+            incremental=incremental,
+            origin=origin,
+            decoders=decoders,
+            received=codec.received,
+        )
     finally:
         receiver.close()
     return streamed_prepared_clip(
