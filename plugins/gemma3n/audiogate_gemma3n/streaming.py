@@ -13,7 +13,8 @@ extract_features` of the concatenated samples, bit for bit:
   OpenBLAS's ``sgemv`` sums rows in groups of 4 from the product's first row, the
   remainder and one-row products differently; so the stream computes whole groups of 4
   inside the same 8,192-row products, and the product's last rows at ``finish``, as the
-  whole clip groups them.
+  whole clip groups them. A policy that selects the core's soxr HQ runs it as the
+  core's :class:`~audiogate.streaming.stage.SourceResampler` (zero-padded to the plan).
 * the log-mel frames: frame ``t`` reads normalized samples ``160·t .. 160·t + 511`` and
   does not depend on the frames around it (:mod:`audiogate_gemma3n.logmel`), so each is
   computed, in blocks of :data:`STREAM_BLOCK_FRAMES`, once its samples have arrived.
@@ -26,8 +27,8 @@ clamped edge, the last sinc windows), the frames whose window reaches past the c
 (a running minimum and maximum; the whole check runs only to raise its error).
 
 Not streamed (``None``: the core accumulates the clip): left padding (the leading zeros
-shift the frame grid by the final length), the mlx backend, and resamplers of other
-plugins.
+shift the frame grid by the final length), the mlx backend, and resamplers that do not
+stream (the core's other than soxr HQ).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from audiogate.errors import PluginError
 from audiogate.policy import AudioPolicy
 from audiogate.records import ResamplePlan, readonly
 from audiogate.streaming.buffer import GrowingArray
-from audiogate.streaming.stage import SOURCE_BATCH_FRAMES
+from audiogate.streaming.stage import SOURCE_BATCH_FRAMES, SourceResampler, open_source_resampler
 from audiogate_gemma3n.features import Gemma3nClipFeatures, _check_waveform
 from audiogate_gemma3n.geometry import (
     FEATURE_SIZE,
@@ -71,7 +72,9 @@ __all__ = [
     "IdentityStream",
     "LinearResampleStream",
     "SincResampleStream",
+    "SoxrStreamAdapter",
     "open_feature_stream",
+    "open_resample_stream",
 ]
 
 #: Frames computed together while streaming (fewer wait for more samples): the per-call
@@ -550,6 +553,9 @@ class Gemma3nFeatureStream:
             self._flush()
         self._cancel.check(Checkpoint.RESAMPLE, self._clip_index)
         mel.push(resampler.finish())
+        extra = resample.output_samples - mel.samples
+        if extra > 0 and resample.algorithm == "soxr_hq":
+            mel.push(np.zeros(extra, dtype=np.float32))  # librosa's length
         return mel.finish(samples=resample.output_samples, tokens=clip_plan.features.tokens)
 
     def close(self) -> None:
@@ -558,15 +564,39 @@ class Gemma3nFeatureStream:
         self._waiting, self._waiting_frames = [], 0
 
 
-def open_resample_stream(algorithm: str, *, source_rate_hz: int) -> SourceStream | None:
-    """The streaming form of a resample plan's algorithm, or ``None`` (another plugin's)."""
-    if algorithm == "identity":
+class SoxrStreamAdapter:
+    """The core's streaming soxr HQ (:class:`~audiogate.streaming.stage.SourceResampler`),
+    for a policy that selects the core's resampler; a ``"soxr_hq"`` plan's zero padding
+    to librosa's length is added by the feature stream."""
+
+    def __init__(self, resampler: SourceResampler) -> None:
+        self._resampler = resampler
+
+    @property
+    def nbytes(self) -> int:
+        return self._resampler.waiting_frames * _F32
+
+    def output_bound(self, source_frames: int) -> int:
+        return self._resampler.output_bound(source_frames)
+
+    def push(self, samples: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+        out = self._resampler.push(samples)
+        return np.empty(0, dtype=np.float32) if out is None else out
+
+    def finish(self) -> npt.NDArray[np.float32]:
+        return self._resampler.finish()
+
+
+def open_resample_stream(resample: ResamplePlan) -> SourceStream | None:
+    """The streaming form of a resample plan, or ``None`` (an algorithm it cannot run)."""
+    if resample.algorithm == "identity":
         return IdentityStream()
-    if algorithm == LINEAR:
-        return LinearResampleStream(in_rate_hz=source_rate_hz)
-    if algorithm == SINC:
-        return SincResampleStream(in_rate_hz=source_rate_hz)
-    return None
+    if resample.algorithm == LINEAR:
+        return LinearResampleStream(in_rate_hz=resample.source_rate_hz)
+    if resample.algorithm == SINC:
+        return SincResampleStream(in_rate_hz=resample.source_rate_hz)
+    soxr = open_source_resampler(resample)
+    return None if soxr is None else SoxrStreamAdapter(soxr)
 
 
 def open_feature_stream(
@@ -588,7 +618,7 @@ def open_feature_stream(
         return None
     if resample.output_rate_hz != SAMPLE_RATE_HZ or resample.source_rate_hz != source_rate_hz:
         return None
-    resampler = open_resample_stream(resample.algorithm, source_rate_hz=source_rate_hz)
+    resampler = open_resample_stream(resample)
     if resampler is None:
         return None
     return Gemma3nFeatureStream(

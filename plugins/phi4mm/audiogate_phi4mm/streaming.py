@@ -77,6 +77,7 @@ __all__ = [
     "Phi4MMLogMelStream",
     "SoxrStreamAdapter",
     "open_feature_stream",
+    "open_resample_stream",
 ]
 
 #: Frames computed together while streaming (fewer wait for more samples).
