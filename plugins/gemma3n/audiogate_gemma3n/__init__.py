@@ -9,6 +9,7 @@ Where each stage lives (the file map every shipped family shares), one module a 
 * ``logmel``: the numpy USM log-mel kernel (blocked, per-thread scratch), within 1e-6 of the FE.
 * ``mlx_logmel``: the kernel and the batch in MLX (only for ``feature_backend="mlx"``).
 * ``features``: the features stage: ``plan_features`` and ``extract_features`` (padding side).
+* ``streaming``: ``open_feature_stream``: resampling and log-mel as a streamed clip arrives.
 * ``collate``: ``collate_features``: ``input_features`` / ``input_features_mask`` as the FE.
 * ``prompt``: ``expand_prompt``: ``\\n\\n<start_of_audio>`` + 188 soft tokens + ``<end_of_audio>``.
 * ``plugin``: the hook implementations only, each delegating to one function above.
