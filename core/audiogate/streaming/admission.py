@@ -14,6 +14,7 @@ so the error is the whole clip's, typed and worded the same.
 
 from __future__ import annotations
 
+import threading
 from typing import Final
 
 import attrs
@@ -34,6 +35,14 @@ __all__ = ["StreamAdmission"]
 #: and the stream keeps only what the clip's plan decodes.
 _SEARCH_LIMIT: Final = 1 << 40
 _NO_DIGEST: Final = "0" * 64
+
+
+#: The last admitted length of recent (host, policy, header) triples: a server's streams
+#: share a few formats, and the search runs ~40 preflights (about a millisecond). Keyed
+#: by identity (a policy is not hashable), the objects kept to check it; oldest out.
+_BOUNDS: dict[tuple[int, int, int, ClipGeometry], tuple[FamilyHost, AudioPolicy, int | None]] = {}
+_BOUNDS_MAX: Final = 64
+_BOUNDS_LOCK: Final = threading.Lock()
 
 
 def _unreadable() -> bytes:
@@ -59,8 +68,18 @@ class StreamAdmission:
         self._policy = policy
         self._header = header
         self._clip_index = clip_index
-        check_limits(self.geometry(0), decode_limits(policy), clip_index=clip_index)
-        self.max_frames: int | None = self._last_admitted()
+        empty = self.geometry(0)
+        check_limits(empty, decode_limits(policy), clip_index=clip_index)
+        key = (id(host), id(policy), clip_index, empty)
+        found = _BOUNDS.get(key)
+        if found is not None and found[0] is host and found[1] is policy:
+            self.max_frames: int | None = found[2]
+        else:
+            self.max_frames = self._last_admitted()
+            with _BOUNDS_LOCK:
+                if len(_BOUNDS) >= _BOUNDS_MAX:
+                    _BOUNDS.pop(next(iter(_BOUNDS)))
+                _BOUNDS[key] = (host, policy, self.max_frames)
 
     def geometry(self, frames: int) -> ClipGeometry:
         """The header at ``frames`` frames."""

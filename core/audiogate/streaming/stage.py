@@ -38,6 +38,7 @@ __all__ = [
     "SOURCE_BATCH_FRAMES",
     "FeatureStream",
     "SourceResampler",
+    "batch_frames",
     "open_source_resampler",
 ]
 
@@ -46,9 +47,17 @@ __all__ = [
 #: ``"soxr_hq_native"``: soxr's own length), whose output does not depend on the split.
 INCREMENTAL_RESAMPLERS: Final = frozenset({"identity", "soxr_hq", "soxr_hq_native"})
 
-#: Source frames gathered before one resampler call (341 ms at 48 kHz): soxr's per-call
-#: cost dominates small batches, and its output does not depend on the split.
+#: The most source frames gathered before one resampler call (341 ms at 48 kHz; a
+#: quarter second at most rates, :func:`batch_frames`): soxr's per-call cost dominates
+#: small batches, and its output does not depend on the split.
 SOURCE_BATCH_FRAMES: Final = 16384
+
+
+def batch_frames(rate_hz: int) -> int:
+    """Source frames worth one batch at ``rate_hz``: a quarter of a second, at least
+    1,024 and at most :data:`SOURCE_BATCH_FRAMES` (what a stream's ``finish()`` may have
+    left to resample, and what per-call costs are spread over)."""
+    return min(SOURCE_BATCH_FRAMES, max(1024, rate_hz // 4))
 
 
 @runtime_checkable
@@ -86,13 +95,13 @@ class SourceResampler:
     """A clip's resampling as one stream: the identity or soxr HQ, fed in batches.
 
     Build one with :func:`open_source_resampler`. Source samples wait until
-    :data:`SOURCE_BATCH_FRAMES` are gathered; :meth:`push` returns the output that
+    :func:`batch_frames` of the rate are gathered; :meth:`push` returns the output that
     became available (often none), :meth:`finish` the rest.
 
     :param resample: the plan probed for the stream's source rate (any length).
     """
 
-    __slots__ = ("_count", "_plan", "_resampler", "_waiting", "_waiting_frames")
+    __slots__ = ("_batch", "_count", "_plan", "_resampler", "_waiting", "_waiting_frames")
 
     def __init__(self, resample: ResamplePlan) -> None:
         if resample.algorithm not in INCREMENTAL_RESAMPLERS:
@@ -106,6 +115,7 @@ class SourceResampler:
         self._waiting: list[npt.NDArray[np.float32]] = []
         self._waiting_frames = 0
         self._count = 0
+        self._batch = batch_frames(resample.source_rate_hz)
 
     @property
     def waiting_frames(self) -> int:
@@ -138,7 +148,7 @@ class SourceResampler:
         self._count += samples.shape[0]
         self._waiting.append(samples)
         self._waiting_frames += samples.shape[0]
-        if self._waiting_frames < SOURCE_BATCH_FRAMES:
+        if self._waiting_frames < self._batch:
             return None
         return self._flush()
 

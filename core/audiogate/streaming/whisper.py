@@ -68,9 +68,9 @@ __all__ = [
 _PAD: Final = N_FFT // 2
 #: Frame ``t`` starts at padded sample ``160t - 200``: frames 0 and 1 read the reflection.
 FIRST_INTERIOR_FRAME: Final = -(-_PAD // HOP)
-#: Interior frames are computed once this many are ready (1.28 s of audio): few enough
+#: Interior frames are computed once this many are ready (0.64 s of audio): few enough
 #: that little remains for finish(), enough that a block's fixed cost is spread.
-STREAM_BLOCK_FRAMES: Final = 128
+STREAM_BLOCK_FRAMES: Final = 64
 
 
 class _ItemFrames:

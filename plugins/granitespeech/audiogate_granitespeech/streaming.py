@@ -46,8 +46,8 @@ if TYPE_CHECKING:
 
 __all__ = ["STREAM_BLOCK_FRAMES", "GraniteFeatureStream", "open_feature_stream"]
 
-#: Interior frames are computed once this many are ready (1.28 s of audio).
-STREAM_BLOCK_FRAMES: Final = 128
+#: Interior frames are computed once this many are ready (0.64 s of audio).
+STREAM_BLOCK_FRAMES: Final = 64
 
 
 class GraniteFeatureStream:
