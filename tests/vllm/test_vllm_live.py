@@ -71,3 +71,17 @@ def test_in_process_generate_gives_vllms_greedy_tokens(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "identical to vLLM's own: True" in done.stdout
     assert "same: True" in done.stdout
+
+
+def test_generate_round_trip_gives_vllms_greedy_tokens(tmp_path: Path) -> None:
+    # vLLM's generate service (--tokens-only) on a tiny random Qwen2-Audio, fed
+    # audiogate's render answer over HTTP as it is, and vLLM's own render answer: the
+    # same prompt ids, placeholders and greedy tokens.
+    script = ROOT / "scripts" / "vllm" / "generate_round_trip.py"
+    command = [sys.executable, str(script), "--vllm-env", str(vllm_env()), "--keep", str(tmp_path)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=1800, check=False)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    summary = json.loads(done.stdout)
+    assert summary["same_prompt"]
+    assert summary["same_placeholders"]
+    assert summary["same_tokens"]
