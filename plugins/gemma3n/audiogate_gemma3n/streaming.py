@@ -19,8 +19,8 @@ extract_features` of the concatenated samples, bit for bit:
   does not depend on the frames around it (:mod:`audiogate_gemma3n.logmel`), so each is
   computed, in blocks of :data:`STREAM_BLOCK_FRAMES`, once its samples have arrived.
 
-Left for ``finish``: the source batch still gathering (under
-:data:`~audiogate.streaming.stage.SOURCE_BATCH_FRAMES`), the resampler's last outputs (the
+Left for ``finish``: the source batch still gathering (under a quarter of a second,
+:func:`~audiogate.streaming.stage.batch_frames`), the resampler's last outputs (the
 clamped edge, the last sinc windows), the frames whose window reaches past the clip's end
 (with the zero padding to a multiple of 128 and the right-padding tail frames), at most
 :data:`STREAM_BLOCK_FRAMES` - 1 interior frames, and the range check of the waveform
@@ -43,7 +43,7 @@ from audiogate.errors import PluginError
 from audiogate.policy import AudioPolicy
 from audiogate.records import ResamplePlan, readonly
 from audiogate.streaming.buffer import GrowingArray
-from audiogate.streaming.stage import SOURCE_BATCH_FRAMES, SourceResampler, open_source_resampler
+from audiogate.streaming.stage import SourceResampler, batch_frames, open_source_resampler
 from audiogate_gemma3n.features import Gemma3nClipFeatures, _check_waveform
 from audiogate_gemma3n.geometry import (
     FEATURE_SIZE,
@@ -455,8 +455,8 @@ class Gemma3nLogMelStream:
 
 
 class Gemma3nFeatureStream:
-    """Gemma 3n's :class:`~audiogate.streaming.stage.FeatureStream`: source batches of
-    :data:`~audiogate.streaming.stage.SOURCE_BATCH_FRAMES` through the streaming
+    """Gemma 3n's :class:`~audiogate.streaming.stage.FeatureStream`: source batches of a
+    quarter of a second (:func:`~audiogate.streaming.stage.batch_frames`) through the streaming
     resampler into :class:`Gemma3nLogMelStream`.
 
     :param resampler: the clip's resampler as a stream.
@@ -484,6 +484,7 @@ class Gemma3nFeatureStream:
         self._waiting: list[npt.NDArray[np.float32]] = []
         self._waiting_frames = 0
         self._source_frames = 0
+        self._batch_frames = batch_frames(source_rate_hz)
 
     def _parts(self) -> tuple[SourceStream, Gemma3nLogMelStream]:
         if self._resampler is None or self._mel is None:
@@ -525,7 +526,7 @@ class Gemma3nFeatureStream:
         self._waiting.append(block)
         self._waiting_frames += block.shape[0]
         self._source_frames += block.shape[0]
-        if self._waiting_frames >= SOURCE_BATCH_FRAMES:
+        if self._waiting_frames >= self._batch_frames:
             self._flush()
 
     def finish(self, clip_plan: ClipPlan) -> tuple[npt.NDArray[np.float32], Gemma3nClipFeatures]:

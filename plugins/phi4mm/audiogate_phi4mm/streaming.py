@@ -22,8 +22,8 @@ extract_features` of the concatenated samples, bit for bit:
   streamed product has at least two frames, and a clip whose last block is one frame
   (``T mod 256 = 1``) gets that frame computed alone at ``finish``.
 
-Left for ``finish``: the source batch still gathering (under
-:data:`~audiogate.streaming.stage.SOURCE_BATCH_FRAMES`), the resampler's last outputs
+Left for ``finish``: the source batch still gathering (under a quarter of a second,
+:func:`~audiogate.streaming.stage.batch_frames`), the resampler's last outputs
 (the decimator's last products, whose windows reach past the clip's end), the frames
 after the last complete block of :data:`STREAM_BLOCK_FRAMES`, and that one-frame block.
 
@@ -44,7 +44,7 @@ from audiogate.errors import AudioGateError, PluginError
 from audiogate.policy import AudioPolicy
 from audiogate.records import ClipFeatures, ResamplePlan, readonly
 from audiogate.streaming.buffer import GrowingArray
-from audiogate.streaming.stage import SOURCE_BATCH_FRAMES, SourceResampler, open_source_resampler
+from audiogate.streaming.stage import SourceResampler, batch_frames, open_source_resampler
 from audiogate_phi4mm.geometry import Frontend, frame_count, frontend_for
 from audiogate_phi4mm.logmel import (
     BLOCK_FRAMES,
@@ -438,8 +438,8 @@ class Phi4MMLogMelStream:
 
 
 class Phi4MMFeatureStream:
-    """Phi-4 MM's :class:`~audiogate.streaming.stage.FeatureStream`: source batches of
-    :data:`~audiogate.streaming.stage.SOURCE_BATCH_FRAMES` through the streaming
+    """Phi-4 MM's :class:`~audiogate.streaming.stage.FeatureStream`: source batches of a
+    quarter of a second (:func:`~audiogate.streaming.stage.batch_frames`) through the streaming
     resampler into :class:`Phi4MMLogMelStream`.
 
     :param resampler: the clip's resampler as a stream.
@@ -466,6 +466,7 @@ class Phi4MMFeatureStream:
         self._waiting: list[npt.NDArray[np.float32]] = []
         self._waiting_frames = 0
         self._source_frames = 0
+        self._batch_frames = batch_frames(probe.source_rate_hz)
 
     def _parts(self) -> tuple[SourceStream, Phi4MMLogMelStream]:
         if self._resampler is None or self._mel is None:
@@ -507,7 +508,7 @@ class Phi4MMFeatureStream:
         self._waiting.append(block)
         self._waiting_frames += block.shape[0]
         self._source_frames += block.shape[0]
-        if self._waiting_frames >= SOURCE_BATCH_FRAMES:
+        if self._waiting_frames >= self._batch_frames:
             self._flush()
 
     def finish(self, clip_plan: ClipPlan) -> tuple[npt.NDArray[np.float32], ClipFeatures]:
