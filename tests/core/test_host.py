@@ -269,6 +269,7 @@ def test_hook_surface_is_small_and_prefixed(host) -> None:
             "audiogate_extract_features",
             "audiogate_collate_features",
             "audiogate_expand_prompt",
+            "audiogate_open_feature_stream",
         ]
     )
 
