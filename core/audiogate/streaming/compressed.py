@@ -303,7 +303,8 @@ class CompressedReceiver:
             data, self._pending = bytes(self._pending), bytearray()
             if data:
                 try:
-                    self._pcm.feed(data)
+                    if self._pcm.feed(data):
+                        self._pcm.flush()
                 except _CodecWav as codec:
                     # ADPCM or GSM 6.10 WAV: a whole clip at the end.
                     self._pcm.close()

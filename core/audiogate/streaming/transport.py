@@ -29,15 +29,17 @@ with the length it turned out to have.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import struct
-from collections.abc import AsyncIterable, AsyncIterator
-from typing import TYPE_CHECKING, Final
+import threading
+from collections.abc import AsyncIterable, AsyncIterator, Callable
+from typing import TYPE_CHECKING, Final, TypeVar
 
 import attrs
 
 from audiogate.budget import ByteBudget
-from audiogate.cancel import NEVER, CancelToken, Checkpoint
+from audiogate.cancel import NEVER, CancelToken, Checkpoint, cancellable
 from audiogate.decode import DecodeLimits, decode, inspect
 from audiogate.decode.geometry import BYTES_PER_SAMPLE, ClipGeometry, SourceFormat
 from audiogate.decode.raw import inspect_raw
@@ -53,6 +55,8 @@ if TYPE_CHECKING:
     from audiogate.decode.isolation import DecoderPool
 
 __all__ = ["MAX_WAV_HEADER_BYTES", "prepare_stream", "streamed_prepared_clip"]
+
+_T = TypeVar("_T")
 
 #: A WAV stream's chunks before its samples (``fmt``, ``LIST``, ...) may take this much.
 MAX_WAV_HEADER_BYTES: Final = 64 << 10
@@ -122,7 +126,12 @@ def _chunk_geometry(header: ClipGeometry, frames: int) -> ClipGeometry:
 
 
 class _Receiver:
-    """Bytes in, complete frames decoded and pushed into the clip's frontend."""
+    """Bytes in, complete frames decoded and pushed into the clip's frontend.
+
+    :meth:`feed` takes a chunk on the event loop (admission only, O(1)) and says when a
+    batch is ready; :meth:`flush` and :meth:`finish` do the CPU work, off the loop
+    (:func:`_off_loop`). A lock makes :meth:`close` wait for a batch still in a thread.
+    """
 
     def __init__(
         self,
@@ -154,6 +163,8 @@ class _Receiver:
         self._data_bytes = 0
         self.stream: ClipStream | None = None
         self._limits: DecodeLimits | None = None
+        self._lock = threading.Lock()
+        self._closed = False
         if source_format.container == "raw":
             assert source_format.encoding is not None
             assert source_format.channels is not None
@@ -189,11 +200,12 @@ class _Receiver:
             incremental=incremental,
         )
 
-    def feed(self, chunk: bytes) -> None:
+    def feed(self, chunk: bytes) -> bool:
         """Take the next bytes: each chunk's complete frames are admitted at once (the
-        chunk that crosses a limit is refused), and decoded and pushed in batches of a
-        quarter second (:func:`~audiogate.streaming.stage.batch_frames`, at most
-        :data:`DECODE_BATCH_FRAMES`; per-chunk work is O(1) arithmetic)."""
+        chunk that crosses a limit is refused). ``True``: a batch of a quarter second
+        (:func:`~audiogate.streaming.stage.batch_frames`, at most
+        :data:`DECODE_BATCH_FRAMES`) is pending; :meth:`flush` decodes and pushes it.
+        Per-chunk work is O(1) arithmetic."""
         self._digest.update(chunk)
         self._received += len(chunk)
         if self._header is None:
@@ -202,7 +214,7 @@ class _Receiver:
             found = _wav_header(buffer, clip_index=clip_index)
             if found is None:
                 self._pending = bytearray(buffer)
-                return
+                return False
             geometry, self._declared = found
             if not geometry.in_process:
                 # ADPCM or GSM 6.10: a codec's WAV, decoded as a whole clip at the end.
@@ -227,8 +239,15 @@ class _Receiver:
         if frames > self._announced:
             stream.admit(frames - self._announced)
             self._announced = frames
-        if frames >= self._batch:
-            self._decode(frames)
+        return frames >= self._batch
+
+    def flush(self) -> None:
+        """Decode and push the complete frames pending (the CPU work of a batch)."""
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the stream is closed")
+            if self._announced:
+                self._decode(self._announced)
 
     def _decode(self, frames: int) -> None:
         """Decode the first ``frames`` pending frames and push them."""
@@ -251,6 +270,13 @@ class _Receiver:
         stream.push(samples)
 
     def finish(self) -> StreamedClip:
+        """The last frames decoded and the frontend finished (CPU work: off the loop)."""
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the stream is closed")
+            return self._finish()
+
+    def _finish(self) -> StreamedClip:
         clip_index = self._open[4]
         if self.stream is None:
             if self._received == 0:
@@ -280,12 +306,38 @@ class _Receiver:
         return self.stream.finish()
 
     def close(self) -> None:
-        if self.stream is not None:
-            self.stream.close()
+        """Release the frontend's reservation (idempotent; waits for a batch in flight)."""
+        with self._lock:
+            self._closed = True
+            if self.stream is not None:
+                self.stream.close()
 
     @property
     def sha256(self) -> str:
         return self._digest.hexdigest()
+
+
+async def _off_loop(work: Callable[[], _T], cancel: CancelToken) -> _T:
+    """``work()`` in a thread (``asyncio.to_thread``, as a request without a worker is
+    computed), so the event loop serves other connections meanwhile.
+
+    A thread cannot be interrupted: when the awaiting task is cancelled, ``cancel`` is
+    (so the work stops at its next checkpoint) and the thread is waited for before the
+    cancellation goes on, so the caller releases the stream's reservation only once no
+    thread uses it.
+    """
+    future = asyncio.ensure_future(asyncio.to_thread(work))
+    try:
+        return await asyncio.shield(future)
+    except asyncio.CancelledError:
+        with contextlib.suppress(BaseException):
+            cancel.cancel()
+        with contextlib.suppress(BaseException):
+            # (Cancelled again meanwhile: the receiver's close() waits on its lock.)
+            await asyncio.wait([future])
+        if future.done() and not future.cancelled():
+            future.exception()  # retrieved: the thread's error is the cancellation's
+        raise
 
 
 def streamed_prepared_clip(
@@ -346,7 +398,8 @@ async def prepare_stream(
         the others, and ``"auto"``: see :mod:`audiogate.streaming.compressed`).
     :param budget: where the stream's bytes are held while it runs; released exactly
         once, however the stream ends.
-    :param cancel: polled at every chunk; cancelling the awaiting task closes the stream.
+    :param cancel: polled at every chunk; cancelling the awaiting task cancels it (and
+        closes the stream once a batch running in a thread has stopped).
     :param incremental: ``False``: accumulate and run the whole-clip stages at the end.
     :param decoders: the process pool of compressed streams (default: the process-wide
         one, :func:`audiogate.decode.isolation.default_pool`).
@@ -362,6 +415,9 @@ async def prepare_stream(
     """
     if deadlines is not None:
         chunks = paced(chunks, deadlines)
+    # The token the batches in threads are stopped with when the awaiting task is
+    # cancelled (NEVER cannot be).
+    cancel = cancellable(cancel)
     if source_format.container in ("raw", "wav"):
         return await _prepare_pcm(
             host,
@@ -420,14 +476,14 @@ async def _prepare_compressed(
     )
     try:
         if received and receiver.feed(received):
-            await asyncio.to_thread(receiver.flush)
+            await _off_loop(receiver.flush, cancel)
         async for chunk in chunks:
             cancel.check(Checkpoint.DECODE, clip_index)
             if receiver.feed(bytes(chunk)):
                 # The decoder process's answers are waited for off the event loop.
-                await asyncio.to_thread(receiver.flush)
+                await _off_loop(receiver.flush, cancel)
         cancel.check(Checkpoint.DECODE, clip_index)
-        return await asyncio.to_thread(receiver.finish)
+        return await _off_loop(receiver.finish, cancel)
     finally:
         receiver.close()
 
@@ -445,8 +501,10 @@ async def _prepare_pcm(
     origin: str,
     decoders: DecoderPool | None,
 ) -> PreparedClip:
-    """A raw PCM or WAV stream, decoded in this process chunk by chunk (a codec's WAV
-    is handed to the compressed receiver)."""
+    """A raw PCM or WAV stream: admitted chunk by chunk on the loop, decoded and pushed
+    a batch at a time, and finished, in a thread (:func:`_off_loop`: one hop per batch,
+    in order, as each is awaited before the next chunk is read); a codec's WAV is handed
+    to the compressed receiver."""
     chunks = aiter(chunks)
     receiver = _Receiver(
         host,
@@ -460,8 +518,10 @@ async def _prepare_pcm(
     try:
         async for chunk in chunks:
             cancel.check(Checkpoint.DECODE, clip_index)
-            receiver.feed(bytes(chunk))
-        streamed = receiver.finish()
+            if receiver.feed(bytes(chunk)):
+                await _off_loop(receiver.flush, cancel)
+        cancel.check(Checkpoint.DECODE, clip_index)
+        streamed = await _off_loop(receiver.finish, cancel)
     except _CodecWav as codec:
         receiver.close()
         return await _prepare_compressed(
