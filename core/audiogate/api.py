@@ -523,7 +523,7 @@ class AudioGate:
         import time
 
         from audiogate.metrics.outcome import Completed, record_outcome
-        from audiogate.streaming.transport import prepare_stream
+        from audiogate.streaming.transport import prepare_stream, record_stream_waveforms
 
         policy = self.policy
         if feature_backend is not None and feature_backend != policy.feature_backend:
@@ -548,6 +548,8 @@ class AudioGate:
             outcome = Completed(
                 latency_seconds=time.perf_counter() - started, prefill_tokens=clip.tokens
             )
+            if self.worker is not None:
+                record_stream_waveforms(self.worker.metrics, policy.family, clip)
             return clip
         finally:
             if self.worker is not None:

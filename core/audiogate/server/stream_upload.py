@@ -59,7 +59,7 @@ from audiogate.server.errors import (
 from audiogate.server.responses import json_response
 from audiogate.store import AddedSource, StoreWriteError
 from audiogate.streaming.deadlines import StreamDeadlines
-from audiogate.streaming.transport import prepare_stream
+from audiogate.streaming.transport import prepare_stream, record_stream_waveforms
 
 if TYPE_CHECKING:
     from audiogate.server.routes import AudioServer
@@ -321,8 +321,11 @@ def count_end(
 ) -> None:
     """Count one stream's end in the stream series and, as one request, in the audio
     metrics (completed with the time from its last byte to its answer, cancelled, or
-    refused under its error's reason)."""
+    refused under its error's reason; a prepared ``clip``'s waveform series as a whole
+    clip's)."""
     metrics.end(transport, error)
+    if clip is not None:  # prepared: its waveform counted as a whole clip's
+        record_stream_waveforms(server.metrics, server.family, clip)
     if error is None and clip is not None:
         latency = time.perf_counter() - (ended_at or time.perf_counter())
         outcome: Completed | BaseException | None = Completed(

@@ -53,8 +53,14 @@ from audiogate.streaming.stage import batch_frames
 
 if TYPE_CHECKING:
     from audiogate.decode.isolation import DecoderPool
+    from audiogate.metrics import AudioMetrics
 
-__all__ = ["MAX_WAV_HEADER_BYTES", "prepare_stream", "streamed_prepared_clip"]
+__all__ = [
+    "MAX_WAV_HEADER_BYTES",
+    "prepare_stream",
+    "record_stream_waveforms",
+    "streamed_prepared_clip",
+]
 
 _T = TypeVar("_T")
 
@@ -371,6 +377,20 @@ def streamed_prepared_clip(
         waveform=streamed.waveform,
         features=features,
         detail=clip_plan.features.detail,
+    )
+
+
+def record_stream_waveforms(metrics: AudioMetrics, family: str, clip: PreparedClip) -> None:
+    """Count a prepared stream's waveform and feature accounting (source seconds and
+    samples, normalized samples, frames, tokens) as a whole-clip request's are counted
+    once its stages ran (``AudioMetrics.record_waveforms``)."""
+    metrics.record_waveforms(
+        family,
+        source_duration_us=clip.duration_us,
+        source_samples=clip.source_samples,
+        normalized_samples=clip.normalized_samples,
+        frames=clip.frames,
+        tokens=clip.tokens,
     )
 
 
