@@ -10,11 +10,15 @@ except by :mod:`audiogate.vllm.engine`'s helpers that build its objects.
 from __future__ import annotations
 
 from audiogate.vllm.adapter import (
+    BATCHED,
     ENTRY_POINT_GROUP,
+    FLAT_CHUNKS,
     SUPPORTED_VLLM,
     TESTED_VLLM,
+    FieldLayout,
     VllmFamily,
     VllmVersionError,
+    batched_field,
     check_vllm_version,
     register_vllm_family,
     vllm_families,
@@ -22,6 +26,7 @@ from audiogate.vllm.adapter import (
 )
 from audiogate.vllm.hashes import HASH_FORMAT, mm_hash
 from audiogate.vllm.render import (
+    ItemCache,
     RenderCall,
     RenderError,
     build_generate_request,
@@ -29,20 +34,26 @@ from audiogate.vllm.render import (
     feature_items,
     parse_render_call,
     resolve_sampling_params,
+    vllm_messages,
 )
 from audiogate.vllm.tensors import FLOAT_DTYPES, FloatDtype, decode_tensor, encode_tensor
 
 __all__ = [
+    "BATCHED",
     "ENTRY_POINT_GROUP",
+    "FLAT_CHUNKS",
     "FLOAT_DTYPES",
     "HASH_FORMAT",
     "SUPPORTED_VLLM",
     "TESTED_VLLM",
+    "FieldLayout",
     "FloatDtype",
+    "ItemCache",
     "RenderCall",
     "RenderError",
     "VllmFamily",
     "VllmVersionError",
+    "batched_field",
     "build_generate_request",
     "check_vllm_version",
     "decode_tensor",
@@ -55,4 +66,5 @@ __all__ = [
     "resolve_sampling_params",
     "vllm_families",
     "vllm_family",
+    "vllm_messages",
 ]
