@@ -33,6 +33,7 @@ stream (the core's other than soxr HQ).
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Final, Protocol
 
 import numpy as np
@@ -82,6 +83,9 @@ __all__ = [
 STREAM_BLOCK_FRAMES: Final = 32
 #: Rows of one phase per product in :func:`~audiogate_gemma3n.resample.sinc_resample`.
 _SINC_ROWS_PER_PRODUCT: Final = 8_192
+#: Periods up to this many outputs are computed one strided slice per residue (as in
+#: :func:`~audiogate_gemma3n.resample.linear_resample`).
+_SLICED_PERIOD_MAX: Final = 32
 #: OpenBLAS's ``sgemv`` sums the rows of a product in groups of this many.
 _SINC_ROW_GROUP: Final = 4
 _F32: Final = 4
@@ -159,6 +163,14 @@ class LinearResampleStream:
         self._in, self._out = in_rate_hz, out_rate_hz
         self._window = _SourceWindow()
         self._next = 0  # the first output not returned yet
+        # P outputs advance exactly Q inputs; output k·P + r reads k·Q + left0[r] and the
+        # next sample with the fraction frac0[r] (the whole clip's tables).
+        g = math.gcd(in_rate_hz, out_rate_hz)
+        self._period = (out_rate_hz // g, in_rate_hz // g)
+        residues = np.arange(self._period[0], dtype=np.int64) * in_rate_hz
+        self._left0 = residues // out_rate_hz
+        self._frac0 = (residues % out_rate_hz).astype(np.float32)
+        self._frac0 /= np.float32(out_rate_hz)
 
     @property
     def nbytes(self) -> int:
@@ -167,19 +179,66 @@ class LinearResampleStream:
     def output_bound(self, source_frames: int) -> int:
         return linear_output_length(source_frames, in_rate_hz=self._in, out_rate_hz=self._out)
 
-    def _outputs(self, stop: int, last: int) -> npt.NDArray[np.float32]:
-        """Outputs ``next .. stop``, neighbours clamped to absolute sample ``last``,
-        with the whole clip's float32 operations (``b - a``, times the fraction, plus
-        ``a``; the fraction ``float32(pos % out) / float32(out)``)."""
-        pos = np.arange(self._next, stop, dtype=np.int64) * self._in
+    def _direct(self, first: int, out: npt.NDArray[np.float32], last: int) -> None:
+        """Outputs ``first .. first + len(out)`` by the formula, neighbours clamped to
+        absolute sample ``last``, with the whole clip's float32 operations (``b - a``,
+        times the fraction ``float32(pos % out) / float32(out)``, plus ``a``)."""
+        if out.shape[0] == 0:
+            return
+        pos = np.arange(first, first + out.shape[0], dtype=np.int64) * self._in
         left = pos // self._out
         frac = (pos % self._out).astype(np.float32) / np.float32(self._out)
         x, base = self._window.samples, self._window.base
         a = x[np.minimum(left, last) - base]
         b = x[np.minimum(left + 1, last) - base]
-        out: npt.NDArray[np.float32] = np.subtract(b, a)
+        np.subtract(b, a, out=out)
         np.multiply(out, frac, out=out)
         np.add(out, a, out=out)
+
+    def _periods(self, first_period: int, dest: npt.NDArray[np.float32]) -> None:
+        """Whole periods from ``first_period`` on into ``dest`` ``[shape=(rows, P)]``,
+        as :func:`~audiogate_gemma3n.resample.linear_resample`'s bulk computes them
+        (strided slices per residue, or one gather per block for long periods); every
+        sample they read has arrived."""
+        period, advance = self._period
+        rows = dest.shape[0]
+        x = self._window.samples
+        origin = first_period * advance - self._window.base
+        if period <= _SLICED_PERIOD_MAX:
+            span = (rows - 1) * advance + 1
+            for r in range(period):
+                lo = origin + int(self._left0[r])
+                a = x[lo : lo + span : advance]
+                b = x[lo + 1 : lo + 1 + span : advance]
+                column = dest[:, r]
+                np.subtract(b, a, out=column)
+                np.multiply(column, self._frac0[r], out=column)
+                np.add(column, a, out=column)
+            return
+        view = np.lib.stride_tricks.as_strided(
+            x[origin:], shape=(rows, advance + 1), strides=(advance * x.strides[0], x.strides[0])
+        )
+        a = view[:, self._left0]
+        b = view[:, self._left0 + 1]
+        np.subtract(b, a, out=dest)
+        np.multiply(dest, self._frac0, out=dest)
+        np.add(dest, a, out=dest)
+
+    def _outputs(self, stop: int, last: int) -> npt.NDArray[np.float32]:
+        """Outputs ``next .. stop`` (neighbours clamped to absolute sample ``last``)."""
+        first = self._next
+        out = np.empty(stop - first, dtype=np.float32)
+        period, advance = self._period
+        k0 = -(-first // period)
+        # Whole periods whose every right neighbour is a real sample: the bulk path.
+        k1 = max(k0, min(stop // period, last // advance))
+        if k1 > k0:
+            head = k0 * period - first
+            self._direct(first, out[:head], last)
+            self._periods(k0, out[head : head + (k1 - k0) * period].reshape(k1 - k0, period))
+            self._direct(k1 * period, out[head + (k1 - k0) * period :], last)
+        else:
+            self._direct(first, out, last)
         self._next = stop
         self._window.drop_before(stop * self._in // self._out)
         return out
