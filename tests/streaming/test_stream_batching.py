@@ -24,9 +24,9 @@ RATE = 16_000
 CHUNK_FRAMES = RATE // 50
 
 
-def test_batches_are_a_quarter_second_within_bounds() -> None:
-    assert batch_frames(48_000) == 12_000
-    assert batch_frames(8_000) == 2_000
+def test_batches_are_half_a_second_within_bounds() -> None:
+    assert batch_frames(48_000) == 24_000
+    assert batch_frames(8_000) == 4_000
     assert batch_frames(1_000) == 1_024
     assert batch_frames(384_000) == SOURCE_BATCH_FRAMES == DECODE_BATCH_FRAMES
 

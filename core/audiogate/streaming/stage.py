@@ -47,17 +47,18 @@ __all__ = [
 #: ``"soxr_hq_native"``: soxr's own length), whose output does not depend on the split.
 INCREMENTAL_RESAMPLERS: Final = frozenset({"identity", "soxr_hq", "soxr_hq_native"})
 
-#: The most source frames gathered before one resampler call (341 ms at 48 kHz; a
-#: quarter second at most rates, :func:`batch_frames`): soxr's per-call cost dominates
-#: small batches, and its output does not depend on the split.
-SOURCE_BATCH_FRAMES: Final = 16384
+#: The most source frames gathered before one resampler call (683 ms at 48 kHz; half a
+#: second at most rates, :func:`batch_frames`): soxr's per-call cost, and the thread hop
+#: the transport makes per batch, dominate small batches; soxr's output does not depend
+#: on the split.
+SOURCE_BATCH_FRAMES: Final = 32768
 
 
 def batch_frames(rate_hz: int) -> int:
-    """Source frames worth one batch at ``rate_hz``: a quarter of a second, at least
+    """Source frames worth one batch at ``rate_hz``: half a second, at least
     1,024 and at most :data:`SOURCE_BATCH_FRAMES` (what a stream's ``finish()`` may have
     left to resample, and what per-call costs are spread over)."""
-    return min(SOURCE_BATCH_FRAMES, max(1024, rate_hz // 4))
+    return min(SOURCE_BATCH_FRAMES, max(1024, rate_hz // 2))
 
 
 @runtime_checkable

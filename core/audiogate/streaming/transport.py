@@ -106,9 +106,10 @@ def _wav_header(buffer: bytes, *, clip_index: int) -> tuple[ClipGeometry, int | 
     return None
 
 
-#: Source frames decoded and pushed at once (341 ms at 48 kHz): a 20 ms chunk is only
+#: The most source frames decoded and pushed at once (683 ms at 48 kHz; half a second
+#: at most rates, :func:`~audiogate.streaming.stage.batch_frames`): a 20 ms chunk is only
 #: admitted when it comes (O(1)); its samples wait at most this long for the frontend.
-DECODE_BATCH_FRAMES: Final = 16384
+DECODE_BATCH_FRAMES: Final = 32768
 
 
 class _CodecWav(Exception):
@@ -208,7 +209,7 @@ class _Receiver:
 
     def feed(self, chunk: bytes) -> bool:
         """Take the next bytes: each chunk's complete frames are admitted at once (the
-        chunk that crosses a limit is refused). ``True``: a batch of a quarter second
+        chunk that crosses a limit is refused). ``True``: a batch of half a second
         (:func:`~audiogate.streaming.stage.batch_frames`, at most
         :data:`DECODE_BATCH_FRAMES`) is pending; :meth:`flush` decodes and pushes it.
         Per-chunk work is O(1) arithmetic."""
