@@ -198,3 +198,21 @@ def test_a_cancelled_waiter_takes_no_place() -> None:
                 await after.admit(LARGE_BODY_BYTES)
 
     asyncio.run(scenario())
+
+
+def test_beside_a_small_request_a_place_comes_back_after_a_pause() -> None:
+    async def scenario() -> tuple[bool, bool, bool]:
+        lane = LargeBodyLane(1, wait_s=None, pause_ratio=1.0, max_pause_s=0.05)
+        async with lane.ticket() as small:
+            await small.admit(100)  # a small request in progress
+            async with lane.ticket() as large:
+                await large.admit(LARGE_BODY_BYTES)
+                await asyncio.sleep(0.02)
+            paced = lane._places.locked()  # given back later, not now
+            await asyncio.sleep(0.1)
+            back = not lane._places.locked()
+        async with lane.ticket() as alone:
+            await alone.admit(LARGE_BODY_BYTES)
+        return paced, back, not lane._places.locked()  # alone: not paced
+
+    assert asyncio.run(scenario()) == (True, True, True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import re
 import secrets
+import time
 from types import TracebackType
 from typing import Any, Final
 
@@ -48,14 +49,40 @@ class LargeBodyLane:
     serving small requests (``benchmarks/bench_hostile_uploads.py``, docs/performance.md).
     Bodies of unknown length (chunked) take their place once read, when they turn out
     large.
+
+    While other (small) requests are in progress, a place is given back ``pause_ratio``
+    times the time it was held after its request left it (at most ``max_pause_s``): back
+    to back, large bodies would still hold the GIL half of the time beside a small
+    request; paced, they hold it at most ``1 / (1 + pause_ratio)`` of a thread's time.
+    Alone, they are not paced.
     """
 
-    def __init__(self, width: int, *, wait_s: float | None) -> None:
+    def __init__(
+        self,
+        width: int,
+        *,
+        wait_s: float | None,
+        pause_ratio: float = 1.0,
+        max_pause_s: float = 1.0,
+    ) -> None:
         if width < 1:
             raise ValueError(f"width must be at least 1, not {width}")
         self.width = width
         self.wait_s = wait_s
+        self.pause_ratio = pause_ratio
+        self.max_pause_s = max_pause_s
         self._places = asyncio.Semaphore(width)
+        #: Tickets open, tickets waiting for a place, and places held.
+        self._open = self._waiting = self._held = 0
+
+    def _give_back(self, held_s: float) -> None:
+        self._held -= 1
+        small = self._open - self._waiting - self._held - 1  # the leaving ticket is open
+        pause_s = min(held_s * self.pause_ratio, self.max_pause_s)
+        if small > 0 and pause_s > 0:
+            asyncio.get_running_loop().call_later(pause_s, self._places.release)
+        else:
+            self._places.release()
 
     def ticket(self) -> LaneTicket:
         """One request's claim (an async context manager that gives back its place)."""
@@ -69,6 +96,7 @@ class LaneTicket:
     def __init__(self, lane: LargeBodyLane) -> None:
         self._lane = lane
         self.held = False
+        self._since = 0.0
 
     async def admit(self, nbytes: int | None) -> None:
         """Take a place if ``nbytes`` (declared or read; ``None``: unknown) is large.
@@ -77,18 +105,25 @@ class LaneTicket:
         """
         if self.held or nbytes is None or nbytes < LARGE_BODY_BYTES:
             return
+        lane = self._lane
+        lane._waiting += 1
         try:
-            async with asyncio.timeout(self._lane.wait_s):
-                await self._lane._places.acquire()
+            async with asyncio.timeout(lane.wait_s):
+                await lane._places.acquire()
         except TimeoutError:
             raise QueueFullError(
                 f"{self._lane.width} large request bodies ({LARGE_BODY_BYTES} bytes or more) "
                 f"are being processed and this one waited {self._lane.wait_s:g} s for its "
                 f"turn; retry later"
             ) from None
+        finally:
+            lane._waiting -= 1
+        lane._held += 1
         self.held = True
+        self._since = time.monotonic()
 
     async def __aenter__(self) -> LaneTicket:
+        self._lane._open += 1
         return self
 
     async def __aexit__(
@@ -99,7 +134,8 @@ class LaneTicket:
     ) -> None:
         if self.held:
             self.held = False
-            self._lane._places.release()
+            self._lane._give_back(time.monotonic() - self._since)
+        self._lane._open -= 1
 
 
 @attrs.frozen(kw_only=True)
