@@ -12,9 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from audiogate.acquire.clip import EncodedClip
-from audiogate.cancel import NEVER
+from audiogate.cancel import NEVER, CancelToken
 from audiogate.decode.geometry import SourceFormat
-from audiogate.errors import FeatureError, NonFiniteSampleError
+from audiogate.errors import FeatureError, NonFiniteSampleError, PreprocessCancelled
 from audiogate.host import FamilyHost
 from audiogate.pipeline.plans import ClipPlan
 from audiogate.pipeline.preflight import preflight
@@ -260,3 +260,16 @@ def test_a_plan_of_another_clip_is_refused(host: FamilyHost, policy: AudioPolicy
     assert stream.nbytes == 0
     with pytest.raises(RuntimeError):
         stream.push(_signal(10, 0))
+
+
+def test_a_cancelled_stream_stops_at_its_next_batch(host: FamilyHost, policy: AudioPolicy) -> None:
+    token = CancelToken()
+    probe = host.plan_resample(policy, source_rate_hz=48_000, source_samples=48_000, clip_index=0)
+    stream = open_feature_stream(policy, source_rate_hz=48_000, resample=probe, cancel=token)
+    assert stream is not None
+    stream.push(_signal(48_000, 0))
+    token.cancel()
+    with pytest.raises(PreprocessCancelled):
+        stream.push(_signal(48_000, 1))
+    stream.close()
+    assert stream.nbytes == 0

@@ -12,9 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from audiogate.acquire.clip import EncodedClip
-from audiogate.cancel import NEVER
+from audiogate.cancel import NEVER, CancelToken
 from audiogate.decode.geometry import SourceFormat
-from audiogate.errors import PluginError
+from audiogate.errors import PluginError, PreprocessCancelled
 from audiogate.host import FamilyHost
 from audiogate.pipeline.plans import ClipPlan
 from audiogate.pipeline.preflight import preflight
@@ -252,3 +252,16 @@ def test_a_one_frame_last_block_is_its_own_product(
     # (one or two of 80 values for these signals): the stream computes frame 256 of a
     # 257-frame clip alone, as the whole clip does, though it streamed it with others.
     _check_same(host, remote, 16_000, _signal(400 + 160 * BLOCK_FRAMES, seed), [160])
+
+
+def test_a_cancelled_stream_stops_at_its_next_batch(host: FamilyHost, remote: AudioPolicy) -> None:
+    token = CancelToken()
+    probe = host.plan_resample(remote, source_rate_hz=48_000, source_samples=48_000, clip_index=0)
+    stream = open_feature_stream(remote, source_rate_hz=48_000, resample=probe, cancel=token)
+    assert stream is not None
+    stream.push(_signal(48_000, 0))
+    token.cancel()
+    with pytest.raises(PreprocessCancelled):
+        stream.push(_signal(48_000, 1))
+    stream.close()
+    assert stream.nbytes == 0
