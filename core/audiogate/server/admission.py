@@ -206,16 +206,7 @@ class HeadAdmission:
         """``(client, None)``: served and counted in flight until :meth:`release`;
         ``(None, error)``: refused with ``error`` (counted in the metrics here);
         ``(None, None)``: a route this does not gate."""
-        if method != b"POST":
-            return None, None
-        path = target.partition(b"?")[0].decode("latin-1")
-        if path not in BODY_PATHS:
-            return None, None
-        error = self._pressure(path, headers)
-        client = None
-        if error is None and path in QUEUED_PATHS:
-            client = self.client_of(peer, headers)
-            error = self._beyond_share(client)
+        path, client, error = self._decide(method, target, headers, peer)
         if error is not None:
             self._count(path, error)
             return None, error
@@ -223,6 +214,35 @@ class HeadAdmission:
             self.inflight[client] += 1
             self.total += 1
         return client, None
+
+    def refusal(
+        self, method: bytes, target: bytes, headers: Sequence[tuple[bytes, bytes]], peer: str
+    ) -> AudioGateError | None:
+        """The error :meth:`admit` would refuse the request with now (counted in the
+        metrics here, as there), or ``None``: nothing is counted, and :meth:`admit`,
+        asked on the same loop turn, admits it (the fast path's question, before h11
+        parses the head: :mod:`audiogate.server.fast_refusal`)."""
+        path, _, error = self._decide(method, target, headers, peer)
+        if error is not None:
+            self._count(path, error)
+        return error
+
+    def _decide(
+        self, method: bytes, target: bytes, headers: Sequence[tuple[bytes, bytes]], peer: str
+    ) -> tuple[str, str | None, AudioGateError | None]:
+        """The request's path, the client it counts against (queued routes) and the
+        error refusing it, counting nothing."""
+        if method != b"POST":
+            return "", None, None
+        path = target.partition(b"?")[0].decode("latin-1")
+        if path not in BODY_PATHS:
+            return path, None, None
+        error = self._pressure(path, headers)
+        client = None
+        if error is None and path in QUEUED_PATHS:
+            client = self.client_of(peer, headers)
+            error = self._beyond_share(client)
+        return path, client, error
 
     def client_of(self, peer: str, headers: Sequence[tuple[bytes, bytes]]) -> str:
         """Who a request from ``peer`` with (lower-case) ``headers`` counts against: its

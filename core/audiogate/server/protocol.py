@@ -44,6 +44,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from audiogate.errors import AudioGateError
 from audiogate.server.admission import ClientAddresses, ConnectionTable, HeadAdmission
 from audiogate.server.errors import RETRY_AFTER_SECONDS, error_payload
+from audiogate.server.fast_refusal import plain_head
 
 __all__ = [
     "DRAIN_BYTES",
@@ -251,7 +252,29 @@ def guarded_h11(
             if self._skipping:
                 self._skip_body(data)
                 return
+            if admission is not None and self._refused_plain(data):
+                return
             super().data_received(data)
+
+        def _refused_plain(self, data: bytes) -> bool:
+            """Whether ``data``'s request, a plain head, was refused before h11 parsed it
+            (:mod:`audiogate.server.fast_refusal`; admitted or unusual: h11 reads it)."""
+            assert admission is not None
+            head = plain_head(data, self.conn, self.conn._max_incomplete_event_size)
+            if head is None:
+                return False
+            error = admission.refusal(b"POST", head.target, head.headers, self._peer)
+            if error is None:
+                return False
+            self._unset_keepalive_if_required()
+            table.busy(self)
+            self._refuse_request(error, head.drained(DRAIN_BYTES))
+            if self._skipping:  # the body after the head, skipped as handle_events does
+                self._skip_from = None
+                self._skip_body(data[head.size :])
+                if self._skipping and self._skip:
+                    self._arm_head_timer()
+            return True
 
         def handle_events(self) -> None:
             cycle = self.cycle
