@@ -132,6 +132,7 @@ def test_the_plugin_registers_the_stages_of_its_package_and_nothing_else(host: F
         "audiogate_extract_features",
         "audiogate_collate_features",
         "audiogate_expand_prompt",
+        "audiogate_open_feature_stream",
     }
 
 

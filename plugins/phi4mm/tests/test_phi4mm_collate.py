@@ -93,4 +93,5 @@ def test_plugin_implements_every_stage_hook() -> None:
         "audiogate_extract_features",
         "audiogate_collate_features",
         "audiogate_expand_prompt",
+        "audiogate_open_feature_stream",
     }
