@@ -45,6 +45,12 @@ MODELS = {
 }
 #: Arguments a family's checkpoint needs on vLLM's command line.
 EXTRA_ARGS = {"voxtral": ["--tokenizer-mode", "mistral"]}
+#: vLLM's Omni thinkers import transformers' Qwen2-VL image and video processors, which
+#: import torchvision, and no torchvision build loads against the CPU torch. These
+#: families run with a stand-in of torchvision's import surface on the path: an audio
+#: render never calls into it (each of its functions raises if called).
+TORCHVISION_STAND_IN = Path(__file__).resolve().parent / "torchvision_stand_in"
+NEEDS_STAND_IN = frozenset({"qwen25omni", "qwen3omni"})
 OUT = ROOT / "tests" / "data" / "vllm"
 RENDER_PATH = "/v1/chat/completions/render"
 
@@ -102,6 +108,9 @@ def record(family: str, vllm_python: Path, log_dir: Path) -> dict[str, Any]:
     port = _free_port()
     base = f"http://127.0.0.1:{port}"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    if family in NEEDS_STAND_IN:
+        path = os.pathsep.join(filter(None, [str(TORCHVISION_STAND_IN), env.get("PYTHONPATH")]))
+        env["PYTHONPATH"] = path
     command = [
         str(vllm_python),
         "-m",

@@ -29,6 +29,8 @@ MODEL_DIRS = {
     "voxtral": MODELS / "voxtral-mini-3b-2507",
     "audioflamingo3": MODELS / "audio-flamingo-3-hf",
     "granitespeech": MODELS / "granite-speech-3.3-2b",
+    "qwen25omni": MODELS / "qwen2.5-omni-7b",
+    "qwen3omni": MODELS / "qwen3-omni-30b-a3b-instruct",
 }
 #: (family, clip channels) vLLM 0.32 refuses and audiogate renders: vLLM's Voxtral hands
 #: the clip to mistral-common before mixing it down, which raises "audio_array.ndim=2"
@@ -63,7 +65,8 @@ class RenderApp:
 #: Largest |difference| of a feature value where the clip is resampled (48 kHz), by family;
 #: measured: 0.56 (Qwen2-Audio's normalized log-mel), 4.2 (Gemma 3n's log-mel; the
 #: resampling_algorithm policy of issue #31 narrows it), 0.56 (GLM-ASR's and Audio
-#: Flamingo 3's Whisper log-mel), 0.34 (Granite Speech's); Voxtral's items are waveforms.
+#: Flamingo 3's, Qwen2.5-Omni's and Qwen3-Omni's Whisper log-mel), 0.34 (Granite
+#: Speech's); Voxtral's items are waveforms.
 RESAMPLED_MAX_DIFF = {
     "qwen2audio": 1.0,
     "gemma3n": 6.0,
@@ -71,6 +74,8 @@ RESAMPLED_MAX_DIFF = {
     "voxtral": 1.0,
     "audioflamingo3": 1.0,
     "granitespeech": 1.0,
+    "qwen25omni": 1.0,
+    "qwen3omni": 1.0,
 }
 
 

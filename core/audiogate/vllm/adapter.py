@@ -30,11 +30,14 @@ speech     ``audio_embed_sizes`` [] int64 (on the CPU)    template reads a strin
 voxtral    ``audio_arrays`` [30 s chunks x 480000] float: the run of ``[AUDIO]``
            the normalized 16 kHz waveform, zero-padded
            (vLLM computes the log-mel in the model)
+qwen25omni ``input_audio_features`` [128, frames] float: the run of ``<|AUDIO|>``
+           the valid frames only, flat over them,
+           ``feature_attention_mask`` [30000] int32 and
+           ``audio_feature_lengths`` [] int64, both on the CPU
+qwen3omni  as qwen25omni, but the frame mask is [frames]  the run of ``<|audio_pad|>``
+           float32 (kept in float32: vLLM casts only what
+           it does not keep on the CPU)
 ========== ============================================== ===================================
-
-Qwen2.5-Omni and Qwen3-Omni, which vLLM 0.32 registers too, are not in the table:
-vLLM's processor for them imports torchvision, which has no build for the CPU torch
-here, so no fixture could be recorded (docs/vllm.md).
 
 Phi-4 MM is not in the table: vLLM serves it only through the checkpoint's remote code,
 which audiogate never runs (and vLLM's transformers-native class was removed in 0.12).
@@ -57,6 +60,7 @@ __all__ = [
     "BATCHED",
     "ENTRY_POINT_GROUP",
     "FLAT_CHUNKS",
+    "FLAT_FRAMES",
     "SUPPORTED_VLLM",
     "TESTED_VLLM",
     "FieldLayout",
@@ -134,6 +138,14 @@ def _flat_over_chunks(array: np.ndarray) -> list[Any]:
     return ["flat", {"keep_on_cpu": False, "slices": [[[0, int(array.shape[0]), None]]], "dim": 0}]
 
 
+def _flat_over_frames(array: np.ndarray) -> list[Any]:
+    # ``flat_from_sizes(..., dim=1)``: the item is its frames along the second axis.
+    whole, frames = [None, None, None], [0, int(array.shape[1]), None]
+    return ["flat", {"keep_on_cpu": False, "slices": [[whole, frames]], "dim": 1}]
+
+
+#: A tensor of one item's frames along its second axis (``flat_from_sizes``, ``dim=1``).
+FLAT_FRAMES: Final[FieldLayout] = _flat_over_frames
 #: A tensor of one item's chunks along its first axis (``flat_from_sizes``, ``dim=0``).
 FLAT_CHUNKS: Final[FieldLayout] = _flat_over_chunks
 BATCHED: Final[FieldLayout] = batched_field()
@@ -271,6 +283,37 @@ def _voxtral_items(prepared: PreparedRequest, clip: int) -> Mapping[str, np.ndar
 #: Voxtral's chunk: 30 s at 16 kHz.
 _VOXTRAL_CHUNK_SAMPLES: Final = 480_000
 
+
+def _omni_items(prepared: PreparedRequest, clip: int) -> Mapping[str, np.ndarray]:
+    # The Omni thinkers: only the valid frames travel ([mel, frames]), with the padded
+    # frame mask and the frame count kept on the CPU (vLLM's _postprocess_hf_mm_data).
+    features = np.asarray(prepared.features[clip])
+    mask = prepared.masks[clip]
+    if features.ndim != 2 or mask is None:
+        raise PluginError(
+            f"{prepared.family} prepared clip {clip} as {features.shape} without a frame mask"
+        )
+    valid = np.asarray(mask, dtype=bool).reshape(-1)
+    return {
+        "input_audio_features": features[:, valid],
+        "feature_attention_mask": valid.astype(np.int32),
+        "audio_feature_lengths": np.asarray(int(valid.sum()), dtype=np.int64),
+    }
+
+
+def _qwen3omni_items(prepared: PreparedRequest, clip: int) -> Mapping[str, np.ndarray]:
+    # As Qwen2.5-Omni's, but vLLM's Qwen3-Omni frame mask is the unpadded float one.
+    items = dict(_omni_items(prepared, clip))
+    items["feature_attention_mask"] = items["feature_attention_mask"].astype(np.float32)
+    return items
+
+
+_OMNI_FIELDS: Final[Mapping[str, FieldLayout]] = {
+    "input_audio_features": _flat_over_frames,
+    "feature_attention_mask": batched_field(keep_on_cpu=True),
+    "audio_feature_lengths": batched_field(keep_on_cpu=True),
+}
+
 _CHUNK_FIELDS: Final[Mapping[str, FieldLayout]] = {
     "input_features": FLAT_CHUNKS,
     "feature_attention_mask": FLAT_CHUNKS,
@@ -331,10 +374,36 @@ VOXTRAL: Final = VllmFamily(
     context_length=131_072,
 )
 
+QWEN25OMNI: Final = VllmFamily(
+    family="qwen25omni",
+    architectures=("Qwen2_5OmniForConditionalGeneration", "Qwen2_5OmniModel"),
+    keys=("audio_feature_lengths", "feature_attention_mask", "input_audio_features"),
+    items=_omni_items,
+    placeholder=_span,
+    fields=_OMNI_FIELDS,
+)
+QWEN3OMNI: Final = VllmFamily(
+    family="qwen3omni",
+    architectures=("Qwen3OmniMoeForConditionalGeneration",),
+    keys=("audio_feature_lengths", "feature_attention_mask", "input_audio_features"),
+    items=_qwen3omni_items,
+    placeholder=_span,
+    fields=_OMNI_FIELDS,
+)
+
 _lock = threading.Lock()
 _table: dict[str, VllmFamily] = {
     adapter.family: adapter
-    for adapter in (QWEN2AUDIO, GEMMA3N, AUDIOFLAMINGO3, GLMASR, GRANITESPEECH, VOXTRAL)
+    for adapter in (
+        QWEN2AUDIO,
+        GEMMA3N,
+        AUDIOFLAMINGO3,
+        GLMASR,
+        GRANITESPEECH,
+        VOXTRAL,
+        QWEN25OMNI,
+        QWEN3OMNI,
+    )
 }
 _entry_points_loaded = False
 

@@ -401,22 +401,23 @@ def feature_items(prepared: PreparedRequest, adapter: VllmFamily) -> list[dict[s
     return [dict(adapter.items(prepared, index)) for index in range(len(prepared.audio_spans))]
 
 
+_BATCHED: Final[list[Any]] = ["batched", {"keep_on_cpu": False}]
+
+
 def encode_item(
     tensors: Mapping[str, Any], dtype: FloatDtype, adapter: VllmFamily | None = None
 ) -> bytes:
     """One ``MultiModalKwargsItem`` as vLLM's msgpack: ``{key: {"data": tensor,
     "field": layout}}``, the layout the ``adapter``'s (batched, not kept on the CPU,
     without one)."""
-    item = {
-        key: {
-            "data": encode_tensor(array, dtype),
-            "field": adapter.field(key, array)
-            if adapter is not None
-            else ["batched", {"keep_on_cpu": False}],
-        }
-        # vLLM's items come out with their keys sorted.
-        for key, array in sorted(tensors.items())
-    }
+    item: dict[str, Any] = {}
+    # vLLM's items come out with their keys sorted.
+    for key, array in sorted(tensors.items()):
+        field = adapter.field(key, array) if adapter is not None else _BATCHED
+        # vLLM casts the features to the model dtype, not what it keeps on the CPU
+        # (masks and sizes: Qwen3-Omni's float32 frame mask stays float32).
+        cast: FloatDtype = "float32" if field[1].get("keep_on_cpu") else dtype
+        item[key] = {"data": encode_tensor(array, cast), "field": field}
     return packb(item)
 
 
