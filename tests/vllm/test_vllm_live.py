@@ -48,14 +48,14 @@ def test_render_matches_live_vllm(app: RenderApp, live: dict[str, Any], case: An
 
 
 def _audiogate_in_vllm_env() -> bool:
-    check = [str(vllm_env() / "bin" / "python"), "-c", "import audiogate_qwen2audio"]
+    check = [str(vllm_env() / "bin" / "python"), "-c", "import audiogate_qwen2audio, msgpack"]
     return subprocess.run(check, capture_output=True, check=False).returncode == 0
 
 
 def test_in_process_generate_gives_vllms_greedy_tokens(tmp_path: Path) -> None:
     # The example prepares with audiogate and generates with vLLM's engine in one
     # process; it needs audiogate installed in vLLM's environment too
-    # (pip install --no-deps -e . -e plugins/qwen2audio there).
+    # (pip install --no-deps -e . -e plugins/qwen2audio there, and msgpack).
     if not _audiogate_in_vllm_env():
         pytest.skip("audiogate is not installed in vLLM's environment")
     example = ROOT / "examples" / "vllm" / "generate_in_process.py"
