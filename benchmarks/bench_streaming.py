@@ -71,9 +71,13 @@ def _streamed(
                 last.append((time.perf_counter(), time.process_time()))
             yield data[start : start + chunk]
 
+    async def run() -> tuple[float, float]:
+        await prepare_stream(host, policy, chunks(), source_format=fmt)
+        # Ready when the clip is returned (asyncio.run then joins its executor's threads).
+        return time.perf_counter(), time.process_time()
+
     cpu = time.process_time()
-    asyncio.run(prepare_stream(host, policy, chunks(), source_format=fmt))
-    ready, ready_cpu = time.perf_counter(), time.process_time()
+    ready, ready_cpu = asyncio.run(run())
     return ready - last[0][0], ready_cpu - last[0][1], ready_cpu - cpu
 
 
