@@ -229,12 +229,14 @@ class WhisperLogMelStream:
     ) -> None:
         lo, hi = interior_frames(clip.shape[0], computed)
         peak = streamed.peak
+        # Every computed frame's block, by its first frame: the streamed ones, then
+        # what finish computes: the head copy, the tail copy (the clip's end is known
+        # now) and nothing else: every interior frame up to hi was streamed.
+        pieces: list[tuple[int, npt.NDArray[np.float32]]] = []
         first = FIRST_INTERIOR_FRAME
         for block in streamed.blocks:
-            _place(rows, window_frames, first, block)
+            pieces.append((first, block))
             first += block.shape[1]
-        # What finish computes: the head copy, the tail copy (the clip's end is known
-        # now) and nothing else: every interior frame up to hi was streamed.
         sources: list[tuple[int, int, Any]] = []
         if lo:
             head = padded_segment(clip, padded, -_PAD, HOP * (lo - 1) + _PAD)
@@ -253,31 +255,42 @@ class WhisperLogMelStream:
                 out = np.empty((self._n_mels, count), dtype=np.float32)
                 part = frames[start - first : start - first + count]
                 peak = max(peak, log_mel_block([part], out))
-                _place(rows, window_frames, start, out)
+                pieces.append((start, out))
         frames_total = rows.shape[0] * window_frames
         if computed < frames_total:
             peak = max(peak, LOG_FLOOR)
-        # The global step, as the whole-clip kernel applies it (scaled domain).
+        # The global step, as the whole-clip kernel applies it (scaled domain), folded
+        # into the copy of each block (one pass over the features, not two).
         floor = (np.float32(peak - np.float32(8.0)) + np.float32(4.0)) * np.float32(0.25)
         constant = max((LOG_FLOOR + np.float32(4.0)) * np.float32(0.25), floor)
+        floor_row = np.full(window_frames, floor)
+        for start, block in pieces:
+            _place(rows, window_frames, start, block, floor_row)
         for row in range(rows.shape[0]):
             head_frames = min(window_frames, max(0, computed - row * window_frames))
-            part_rows = rows[row, :, :head_frames]
-            np.maximum(part_rows, np.full(head_frames, floor), out=part_rows)
             rows[row, :, head_frames:] = constant
 
 
 def _place(
-    rows: npt.NDArray[np.float32], window_frames: int, first: int, block: npt.NDArray[np.float32]
+    rows: npt.NDArray[np.float32],
+    window_frames: int,
+    first: int,
+    block: npt.NDArray[np.float32],
+    floor_row: npt.NDArray[np.float32],
 ) -> None:
-    """Write frames ``[first, first + count)`` of an item (``block`` ``[shape=(n_mels,
-    count)]``) into its windows ``rows`` ``[shape=(windows, n_mels, window_frames)]``."""
+    """Write ``max(block, floor)`` for frames ``[first, first + count)`` of an item
+    (``block`` ``[shape=(n_mels, count)]``, ``floor_row`` ``[shape=(window_frames,)]``)
+    into its windows ``rows`` ``[shape=(windows, n_mels, window_frames)]``."""
     done = 0
     count = block.shape[1]
     while done < count:
         row, column = divmod(first + done, window_frames)
         take = min(count - done, window_frames - column)
-        rows[row, :, column : column + take] = block[:, done : done + take]
+        np.maximum(
+            block[:, done : done + take],
+            floor_row[:take],
+            out=rows[row, :, column : column + take],
+        )
         done += take
 
 
