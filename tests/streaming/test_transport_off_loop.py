@@ -21,6 +21,7 @@ from audiogate.decode.geometry import SourceFormat
 from audiogate.errors import NonFiniteSampleError
 from audiogate.streaming.frontend import ClipStream, open_clip_stream
 from audiogate.streaming.stage import batch_frames
+from audiogate.testing.audio import wav_bytes
 
 RATE = 16_000
 CHUNK = RATE // 50  # 20 ms
@@ -219,3 +220,33 @@ def test_a_refused_batch_in_its_thread_is_released_once(monkeypatch: pytest.Monk
         asyncio.run(main())
     assert closes == [0]
     assert budget.held == 0
+
+
+@pytest.mark.parametrize("declared", ["raw", "wav", "auto"])
+def test_one_thread_hop_per_batch_not_per_chunk(
+    monkeypatch: pytest.MonkeyPatch, declared: str
+) -> None:
+    """Raw PCM, a declared WAV and an ``auto`` stream found to be WAV (the compressed
+    receiver's PCM path) hop to a thread once per quarter-second batch and once to
+    finish, however small the chunks."""
+    hops: list[str] = []
+    off_loop = transport._off_loop
+
+    async def counting(work: Any, cancel: CancelToken) -> Any:
+        hops.append(getattr(work, "__qualname__", ""))
+        return await off_loop(work, cancel)
+
+    monkeypatch.setattr(transport, "_off_loop", counting)
+    frames = RATE * 3
+    pcm = noise_pcm16(frames, seed=11)
+    data = pcm.tobytes() if declared == "raw" else wav_bytes(pcm / 32768, rate_hz=RATE)
+    source_format = raw_pcm16(RATE) if declared == "raw" else SourceFormat(declared)
+    policy = policy_of("qwen2audio")
+    clip = asyncio.run(
+        transport.prepare_stream(family_host(), policy, _chunks(data), source_format=source_format)
+    )
+    same_clip(clip, whole_clip(policy, data, source_format))
+    chunks = -(-len(data) // (2 * CHUNK))
+    assert chunks > 100
+    assert len(hops) <= frames // batch_frames(RATE) + 2
+    assert hops[-1].endswith("finish")
