@@ -87,10 +87,11 @@ def test_remuxed_stream_is_within_its_bound(name):
 
 
 def _libopus_pcm(data: bytes) -> np.ndarray:
-    """FFmpeg's libopus decoder (PyAV) on the Matroska packets, int16 → float.
+    """FFmpeg's libopus decoder (PyAV) on the Matroska packets, asked for float output.
 
     PyAV's default Opus decoder is FFmpeg's own (not libopus) and differs by far more
-    than rounding, so libopus is asked for by name.
+    than rounding, so libopus is asked for by name; and its float output, because the
+    int16 one soft-clips near full scale (the Chromium capture peaks at 1.0135).
     """
     import av
 
@@ -99,10 +100,11 @@ def _libopus_pcm(data: bytes) -> np.ndarray:
         context = av.CodecContext.create("libopus", "r")
         context.extradata = stream.codec_context.extradata
         context.sample_rate = 48_000
+        context.options = {"request_sample_fmt": "flt"}
         channels = stream.codec_context.channels
         frames = [f.to_ndarray() for p in container.demux(stream) for f in context.decode(p)]
-    assert all(f.dtype == np.int16 for f in frames)
-    return np.concatenate(frames, axis=1).reshape(-1, channels) / 32768.0
+    assert all(f.dtype == np.float32 and f.shape[0] == 1 for f in frames)  # packed float
+    return np.concatenate(frames, axis=1).reshape(-1, channels)
 
 
 @pytest.mark.parametrize("name", MATROSKA_OPUS)
@@ -114,9 +116,9 @@ def test_samples_match_ffmpegs_libopus_decode(name, monkeypatch):
     got = _decode_in_process(data, MANIFEST[name]["channels"], monkeypatch)
     assert got.shape == want.shape
     # The mono mean (what the pipeline keeps; the two order 5.1 channels differently),
-    # within a 16-bit step (FFmpeg's wrapper gives libopus's int16 output).
+    # within float rounding of libopus's float decode (measured: at most 2.4e-7).
     error = np.abs(got.mean(axis=1, dtype=np.float64) - want.mean(axis=1)).max()
-    assert error <= 2.0**-15 + 1e-7, error
+    assert error <= 1e-6, error
 
 
 @pytest.mark.slow
