@@ -34,7 +34,7 @@ stream (the core's other than soxr HQ).
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Final, Protocol
+from typing import TYPE_CHECKING, Final
 
 import numpy as np
 import numpy.typing as npt
@@ -44,7 +44,15 @@ from audiogate.errors import PluginError
 from audiogate.policy import AudioPolicy
 from audiogate.records import ResamplePlan, readonly
 from audiogate.streaming.buffer import GrowingArray
-from audiogate.streaming.stage import SourceResampler, batch_frames, open_source_resampler
+from audiogate.streaming.scaffold import (
+    F32_BYTES,
+    BatchedFeatureStream,
+    IdentityStream,
+    SourceStream,
+    SourceWindow,
+    SoxrStreamAdapter,
+)
+from audiogate.streaming.stage import open_source_resampler
 from audiogate_gemma3n.features import Gemma3nClipFeatures, _check_waveform
 from audiogate_gemma3n.geometry import (
     FEATURE_SIZE,
@@ -88,66 +96,6 @@ _SINC_ROWS_PER_PRODUCT: Final = 8_192
 _SLICED_PERIOD_MAX: Final = 32
 #: OpenBLAS's ``sgemv`` sums the rows of a product in groups of this many.
 _SINC_ROW_GROUP: Final = 4
-_F32: Final = 4
-
-
-class SourceStream(Protocol):
-    """A resampler run as a stream: outputs are returned once final."""
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes held (source samples kept for outputs not yet computed)."""
-
-    def output_bound(self, source_frames: int) -> int:
-        """At most how many outputs ``source_frames`` source frames give."""
-
-    def push(self, samples: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
-        """Take source samples ``[shape=(k,)]``; the outputs that became final."""
-
-    def finish(self) -> npt.NDArray[np.float32]:
-        """The remaining outputs of the clip of every sample pushed."""
-
-
-class IdentityStream:
-    """16 kHz sources: the samples themselves."""
-
-    nbytes: Final = 0
-
-    def output_bound(self, source_frames: int) -> int:
-        """``source_frames``."""
-        return source_frames
-
-    def push(self, samples: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
-        """The samples (not copied)."""
-        return samples
-
-    def finish(self) -> npt.NDArray[np.float32]:
-        """Nothing."""
-        return np.empty(0, dtype=np.float32)
-
-
-class _SourceWindow:
-    """The source samples from an absolute index on: what pending outputs still read."""
-
-    __slots__ = ("base", "samples")
-
-    def __init__(self) -> None:
-        self.base = 0
-        self.samples = np.empty(0, dtype=np.float32)
-
-    @property
-    def stop(self) -> int:
-        return self.base + self.samples.shape[0]
-
-    def append(self, block: npt.NDArray[np.float32]) -> None:
-        self.samples = np.concatenate((self.samples, block)) if self.samples.size else block
-
-    def drop_before(self, index: int) -> None:
-        """Forget the samples before absolute ``index``."""
-        cut = min(max(index - self.base, 0), self.samples.shape[0])
-        if cut:
-            self.samples = self.samples[cut:]
-            self.base += cut
 
 
 class LinearResampleStream:
@@ -161,7 +109,7 @@ class LinearResampleStream:
         if in_rate_hz <= 0 or out_rate_hz <= 0 or in_rate_hz == out_rate_hz:
             raise ValueError(f"no linear resampling from {in_rate_hz} to {out_rate_hz} Hz")
         self._in, self._out = in_rate_hz, out_rate_hz
-        self._window = _SourceWindow()
+        self._window = SourceWindow()
         self._next = 0  # the first output not returned yet
         # P outputs advance exactly Q inputs; output k·P + r reads k·Q + left0[r] and the
         # next sample with the fraction frac0[r] (the whole clip's tables).
@@ -275,7 +223,7 @@ class SincResampleStream:
         self._kernel = sinc_kernel(in_rate_hz, out_rate_hz)
         k = self._kernel
         # The padded source from absolute padded index ``base`` on; the front zeros first.
-        self._window = _SourceWindow()
+        self._window = SourceWindow()
         self._window.append(np.zeros(k.width, dtype=np.float32))
         self._received = 0
         self._rows = np.zeros(k.out_step, dtype=np.int64)  # rows computed per phase
@@ -430,8 +378,8 @@ class Gemma3nLogMelStream:
     def planned_nbytes(self, samples: int) -> int:
         """:attr:`nbytes` once the waveform holds ``samples`` samples (a bound)."""
         rows = samples // FRAME_HOP_SAMPLES + 1
-        return self._waveform.capacity_for(samples) * _F32 + self._row_capacity(rows) * (
-            FEATURE_SIZE * _F32
+        return self._waveform.capacity_for(samples) * F32_BYTES + self._row_capacity(rows) * (
+            FEATURE_SIZE * F32_BYTES
         )
 
     def _row_capacity(self, rows: int) -> int:
@@ -513,138 +461,40 @@ class Gemma3nLogMelStream:
         return waveform, features
 
 
-class Gemma3nFeatureStream:
-    """Gemma 3n's :class:`~audiogate.streaming.stage.FeatureStream`: source batches of a
-    quarter of a second (:func:`~audiogate.streaming.stage.batch_frames`) through the streaming
-    resampler into :class:`Gemma3nLogMelStream`.
+class Gemma3nFeatureStream(BatchedFeatureStream[Gemma3nLogMelStream, Gemma3nClipFeatures]):
+    """Gemma 3n's :class:`~audiogate.streaming.stage.FeatureStream`: the core's source
+    batches (:class:`~audiogate.streaming.scaffold.BatchedFeatureStream`) through the
+    streaming resampler into :class:`Gemma3nLogMelStream`.
 
     :param resampler: the clip's resampler as a stream.
-    :param algorithm: the resample plan's algorithm the stream runs.
-    :param source_rate_hz: the source rate.
+    :param probe: the resample plan the stream runs (probed at any length, to 16 kHz).
     """
+
+    family = "gemma3n"
 
     def __init__(
         self,
         resampler: SourceStream,
         *,
-        algorithm: str,
-        source_rate_hz: int,
+        probe: ResamplePlan,
         clip_index: int = 0,
         cancel: CancelToken = NEVER,
     ) -> None:
-        self._resampler: SourceStream | None = resampler
-        self._algorithm = algorithm
-        self._source_rate_hz = source_rate_hz
-        self._clip_index = clip_index
-        self._cancel = cancel
-        self._mel: Gemma3nLogMelStream | None = Gemma3nLogMelStream(
-            clip_index=clip_index, cancel=cancel
+        super().__init__(
+            resampler,
+            Gemma3nLogMelStream(clip_index=clip_index, cancel=cancel),
+            probe=probe,
+            clip_index=clip_index,
+            cancel=cancel,
         )
-        self._waiting: list[npt.NDArray[np.float32]] = []
-        self._waiting_frames = 0
-        self._source_frames = 0
-        self._batch_frames = batch_frames(source_rate_hz)
 
-    def _parts(self) -> tuple[SourceStream, Gemma3nLogMelStream]:
-        if self._resampler is None or self._mel is None:
-            raise RuntimeError("the gemma3n feature stream is closed")
-        return self._resampler, self._mel
-
-    @property
-    def nbytes(self) -> int:
-        """The waveform, the frames, the resampler's source and the waiting batch."""
-        if self._resampler is None or self._mel is None:
-            return 0
-        return self._mel.nbytes + self._resampler.nbytes + self._waiting_frames * _F32
-
-    def planned_nbytes(self, more_frames: int) -> int:
-        """:attr:`nbytes` after ``more_frames`` more source frames (a bound): the
-        waveform's and frames' growth, and every source frame not yet resampled."""
-        resampler, mel = self._parts()
-        out = resampler.output_bound(self._source_frames + more_frames) + 1
-        # The resampler's kept source and the batch, twice while they are joined.
-        source = resampler.nbytes + (self._waiting_frames + more_frames) * _F32
-        return mel.planned_nbytes(out) + 2 * source
-
-    def _flush(self) -> None:
-        resampler, mel = self._parts()
-        waiting = self._waiting
-        batch = waiting[0] if len(waiting) == 1 else np.concatenate(waiting)
-        self._waiting, self._waiting_frames = [], 0
-        self._cancel.check(Checkpoint.RESAMPLE, self._clip_index)
-        mel.push(resampler.push(batch))
-
-    def push(self, samples: npt.NDArray[np.float32]) -> None:
-        """Take the next mono float32 source samples ``[shape=(k,)]``."""
-        self._parts()
-        block = np.asarray(samples, dtype=np.float32)
-        if block.ndim != 1:
-            raise ValueError(f"push() takes mono samples [shape=(k,)], not shape {block.shape}")
-        if block.shape[0] == 0:
-            return
-        self._waiting.append(block)
-        self._waiting_frames += block.shape[0]
-        self._source_frames += block.shape[0]
-        if self._waiting_frames >= self._batch_frames:
-            self._flush()
-
-    def finish(self, clip_plan: ClipPlan) -> tuple[npt.NDArray[np.float32], Gemma3nClipFeatures]:
-        """The 16 kHz waveform and the features of the clip ``clip_plan`` plans.
-
-        :raises PluginError: the plan is not what the stream ran.
-        """
-        resampler, mel = self._parts()
-        resample = clip_plan.resample
-        if (
-            resample.algorithm != self._algorithm
-            or resample.source_rate_hz != self._source_rate_hz
-            or resample.output_rate_hz != SAMPLE_RATE_HZ
-            or resample.source_samples != self._source_frames
-            or clip_plan.normalized_samples != resample.output_samples
-        ):
-            raise PluginError(
-                f"gemma3n clip {self._clip_index} is planned as {resample.algorithm} "
-                f"{resample.source_rate_hz} -> {resample.output_rate_hz} Hz over "
-                f"{resample.source_samples} frames ({clip_plan.normalized_samples} of "
-                f"{resample.output_samples} samples), streamed as {self._algorithm} from "
-                f"{self._source_rate_hz} Hz over {self._source_frames} frames"
-            )
-        if self._waiting:
-            self._flush()
-        self._cancel.check(Checkpoint.RESAMPLE, self._clip_index)
-        mel.push(resampler.finish())
-        extra = resample.output_samples - mel.samples
-        if extra > 0 and resample.algorithm == "soxr_hq":
-            mel.push(np.zeros(extra, dtype=np.float32))  # librosa's length
-        return mel.finish(samples=resample.output_samples, tokens=clip_plan.features.tokens)
-
-    def close(self) -> None:
-        """Drop the source, the waveform and the frames (idempotent)."""
-        self._resampler = self._mel = None
-        self._waiting, self._waiting_frames = [], 0
-
-
-class SoxrStreamAdapter:
-    """The core's streaming soxr HQ (:class:`~audiogate.streaming.stage.SourceResampler`),
-    for a policy that selects the core's resampler; a ``"soxr_hq"`` plan's zero padding
-    to librosa's length is added by the feature stream."""
-
-    def __init__(self, resampler: SourceResampler) -> None:
-        self._resampler = resampler
-
-    @property
-    def nbytes(self) -> int:
-        return self._resampler.waiting_frames * _F32
-
-    def output_bound(self, source_frames: int) -> int:
-        return self._resampler.output_bound(source_frames)
-
-    def push(self, samples: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
-        out = self._resampler.push(samples)
-        return np.empty(0, dtype=np.float32) if out is None else out
-
-    def finish(self) -> npt.NDArray[np.float32]:
-        return self._resampler.finish()
+    def features(
+        self, sink: Gemma3nLogMelStream, clip_plan: ClipPlan
+    ) -> tuple[npt.NDArray[np.float32], Gemma3nClipFeatures]:
+        """The 16 kHz waveform and the right-padded features of the planned clip."""
+        return sink.finish(
+            samples=clip_plan.resample.output_samples, tokens=clip_plan.features.tokens
+        )
 
 
 def open_resample_stream(resample: ResamplePlan) -> SourceStream | None:
@@ -683,8 +533,7 @@ def open_feature_stream(
         return None
     return Gemma3nFeatureStream(
         resampler,
-        algorithm=resample.algorithm,
-        source_rate_hz=source_rate_hz,
+        probe=resample,
         clip_index=clip_index,
         cancel=cancel,
     )

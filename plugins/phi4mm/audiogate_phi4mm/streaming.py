@@ -33,7 +33,7 @@ frontend refuses, and resamplers of other plugins.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final, Protocol
+from typing import TYPE_CHECKING, Final
 
 import numpy as np
 import numpy.typing as npt
@@ -44,7 +44,15 @@ from audiogate.errors import AudioGateError, PluginError
 from audiogate.policy import AudioPolicy
 from audiogate.records import ClipFeatures, ResamplePlan, readonly
 from audiogate.streaming.buffer import GrowingArray
-from audiogate.streaming.stage import SourceResampler, batch_frames, open_source_resampler
+from audiogate.streaming.scaffold import (
+    F32_BYTES,
+    BatchedFeatureStream,
+    IdentityStream,
+    SourceStream,
+    SourceWindow,
+    SoxrStreamAdapter,
+)
+from audiogate.streaming.stage import open_source_resampler
 from audiogate_phi4mm.geometry import Frontend, frame_count, frontend_for
 from audiogate_phi4mm.logmel import (
     BLOCK_FRAMES,
@@ -82,75 +90,6 @@ __all__ = [
 
 #: Frames computed together while streaming (fewer wait for more samples).
 STREAM_BLOCK_FRAMES: Final = 32
-_F32: Final = 4
-
-
-class SourceStream(Protocol):
-    """A resampler run as a stream: outputs are returned once final."""
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes held (source samples kept for outputs not yet computed)."""
-
-    def output_bound(self, source_frames: int) -> int:
-        """At most how many outputs ``source_frames`` source frames give."""
-
-    def push(self, samples: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
-        """Take source samples ``[shape=(k,)]``; the outputs that became final."""
-
-    def finish(self) -> npt.NDArray[np.float32]:
-        """The remaining outputs of the clip of every sample pushed."""
-
-
-class _SourceWindow:
-    """The source samples from an absolute index on: what pending outputs still read."""
-
-    __slots__ = ("base", "samples")
-
-    def __init__(self) -> None:
-        self.base = 0
-        self.samples = np.empty(0, dtype=np.float32)
-
-    @property
-    def stop(self) -> int:
-        return self.base + self.samples.shape[0]
-
-    def append(self, block: npt.NDArray[np.float32]) -> None:
-        self.samples = np.concatenate((self.samples, block)) if self.samples.size else block
-
-    def drop_before(self, index: int) -> None:
-        """Forget the samples before absolute ``index``."""
-        cut = min(max(index - self.base, 0), self.samples.shape[0])
-        if cut:
-            self.samples = self.samples[cut:]
-            self.base += cut
-
-    def span(self, start: int, length: int, stop: int) -> npt.NDArray[np.float64]:
-        """Absolute samples ``start .. start + length`` as float64, zero before 0 and
-        from ``stop`` on."""
-        out = np.zeros(length, dtype=np.float64)
-        lo, hi = max(start, 0), min(start + length, stop)
-        if hi > lo:
-            out[lo - start : hi - start] = self.samples[lo - self.base : hi - self.base]
-        return out
-
-
-class IdentityStream:
-    """16 and 8 kHz sources, and the relabelled rates: the samples themselves."""
-
-    nbytes: Final = 0
-
-    def output_bound(self, source_frames: int) -> int:
-        """``source_frames``."""
-        return source_frames
-
-    def push(self, samples: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
-        """The samples (not copied)."""
-        return samples
-
-    def finish(self) -> npt.NDArray[np.float32]:
-        """Nothing."""
-        return np.empty(0, dtype=np.float32)
 
 
 class DecimateStream:
@@ -169,7 +108,7 @@ class DecimateStream:
         self._span = GROUP_OUTPUTS * down
         self._chunk = max(1, PRODUCT_MULTIPLY_ADDS // (GROUP_OUTPUTS * self._span))
         self._block_rows = -(-BLOCK_OUTPUTS // GROUP_OUTPUTS)
-        self._window = _SourceWindow()
+        self._window = SourceWindow()
         self._block = 0  # the next product: block and first row
         self._top = 0
 
@@ -250,7 +189,7 @@ class ExactResampleStream:
             raise ValueError(f"up and down must be >= 1, got {up} and {down}")
         self._up, self._down = up, down
         _, self._pre_remove = exact_filter(up, down, 0)
-        self._window = _SourceWindow()
+        self._window = SourceWindow()
         self._next = 0  # outputs returned
 
     @property
@@ -303,28 +242,6 @@ class ExactResampleStream:
         return self._outputs(total, n)
 
 
-class SoxrStreamAdapter:
-    """The core's streaming soxr HQ (:class:`~audiogate.streaming.stage.SourceResampler`)
-    for the native variant; the plan's zero padding is added by the feature stream."""
-
-    def __init__(self, resampler: SourceResampler) -> None:
-        self._resampler = resampler
-
-    @property
-    def nbytes(self) -> int:
-        return self._resampler.waiting_frames * _F32
-
-    def output_bound(self, source_frames: int) -> int:
-        return self._resampler.output_bound(source_frames)
-
-    def push(self, samples: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
-        out = self._resampler.push(samples)
-        return np.empty(0, dtype=np.float32) if out is None else out
-
-    def finish(self) -> npt.NDArray[np.float32]:
-        return self._resampler.finish()
-
-
 class Phi4MMLogMelStream:
     """The normalized waveform and its SpeechLib log-mel frames, computed as it arrives.
 
@@ -362,8 +279,8 @@ class Phi4MMLogMelStream:
     def planned_nbytes(self, samples: int) -> int:
         """:attr:`nbytes` once the waveform holds ``samples`` samples (a bound)."""
         rows = samples // self._frontend.hop_samples + 1
-        return self._waveform.capacity_for(samples) * _F32 + self._row_capacity(rows) * (
-            MEL_FILTERS * _F32
+        return self._waveform.capacity_for(samples) * F32_BYTES + self._row_capacity(rows) * (
+            MEL_FILTERS * F32_BYTES
         )
 
     def _row_capacity(self, rows: int) -> int:
@@ -437,14 +354,17 @@ class Phi4MMLogMelStream:
         return waveform, readonly(features)
 
 
-class Phi4MMFeatureStream:
-    """Phi-4 MM's :class:`~audiogate.streaming.stage.FeatureStream`: source batches of a
-    quarter of a second (:func:`~audiogate.streaming.stage.batch_frames`) through the streaming
-    resampler into :class:`Phi4MMLogMelStream`.
+class Phi4MMFeatureStream(BatchedFeatureStream[Phi4MMLogMelStream, ClipFeatures]):
+    """Phi-4 MM's :class:`~audiogate.streaming.stage.FeatureStream`: the core's source
+    batches (:class:`~audiogate.streaming.scaffold.BatchedFeatureStream`) through the
+    streaming resampler into :class:`Phi4MMLogMelStream`.
 
     :param resampler: the clip's resampler as a stream.
     :param probe: the resample plan the stream runs (probed at any length).
     """
+
+    family = "phi4mm"
+    plan_detail_keys = ("up", "down")
 
     def __init__(
         self,
@@ -456,98 +376,23 @@ class Phi4MMFeatureStream:
         clip_index: int = 0,
         cancel: CancelToken = NEVER,
     ) -> None:
-        self._resampler: SourceStream | None = resampler
-        self._probe = probe
-        self._clip_index = clip_index
-        self._cancel = cancel
-        self._mel: Phi4MMLogMelStream | None = Phi4MMLogMelStream(
-            frontend=frontend, bank=bank, clip_index=clip_index, cancel=cancel
+        super().__init__(
+            resampler,
+            Phi4MMLogMelStream(frontend=frontend, bank=bank, clip_index=clip_index, cancel=cancel),
+            probe=probe,
+            clip_index=clip_index,
+            cancel=cancel,
         )
-        self._waiting: list[npt.NDArray[np.float32]] = []
-        self._waiting_frames = 0
-        self._source_frames = 0
-        self._batch_frames = batch_frames(probe.source_rate_hz)
 
-    def _parts(self) -> tuple[SourceStream, Phi4MMLogMelStream]:
-        if self._resampler is None or self._mel is None:
-            raise RuntimeError("the phi4mm feature stream is closed")
-        return self._resampler, self._mel
-
-    @property
-    def nbytes(self) -> int:
-        """The waveform, the frames, the resampler's source and the waiting batch."""
-        if self._resampler is None or self._mel is None:
-            return 0
-        return self._mel.nbytes + self._resampler.nbytes + self._waiting_frames * _F32
-
-    def planned_nbytes(self, more_frames: int) -> int:
-        """:attr:`nbytes` after ``more_frames`` more source frames (a bound): the
-        waveform's and frames' growth, and every source frame not yet resampled."""
-        resampler, mel = self._parts()
-        out = resampler.output_bound(self._source_frames + more_frames) + 1
-        # The resampler's kept source and the batch, twice while they are joined.
-        source = resampler.nbytes + (self._waiting_frames + more_frames) * _F32
-        return mel.planned_nbytes(out) + 2 * source
-
-    def _flush(self) -> None:
-        resampler, mel = self._parts()
-        waiting = self._waiting
-        batch = waiting[0] if len(waiting) == 1 else np.concatenate(waiting)
-        self._waiting, self._waiting_frames = [], 0
-        self._cancel.check(Checkpoint.RESAMPLE, self._clip_index)
-        mel.push(resampler.push(batch))
-
-    def push(self, samples: npt.NDArray[np.float32]) -> None:
-        """Take the next mono float32 source samples ``[shape=(k,)]``."""
-        self._parts()
-        block = np.asarray(samples, dtype=np.float32)
-        if block.ndim != 1:
-            raise ValueError(f"push() takes mono samples [shape=(k,)], not shape {block.shape}")
-        if block.shape[0] == 0:
-            return
-        self._waiting.append(block)
-        self._waiting_frames += block.shape[0]
-        self._source_frames += block.shape[0]
-        if self._waiting_frames >= self._batch_frames:
-            self._flush()
-
-    def finish(self, clip_plan: ClipPlan) -> tuple[npt.NDArray[np.float32], ClipFeatures]:
-        """The normalized waveform and the features of the clip ``clip_plan`` plans.
-
-        :raises PluginError: the plan is not what the stream ran.
-        """
-        resampler, mel = self._parts()
-        resample, probe = clip_plan.resample, self._probe
-        if (
-            (resample.algorithm, resample.source_rate_hz, resample.output_rate_hz)
-            != (probe.algorithm, probe.source_rate_hz, probe.output_rate_hz)
-            or any(resample.detail.get(key) != probe.detail.get(key) for key in ("up", "down"))
-            or resample.source_samples != self._source_frames
-            or clip_plan.normalized_samples != resample.output_samples
-        ):
-            raise PluginError(
-                f"phi4mm clip {self._clip_index} is planned as {resample.algorithm} "
-                f"{resample.source_rate_hz} -> {resample.output_rate_hz} Hz over "
-                f"{resample.source_samples} frames ({clip_plan.normalized_samples} of "
-                f"{resample.output_samples} samples), streamed as {probe.algorithm} "
-                f"{probe.source_rate_hz} -> {probe.output_rate_hz} Hz over "
-                f"{self._source_frames} frames"
-            )
-        if self._waiting:
-            self._flush()
-        self._cancel.check(Checkpoint.RESAMPLE, self._clip_index)
-        mel.push(resampler.finish())
-        extra = resample.output_samples - mel.samples
-        if extra > 0 and resample.algorithm == "soxr_hq":
-            mel.push(np.zeros(extra, dtype=np.float32))  # librosa's length
+    def features(
+        self, sink: Phi4MMLogMelStream, clip_plan: ClipPlan
+    ) -> tuple[npt.NDArray[np.float32], ClipFeatures]:
+        """The waveform and the SpeechLib log-mel of the planned clip."""
         plan = clip_plan.features
-        waveform, features = mel.finish(samples=resample.output_samples, frames=plan.frames)
+        waveform, features = sink.finish(
+            samples=clip_plan.resample.output_samples, frames=plan.frames
+        )
         return waveform, ClipFeatures(features=features, frames=plan.frames, tokens=plan.tokens)
-
-    def close(self) -> None:
-        """Drop the source, the waveform and the frames (idempotent)."""
-        self._resampler = self._mel = None
-        self._waiting, self._waiting_frames = [], 0
 
 
 def open_resample_stream(resample: ResamplePlan) -> SourceStream | None:
