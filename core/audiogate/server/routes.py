@@ -122,6 +122,55 @@ async def _wait_for_disconnect(receive: Receive) -> None:
             return
 
 
+class _DisconnectWatch:
+    """While the ``async with`` block runs, a client that disconnects cancels ``token``
+    and then the handler's own task; the block then raises :class:`_ClientGone` once the
+    work awaited in it has let go.
+
+    The work runs in the handler's task, not a task of its own: one watcher task per
+    block instead of a task for the work, one for the watch and an ``asyncio.wait``
+    around them (issue #35: the handler's orchestration cost as much as a cached 1 s
+    request's preparation). The watcher cancels the handler only while the block is
+    suspended in it, so the cancellation lands inside the block, where it is taken back.
+    """
+
+    __slots__ = ("_active", "_gone", "_task", "_token", "_watcher")
+
+    def __init__(self, request: Request, token: CancelToken | None) -> None:
+        task = asyncio.current_task()
+        assert task is not None, "a handler runs in a task"
+        self._task = task
+        self._token = token
+        self._active = True
+        self._gone = False
+        self._watcher = asyncio.create_task(self._watch(request.receive))
+
+    async def _watch(self, receive: Receive) -> None:
+        await _wait_for_disconnect(receive)
+        if self._active:
+            # The client went away: cancel acquisition and processing, then the await.
+            self._gone = True
+            if self._token is not None:
+                self._token.cancel()
+            self._task.cancel()
+
+    async def __aenter__(self) -> None:
+        return None
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, traceback: object
+    ) -> None:
+        self._active = False
+        self._watcher.cancel()
+        if self._gone:
+            self._task.uncancel()  # this watch's own cancellation, taken back
+            raise _ClientGone from None
+        cancelled = kind is not None and issubclass(kind, asyncio.CancelledError)
+        if cancelled and self._token is not None:
+            # This handler is being cancelled (shutdown): so are acquisition and processing.
+            self._token.cancel()
+
+
 class AudioServer:
     """The handlers of one app: ``POST /v1/audio/prepare``, ``GET /metrics``,
     ``GET /healthz``, and the app's lifespan (closing the worker)."""
@@ -245,9 +294,7 @@ class AudioServer:
         # back), so clients that read slowly backpressure the others instead of growing
         # memory past the budget.
         bound = len(head) + 16 + (encoded_features_bound(inputs) if inputs else 0)
-        await self._until_disconnect(
-            request, self.bodies.make_room(hold, bound, timeout_s=self.body_idle_timeout_s)
-        )
+        await self._room_for_answer(request, hold, bound)
         nbytes = sum(int(np.asarray(a).nbytes) for a in inputs.values())
         if nbytes > _OFFLOOP_BYTES:
             fragments = await self._off_loop(render_answer, head, inputs, call)
@@ -328,23 +375,21 @@ class AudioServer:
     ) -> _T:
         """``work``, or :class:`_ClientGone` as soon as the client disconnects (then
         ``token`` is cancelled and ``work`` awaited until it has let go)."""
-        task = asyncio.create_task(work)
-        watcher = asyncio.create_task(_wait_for_disconnect(request.receive))
-        try:
-            done, _ = await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            watcher.cancel()
-            if not task.done():
-                # The client went away, or this handler is being cancelled (shutdown):
-                # cancel acquisition and processing, and wait until they have let go.
-                if token is not None:
-                    token.cancel()
-                task.cancel()
-                with contextlib.suppress(BaseException):
-                    await task
-        if task in done:
-            return task.result()
-        raise _ClientGone
+        async with _DisconnectWatch(request, token):
+            return await work
+        raise AssertionError("unreachable")  # for mypy: the watch never swallows
+
+    async def _room_for_answer(self, request: Request, hold: BudgetHold, nbytes: int) -> None:
+        """Hold ``nbytes`` more for the answer in the body budget: at once where they fit
+        (or this request holds everything held), else waiting for room until the client
+        disconnects (:class:`_ClientGone`) or the body timeout (``MemoryLimitError``)."""
+        bodies = self.bodies
+        if bodies.fits(nbytes) or bodies.held <= hold.nbytes:
+            hold.take(nbytes, force=True)  # make_room's answer without waiting: no tasks
+            return
+        await self._until_disconnect(
+            request, bodies.make_room(hold, nbytes, timeout_s=self.body_idle_timeout_s)
+        )
 
     def _queue_full(self) -> bool:
         return self.worker.queued_jobs >= self.worker.limits.queue_depth
@@ -405,6 +450,12 @@ class AudioServer:
     ) -> _T:
         """``work``, or :class:`ClientGone` once the client disconnects."""
         return await self._until_disconnect(request, work, token)
+
+    async def room_for_answer(self, request: Request, hold: BudgetHold, nbytes: int) -> None:
+        """Hold ``nbytes`` more in the body budget for an answer (waiting for room; see
+        :meth:`ByteBudget.make_room <audiogate.budget.ByteBudget.make_room>`), or
+        :class:`ClientGone` once the client disconnects while it waits."""
+        await self._room_for_answer(request, hold, nbytes)
 
     def close_ticket(
         self, ticket: RequestTicket, error: BaseException | None, *, cancelled: bool = False

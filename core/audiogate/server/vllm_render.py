@@ -217,9 +217,7 @@ class VllmRenderRoutes:
             prepared = await server.off_loop(self._tokenize, call.prompt)
         fragments = await server.off_loop(self._encode, prepared, call)
         nbytes = sum(len(f) for f in fragments)
-        await server.until_disconnect(
-            request, server.bodies.make_room(hold, nbytes, timeout_s=server.body_idle_timeout_s)
-        )
+        await server.room_for_answer(request, hold, nbytes)
         return FragmentsResponse(
             fragments, on_sent=hold.release, stall_timeout_s=server.body_idle_timeout_s
         )
