@@ -2,24 +2,26 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-
 import attrs
 import numpy as np
-import numpy.typing as npt
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from audiogate.acquire.clip import EncodedClip
 from audiogate.cancel import NEVER, CancelToken
-from audiogate.decode.geometry import SourceFormat
 from audiogate.errors import FeatureError, NonFiniteSampleError, PreprocessCancelled
 from audiogate.host import FamilyHost
-from audiogate.pipeline.plans import ClipPlan
-from audiogate.pipeline.preflight import preflight
 from audiogate.policy import AudioPolicy, CheckpointConfigs
 from audiogate.streaming.stage import FeatureStream
+from audiogate.testing.streaming import (
+    assert_stream_matches_whole_clip,
+    bits,
+    chunk_strategy,
+    chunks,
+    noise_samples,
+    open_stream,
+    whole_clip_plan,
+)
 from audiogate_gemma3n.features import extract_features
 from audiogate_gemma3n.resample import SINC, linear_resample, resample, sinc_resample
 from audiogate_gemma3n.streaming import (
@@ -31,35 +33,8 @@ from audiogate_gemma3n.streaming import (
 )
 
 RATES = (8_000, 11_025, 16_000, 22_050, 44_100, 48_000)
-#: Chunk sizes that put borders inside the sinc filter (up to 74 taps at these rates) and
-#: the 512-sample frames, cycled.
-ODD_SIZES = (1, 2, 3, 7, 13, 159, 161, 199, 401, 513)
-
-
-def _signal(n: int, seed: int, scale: float = 0.1) -> npt.NDArray[np.float32]:
-    x = np.random.default_rng(seed).standard_normal(n) * scale
-    return np.clip(x, -1.0, 1.0).astype(np.float32)
-
-
-def _chunks(x: npt.NDArray[np.float32], sizes: Sequence[int]) -> Iterator[npt.NDArray[np.float32]]:
-    start, index = 0, 0
-    while start < x.shape[0]:
-        size = max(1, sizes[index % len(sizes)])
-        yield x[start : start + size]
-        start, index = start + size, index + 1
-
-
-def _chunkings(rate: int) -> st.SearchStrategy[list[int]]:
-    return st.one_of(
-        st.just([rate // 100]),  # 10 ms
-        st.just([rate // 50]),  # 20 ms
-        st.lists(st.integers(1, rate // 10), min_size=1, max_size=8),
-        st.lists(st.sampled_from(ODD_SIZES), min_size=1, max_size=6),
-    )
-
-
-def _bits(x: npt.NDArray[np.float32]) -> npt.NDArray[np.uint32]:
-    return np.ascontiguousarray(x).view(np.uint32)
+# The kit's odd chunk sizes (audiogate.testing.streaming.ODD_SIZES) put borders inside
+# the sinc filter (up to 74 taps at these rates) and the 512-sample frames.
 
 
 @pytest.fixture
@@ -74,56 +49,10 @@ def sinc_policy(host: FamilyHost) -> AudioPolicy:
     )
 
 
-def _clip_plan(host: FamilyHost, policy: AudioPolicy, rate_hz: int, frames: int) -> ClipPlan:
-    """The whole clip's plan (only the geometry is read)."""
-    fmt = SourceFormat.raw("pcm16", rate_hz=rate_hz, channels=1)
-    clip = EncodedClip(data=bytes(2 * frames), source_format=fmt, ordinal=1)
-    return preflight(host, policy, [clip]).clips[0]
-
-
 def _stream(host: FamilyHost, policy: AudioPolicy, rate_hz: int) -> Gemma3nFeatureStream:
-    probe = host.plan_resample(policy, source_rate_hz=rate_hz, source_samples=rate_hz, clip_index=0)
-    stream = open_feature_stream(policy, source_rate_hz=rate_hz, resample=probe)
-    assert stream is not None
+    stream = open_stream(host, policy, rate_hz)
+    assert isinstance(stream, Gemma3nFeatureStream)
     return stream
-
-
-def _check_same(
-    host: FamilyHost,
-    policy: AudioPolicy,
-    rate_hz: int,
-    x: npt.NDArray[np.float32],
-    sizes: Sequence[int],
-) -> None:
-    plan = _clip_plan(host, policy, rate_hz, x.shape[0])
-    # The host's: the family's resampler, or the core's where the policy selects it.
-    wave = host.resample(policy, plan.resample, x, clip_index=0, cancel=NEVER)
-    whole = extract_features(policy, plan.features, wave, rate_hz=16_000, clip_index=0)
-    stream = _stream(host, policy, rate_hz)
-    for chunk in _chunks(x, sizes):
-        # What the core reserves before a chunk bounds what the stream then holds.
-        bound = stream.planned_nbytes(chunk.shape[0])
-        stream.push(chunk)
-        assert stream.nbytes <= bound
-    waveform, features = stream.finish(plan)
-    stream.close()
-    assert stream.nbytes == 0
-    assert np.array_equal(_bits(waveform), _bits(wave))
-    assert not waveform.flags.writeable
-    assert not features.features.flags.writeable
-    assert np.array_equal(_bits(features.features), _bits(whole.features))
-    assert np.array_equal(_bits(features.tail), _bits(whole.tail))
-    assert features.mask is not None
-    assert whole.mask is not None
-    assert np.array_equal(features.mask, whole.mask)
-    assert (features.frames, features.tokens, features.samples, features.padding_side) == (
-        whole.frames,
-        whole.tokens,
-        whole.samples,
-        whole.padding_side,
-    )
-    assert features.waveform is None
-    assert whole.waveform is None
 
 
 @pytest.mark.parametrize("kind", ["linear", "sinc"])
@@ -132,26 +61,26 @@ def _check_same(
 def test_any_chunking_resamples_as_the_whole_clip(kind: str, data: st.DataObject) -> None:
     rate = data.draw(st.sampled_from([r for r in RATES if r != 16_000] + [32_000, 96_000, 44_101]))
     n = data.draw(st.one_of(st.integers(0, 40), st.integers(41, rate // 2)))
-    sizes = data.draw(_chunkings(rate))
-    x = _signal(n, data.draw(st.integers(0, 2**16)))
+    sizes = data.draw(chunk_strategy(rate))
+    x = noise_samples(n, data.draw(st.integers(0, 2**16)))
     stream_type = LinearResampleStream if kind == "linear" else SincResampleStream
     whole = (linear_resample if kind == "linear" else sinc_resample)(x, in_rate_hz=rate)
     stream = stream_type(in_rate_hz=rate)
-    parts = [stream.push(chunk) for chunk in _chunks(x, sizes)]
+    parts = [stream.push(chunk) for chunk in chunks(x, sizes)]
     parts.append(stream.finish())
-    assert np.array_equal(_bits(np.concatenate(parts)), _bits(whole))
+    assert np.array_equal(bits(np.concatenate(parts)), bits(whole))
 
 
 @pytest.mark.parametrize("kind", ["linear", "sinc"])
 def test_one_sample_at_a_time(kind: str) -> None:
-    x = _signal(3_000, 7)
+    x = noise_samples(3_000, 7)
     for rate in (8_000, 44_100, 48_000):
         stream_type = LinearResampleStream if kind == "linear" else SincResampleStream
         whole = (linear_resample if kind == "linear" else sinc_resample)(x, in_rate_hz=rate)
         stream = stream_type(in_rate_hz=rate)
         parts = [stream.push(x[i : i + 1]) for i in range(x.shape[0])]
         parts.append(stream.finish())
-        assert np.array_equal(_bits(np.concatenate(parts)), _bits(whole))
+        assert np.array_equal(bits(np.concatenate(parts)), bits(whole))
 
 
 def test_sinc_products_keep_the_whole_clips_rows() -> None:
@@ -165,12 +94,12 @@ def test_sinc_products_keep_the_whole_clips_rows() -> None:
         (44_100, 2_167),
         (22_050, 1_809),
     ):
-        x = _signal(n, n)
+        x = noise_samples(n, n)
         whole = sinc_resample(x, in_rate_hz=rate)
         stream = SincResampleStream(in_rate_hz=rate)
-        parts = [stream.push(chunk) for chunk in _chunks(x, [rate // 50])]
+        parts = [stream.push(chunk) for chunk in chunks(x, [rate // 50])]
         parts.append(stream.finish())
-        assert np.array_equal(_bits(np.concatenate(parts)), _bits(whole))
+        assert np.array_equal(bits(np.concatenate(parts)), bits(whole))
 
 
 @settings(
@@ -187,8 +116,10 @@ def test_any_chunking_gives_the_whole_clips_features(
     rate = data.draw(st.sampled_from(RATES))
     seconds = data.draw(st.floats(0.05, 1.5))
     n = max(int(rate * seconds), rate * 520 // 16_000 + 1)
-    sizes = data.draw(_chunkings(rate))
-    _check_same(host, chosen, rate, _signal(n, data.draw(st.integers(0, 2**16))), sizes)
+    sizes = data.draw(chunk_strategy(rate))
+    assert_stream_matches_whole_clip(
+        host, chosen, rate, noise_samples(n, data.draw(st.integers(0, 2**16))), sizes
+    )
 
 
 @pytest.mark.parametrize(
@@ -206,11 +137,11 @@ def test_any_chunking_gives_the_whole_clips_features(
 def test_edge_lengths_at_16k(
     host: FamilyHost, policy: AudioPolicy, samples: int, sizes: list[int]
 ) -> None:
-    _check_same(host, policy, 16_000, _signal(samples, samples), sizes)
+    assert_stream_matches_whole_clip(host, policy, 16_000, noise_samples(samples, samples), sizes)
 
 
 def test_a_long_clip_in_20ms_chunks(host: FamilyHost, policy: AudioPolicy) -> None:
-    _check_same(host, policy, 48_000, _signal(48_000 * 4, 1), [960])
+    assert_stream_matches_whole_clip(host, policy, 48_000, noise_samples(48_000 * 4, 1), [960])
 
 
 def test_out_of_range_samples_fail_as_the_whole_clip(
@@ -218,19 +149,19 @@ def test_out_of_range_samples_fail_as_the_whole_clip(
 ) -> None:
     # A full-scale square wave rings past 1.0 through the sinc filter.
     square = np.where(np.arange(9_600) // 24 % 2, 1.0, -1.0).astype(np.float32)
-    nan = _signal(9_600, 3)
+    nan = noise_samples(9_600, 3)
     nan[5_001] = np.nan  # a sample the linear resampler reads (3·1667)
     for chosen, x, error in (
         (sinc_policy, square, FeatureError),
         (policy, nan, NonFiniteSampleError),
     ):
-        plan = _clip_plan(host, chosen, 48_000, x.shape[0])
+        plan = whole_clip_plan(host, chosen, 48_000, x.shape[0])
         wave = resample(chosen, plan.resample, x, clip_index=0, cancel=NEVER)
         assert wave is not None
         with pytest.raises(error) as whole:
             extract_features(chosen, plan.features, wave, rate_hz=16_000, clip_index=0)
         stream = _stream(host, chosen, 48_000)
-        for chunk in _chunks(x, [960]):
+        for chunk in chunks(x, [960]):
             stream.push(chunk)
         with pytest.raises(error) as streamed:
             stream.finish(plan)
@@ -252,14 +183,14 @@ def test_what_does_not_stream_is_left_to_the_core(
 
 def test_a_plan_of_another_clip_is_refused(host: FamilyHost, policy: AudioPolicy) -> None:
     stream = _stream(host, policy, 48_000)
-    stream.push(_signal(9_600, 0))
+    stream.push(noise_samples(9_600, 0))
     with pytest.raises(Exception, match="streamed as linear"):
-        stream.finish(_clip_plan(host, policy, 48_000, 9_601))
+        stream.finish(whole_clip_plan(host, policy, 48_000, 9_601))
     stream.close()
     stream.close()
     assert stream.nbytes == 0
     with pytest.raises(RuntimeError):
-        stream.push(_signal(10, 0))
+        stream.push(noise_samples(10, 0))
 
 
 def test_a_cancelled_stream_stops_at_its_next_batch(host: FamilyHost, policy: AudioPolicy) -> None:
@@ -267,9 +198,9 @@ def test_a_cancelled_stream_stops_at_its_next_batch(host: FamilyHost, policy: Au
     probe = host.plan_resample(policy, source_rate_hz=48_000, source_samples=48_000, clip_index=0)
     stream = open_feature_stream(policy, source_rate_hz=48_000, resample=probe, cancel=token)
     assert stream is not None
-    stream.push(_signal(48_000, 0))
+    stream.push(noise_samples(48_000, 0))
     token.cancel()
     with pytest.raises(PreprocessCancelled):
-        stream.push(_signal(48_000, 1))
+        stream.push(noise_samples(48_000, 1))
     stream.close()
     assert stream.nbytes == 0

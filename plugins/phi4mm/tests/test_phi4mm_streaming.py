@@ -2,32 +2,32 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-
 import attrs
 import numpy as np
-import numpy.typing as npt
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from audiogate.acquire.clip import EncodedClip
 from audiogate.cancel import NEVER, CancelToken
-from audiogate.decode.geometry import SourceFormat
 from audiogate.errors import PluginError, PreprocessCancelled
 from audiogate.host import FamilyHost
-from audiogate.pipeline.plans import ClipPlan
-from audiogate.pipeline.preflight import preflight
 from audiogate.policy import AudioPolicy, CheckpointConfigs
 from audiogate.streaming.stage import FeatureStream
-from audiogate_phi4mm.features import extract_features
+from audiogate.testing.streaming import (
+    assert_stream_matches_whole_clip,
+    bits,
+    chunk_strategy,
+    chunks,
+    noise_samples,
+    open_stream,
+    whole_clip_plan,
+)
 from audiogate_phi4mm.logmel import BLOCK_FRAMES
 from audiogate_phi4mm.resample import (
     BLOCK_OUTPUTS,
     EXACT,
     decimate,
     exact_ratio,
-    resample,
     resample_exact,
 )
 from audiogate_phi4mm.streaming import (
@@ -43,32 +43,6 @@ ODD_SIZES = (1, 2, 3, 7, 13, 159, 161, 199, 401)
 HEALTH = [HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
 
 
-def _signal(n: int, seed: int) -> npt.NDArray[np.float32]:
-    x = np.random.default_rng(seed).standard_normal(n) * 0.1
-    return np.clip(x, -1.0, 1.0).astype(np.float32)
-
-
-def _chunks(x: npt.NDArray[np.float32], sizes: Sequence[int]) -> Iterator[npt.NDArray[np.float32]]:
-    start, index = 0, 0
-    while start < x.shape[0]:
-        size = max(1, sizes[index % len(sizes)])
-        yield x[start : start + size]
-        start, index = start + size, index + 1
-
-
-def _chunkings(rate: int) -> st.SearchStrategy[list[int]]:
-    return st.one_of(
-        st.just([rate // 100]),  # 10 ms
-        st.just([rate // 50]),  # 20 ms
-        st.lists(st.integers(1, rate // 10), min_size=1, max_size=8),
-        st.lists(st.sampled_from(ODD_SIZES), min_size=1, max_size=6),
-    )
-
-
-def _bits(x: npt.NDArray[np.float32]) -> npt.NDArray[np.uint32]:
-    return np.ascontiguousarray(x).view(np.uint32)
-
-
 @pytest.fixture
 def exact(host: FamilyHost) -> AudioPolicy:
     return host.parse_policy(
@@ -81,52 +55,10 @@ def exact(host: FamilyHost) -> AudioPolicy:
     )
 
 
-def _clip_plan(host: FamilyHost, policy: AudioPolicy, rate_hz: int, frames: int) -> ClipPlan:
-    """The whole clip's plan (only the geometry is read)."""
-    fmt = SourceFormat.raw("pcm16", rate_hz=rate_hz, channels=1)
-    clip = EncodedClip(data=bytes(2 * frames), source_format=fmt, ordinal=1)
-    return preflight(host, policy, [clip]).clips[0]
-
-
 def _stream(host: FamilyHost, policy: AudioPolicy, rate_hz: int) -> Phi4MMFeatureStream:
-    probe = host.plan_resample(policy, source_rate_hz=rate_hz, source_samples=rate_hz, clip_index=0)
-    stream = open_feature_stream(policy, source_rate_hz=rate_hz, resample=probe)
-    assert stream is not None
+    stream = open_stream(host, policy, rate_hz)
+    assert isinstance(stream, Phi4MMFeatureStream)
     return stream
-
-
-def _check_same(
-    host: FamilyHost,
-    policy: AudioPolicy,
-    rate_hz: int,
-    x: npt.NDArray[np.float32],
-    sizes: Sequence[int],
-) -> None:
-    plan = _clip_plan(host, policy, rate_hz, x.shape[0])
-    wave = resample(policy, plan.resample, x, clip_index=0, cancel=NEVER)
-    whole = extract_features(
-        policy,
-        plan.features,
-        wave,
-        rate_hz=plan.resample.output_rate_hz,
-        clip_index=0,
-        cancel=NEVER,
-    )
-    stream = _stream(host, policy, rate_hz)
-    for chunk in _chunks(x, sizes):
-        # What the core reserves before a chunk bounds what the stream then holds.
-        bound = stream.planned_nbytes(chunk.shape[0])
-        stream.push(chunk)
-        assert stream.nbytes <= bound
-    waveform, features = stream.finish(plan)
-    stream.close()
-    assert stream.nbytes == 0
-    assert np.array_equal(_bits(waveform), _bits(wave))
-    assert not waveform.flags.writeable
-    assert not features.features.flags.writeable
-    assert np.array_equal(_bits(features.features), _bits(whole.features))
-    assert features.mask is None
-    assert (features.frames, features.tokens) == (whole.frames, whole.tokens)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=HEALTH)
@@ -135,13 +67,13 @@ def test_any_chunking_decimates_as_the_whole_clip(data: st.DataObject) -> None:
     down = data.draw(st.integers(2, 12))
     # Past one block of 16,000 outputs sometimes: the products of the next block.
     n = data.draw(st.one_of(st.integers(0, 300), st.integers(301, (BLOCK_OUTPUTS + 900) * down)))
-    sizes = data.draw(_chunkings(16_000 * down))
-    x = _signal(n, data.draw(st.integers(0, 2**16)))
+    sizes = data.draw(chunk_strategy(16_000 * down, ODD_SIZES))
+    x = noise_samples(n, data.draw(st.integers(0, 2**16)))
     whole = decimate(x, down=down, clip_index=0, cancel=NEVER)
     stream = DecimateStream(down=down)
-    parts = [stream.push(chunk) for chunk in _chunks(x, sizes)]
+    parts = [stream.push(chunk) for chunk in chunks(x, sizes)]
     parts.append(stream.finish())
-    assert np.array_equal(_bits(np.concatenate(parts)), _bits(whole))
+    assert np.array_equal(bits(np.concatenate(parts)), bits(whole))
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=HEALTH)
@@ -150,17 +82,17 @@ def test_any_chunking_resamples_the_exact_ratio_as_the_whole_clip(data: st.DataO
     rate = data.draw(st.sampled_from([8_000, 11_025, 22_050, 32_000, 44_100, 48_000, 96_000]))
     up, down = exact_ratio(rate)
     n = data.draw(st.one_of(st.integers(0, 300), st.integers(301, rate * 3 // 2)))
-    sizes = data.draw(_chunkings(rate))
-    x = _signal(n, data.draw(st.integers(0, 2**16)))
+    sizes = data.draw(chunk_strategy(rate, ODD_SIZES))
+    x = noise_samples(n, data.draw(st.integers(0, 2**16)))
     whole = resample_exact(x, up=up, down=down, clip_index=0, cancel=NEVER)
     stream = ExactResampleStream(up=up, down=down)
-    parts = [stream.push(chunk) for chunk in _chunks(x, sizes)]
+    parts = [stream.push(chunk) for chunk in chunks(x, sizes)]
     parts.append(stream.finish())
-    assert np.array_equal(_bits(np.concatenate(parts)), _bits(whole))
+    assert np.array_equal(bits(np.concatenate(parts)), bits(whole))
 
 
 def test_one_sample_at_a_time() -> None:
-    x = _signal(2_000, 5)
+    x = noise_samples(2_000, 5)
     for stream, whole in (
         (DecimateStream(down=3), decimate(x, down=3, clip_index=0, cancel=NEVER)),
         (
@@ -170,7 +102,7 @@ def test_one_sample_at_a_time() -> None:
     ):
         parts = [stream.push(x[i : i + 1]) for i in range(x.shape[0])]
         parts.append(stream.finish())
-        assert np.array_equal(_bits(np.concatenate(parts)), _bits(whole))
+        assert np.array_equal(bits(np.concatenate(parts)), bits(whole))
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=HEALTH)
@@ -186,8 +118,10 @@ def test_any_chunking_gives_the_whole_clips_features(
     rate = data.draw(st.sampled_from(RATES))
     seconds = data.draw(st.floats(0.03, 1.5))
     n = max(int(rate * seconds), rate * 420 // 8_000)
-    sizes = data.draw(_chunkings(rate))
-    _check_same(host, chosen, rate, _signal(n, data.draw(st.integers(0, 2**16))), sizes)
+    sizes = data.draw(chunk_strategy(rate, ODD_SIZES))
+    assert_stream_matches_whole_clip(
+        host, chosen, rate, noise_samples(n, data.draw(st.integers(0, 2**16))), sizes
+    )
 
 
 @pytest.mark.parametrize(
@@ -207,17 +141,17 @@ def test_edge_lengths_at_16k(
 ) -> None:
     if sizes == [1] and samples > 20_000:
         sizes = [7]
-    _check_same(host, remote, 16_000, _signal(samples, samples), sizes)
+    assert_stream_matches_whole_clip(host, remote, 16_000, noise_samples(samples, samples), sizes)
 
 
 def test_edge_lengths_at_8k(host: FamilyHost, remote: AudioPolicy) -> None:
     for samples in (200, 201, 200 + 80 * BLOCK_FRAMES):
-        _check_same(host, remote, 8_000, _signal(samples, samples), [80])
+        assert_stream_matches_whole_clip(host, remote, 8_000, noise_samples(samples, samples), [80])
 
 
 def test_a_long_clip_in_20ms_chunks(host: FamilyHost, remote: AudioPolicy) -> None:
     # Past three decimator blocks (16,000 outputs each).
-    _check_same(host, remote, 48_000, _signal(48_000 * 4 + 17, 1), [960])
+    assert_stream_matches_whole_clip(host, remote, 48_000, noise_samples(48_000 * 4 + 17, 1), [960])
 
 
 def test_what_does_not_stream_is_left_to_the_core(host: FamilyHost, remote: AudioPolicy) -> None:
@@ -234,14 +168,14 @@ def test_what_does_not_stream_is_left_to_the_core(host: FamilyHost, remote: Audi
 
 def test_a_plan_of_another_clip_is_refused(host: FamilyHost, remote: AudioPolicy) -> None:
     stream = _stream(host, remote, 48_000)
-    stream.push(_signal(9_600, 0))
+    stream.push(noise_samples(9_600, 0))
     with pytest.raises(PluginError, match="streamed as scipy_polyphase_integer"):
-        stream.finish(_clip_plan(host, remote, 48_000, 9_601))
+        stream.finish(whole_clip_plan(host, remote, 48_000, 9_601))
     stream.close()
     stream.close()
     assert stream.nbytes == 0
     with pytest.raises(RuntimeError):
-        stream.push(_signal(10, 0))
+        stream.push(noise_samples(10, 0))
 
 
 @pytest.mark.parametrize("seed", [2, 16, 17])
@@ -251,7 +185,9 @@ def test_a_one_frame_last_block_is_its_own_product(
     # OpenBLAS sums a one-row mel product differently from the same row in a larger one
     # (one or two of 80 values for these signals): the stream computes frame 256 of a
     # 257-frame clip alone, as the whole clip does, though it streamed it with others.
-    _check_same(host, remote, 16_000, _signal(400 + 160 * BLOCK_FRAMES, seed), [160])
+    assert_stream_matches_whole_clip(
+        host, remote, 16_000, noise_samples(400 + 160 * BLOCK_FRAMES, seed), [160]
+    )
 
 
 def test_a_cancelled_stream_stops_at_its_next_batch(host: FamilyHost, remote: AudioPolicy) -> None:
@@ -259,9 +195,9 @@ def test_a_cancelled_stream_stops_at_its_next_batch(host: FamilyHost, remote: Au
     probe = host.plan_resample(remote, source_rate_hz=48_000, source_samples=48_000, clip_index=0)
     stream = open_feature_stream(remote, source_rate_hz=48_000, resample=probe, cancel=token)
     assert stream is not None
-    stream.push(_signal(48_000, 0))
+    stream.push(noise_samples(48_000, 0))
     token.cancel()
     with pytest.raises(PreprocessCancelled):
-        stream.push(_signal(48_000, 1))
+        stream.push(noise_samples(48_000, 1))
     stream.close()
     assert stream.nbytes == 0

@@ -1,0 +1,50 @@
+"""The Granite Speech streaming stage equals the whole clip's resample + features, bit for
+bit, at the stage itself (every field of the features record: the peaks, the waveform);
+``tests/streaming/test_stream_granite.py`` checks it through the streaming frontend."""
+
+from __future__ import annotations
+
+import pytest
+
+from audiogate.errors import PluginError
+from audiogate.host import FamilyHost
+from audiogate.policy import AudioPolicy
+from audiogate.testing.streaming import (
+    assert_stream_matches_whole_clip,
+    noise_samples,
+    open_stream,
+    standard_chunkings,
+    whole_clip_plan,
+)
+from audiogate_granitespeech.streaming import STREAM_BLOCK_FRAMES, GraniteFeatureStream
+
+#: 16 kHz lengths around the 400-sample window, the 160-sample hop, odd frame counts
+#: (rows of two frames) and a streamed block's border.
+EDGE_SAMPLES = (257, 359, 360, 361, 480, 640, 200 + 160 * STREAM_BLOCK_FRAMES, 16_000)
+
+
+@pytest.mark.parametrize("samples", EDGE_SAMPLES)
+def test_edge_lengths_at_16k(host: FamilyHost, policy: AudioPolicy, samples: int) -> None:
+    x = noise_samples(samples, samples)
+    for sizes in ((1,), *standard_chunkings(16_000, window=400)):
+        assert_stream_matches_whole_clip(host, policy, 16_000, x, sizes)
+
+
+@pytest.mark.parametrize("rate", [8_000, 22_050, 44_100, 48_000])
+def test_resampled_rates(host: FamilyHost, policy: AudioPolicy, rate: int) -> None:
+    x = noise_samples(rate + 17, rate)
+    for sizes in standard_chunkings(rate, window=400, seed=rate):
+        assert_stream_matches_whole_clip(host, policy, rate, x, sizes)
+
+
+def test_a_plan_of_another_clip_is_refused(host: FamilyHost, policy: AudioPolicy) -> None:
+    stream = open_stream(host, policy, 48_000)
+    assert isinstance(stream, GraniteFeatureStream)
+    stream.push(noise_samples(9_600, 0))
+    with pytest.raises(PluginError, match="not as the stream ran"):
+        stream.finish(whole_clip_plan(host, policy, 44_100, 9_600))
+    stream.close()
+    stream.close()
+    assert stream.nbytes == 0
+    with pytest.raises(RuntimeError):
+        stream.push(noise_samples(10, 0))
