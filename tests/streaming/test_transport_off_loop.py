@@ -250,3 +250,27 @@ def test_one_thread_hop_per_batch_not_per_chunk(
     assert chunks > 100
     assert len(hops) <= frames // batch_frames(RATE) + 2
     assert hops[-1].endswith("finish")
+
+
+def test_a_client_gone_after_batches_in_threads_leaves_nothing_held() -> None:
+    """The chunks end with the client's error (a disconnect) after some batches ran in
+    threads: the error reaches the caller and the reservation is back to 0."""
+    budget = ByteBudget(1 << 30, limit="stream bytes")
+    pcm = noise_pcm16(batch_frames(RATE) * 3, seed=13).tobytes()
+
+    async def gone() -> AsyncIterator[bytes]:
+        async for chunk in _chunks(pcm):
+            yield chunk
+        raise ConnectionResetError("the client went away")
+
+    with pytest.raises(ConnectionResetError):
+        asyncio.run(
+            transport.prepare_stream(
+                family_host(),
+                policy_of("qwen2audio"),
+                gone(),
+                source_format=raw_pcm16(RATE),
+                budget=budget,
+            )
+        )
+    assert budget.held == 0
