@@ -22,7 +22,7 @@ from typing import Any, Final, TypeVar
 import anyio.to_thread
 import attrs
 import numpy as np
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, Counter, generate_latest
 from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
@@ -199,6 +199,7 @@ class AudioServer:
             gate.acquisition.max_bytes_per_request
         )
         self.server_metrics = ServerMetrics(self.metrics)
+        self._responses_by_status: dict[int, Counter] = {}
         self.limits = limits
         self.body_idle_timeout_s = limits.body_idle_timeout_s
         self.min_body_rate = limits.min_body_rate
@@ -264,7 +265,7 @@ class AudioServer:
             raise
         if not isinstance(response, FragmentsResponse):
             hold.release()  # an answer being sent releases it once it is out
-        self.server_metrics.responses.labels(status=str(response.status_code)).inc()
+        self.count_response(response.status_code)
         return response
 
     async def _prepare(self, request: Request, hold: BudgetHold, ticket: _Ticket) -> Response:
@@ -456,6 +457,14 @@ class AudioServer:
         :meth:`ByteBudget.make_room <audiogate.budget.ByteBudget.make_room>`), or
         :class:`ClientGone` once the client disconnects while it waits."""
         await self._room_for_answer(request, hold, nbytes)
+
+    def count_response(self, status: int) -> None:
+        """Count one prepare answer of ``status`` (its labelled counter looked up once)."""
+        counter = self._responses_by_status.get(status)
+        if counter is None:
+            counter = self.server_metrics.responses.labels(status=str(status))
+            self._responses_by_status[status] = counter
+        counter.inc()
 
     def close_ticket(
         self, ticket: RequestTicket, error: BaseException | None, *, cancelled: bool = False

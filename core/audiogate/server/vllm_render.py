@@ -191,7 +191,7 @@ class VllmRenderRoutes:
             raise
         if not isinstance(response, FragmentsResponse):
             hold.release()
-        server.server_metrics.responses.labels(status=str(response.status_code)).inc()
+        server.count_response(response.status_code)
         return response
 
     async def _answer(
