@@ -106,6 +106,7 @@ def test_the_plugin_registers_the_stages_of_its_package_and_nothing_else(qwen_ho
         "audiogate_extract_features",
         "audiogate_collate_features",
         "audiogate_expand_prompt",
+        "audiogate_open_feature_stream",
     }
 
 
@@ -256,4 +257,5 @@ def test_the_installed_entry_point_registers_the_family():
         "audiogate_extract_features",
         "audiogate_collate_features",
         "audiogate_expand_prompt",
+        "audiogate_open_feature_stream",
     }
