@@ -8,7 +8,9 @@
 * :mod:`audiogate.testing.tokenizers`: stand-in tokenizers with a family's real special ids;
 * :mod:`audiogate.testing.cancel`: tokens that cancel on the n-th poll of a checkpoint;
 * :mod:`audiogate.testing.checkpoints`: config documents restating a family's pinned keys;
-* :mod:`audiogate.testing.memory`: the traced peak of a stage on a fresh thread.
+* :mod:`audiogate.testing.memory`: the traced peak of a stage on a fresh thread;
+* :mod:`audiogate.testing.streaming`: chunkings, and a family's feature stream checked
+  against the whole clip.
 
 Nothing here is imported by ``import audiogate``; ``contract`` and ``plugin`` need pytest.
 """

@@ -28,6 +28,9 @@ Everything is called through the plugin host, as the pipeline calls it. The chec
 * a prompt with clips prepared as one user turn (``prepare --model --prompt``, batch
   rows) places them as the chat request with the clips as audio parts before the text;
 * cancellation is noticed inside the Decode, Resample and Feature loops of a long clip;
+* a family that streams (``open_feature_stream``) gives, for a few chunkings of a short
+  clip, one of a few frames and one of over a second, the whole clip's waveform and
+  features bit for bit (or within :attr:`FamilyContract.stream_tolerance`);
 * the request's reservation (:attr:`~audiogate.pipeline.RequestPlan.host_bytes`) covers
   the traced peak of preparing a large admitted request;
 * collation keeps the per-clip token counts, batches every input along axis 0 with each
@@ -96,6 +99,13 @@ from audiogate.records import (
 from audiogate.testing.audio import encoded_clip, noise
 from audiogate.testing.cancel import CancelAt
 from audiogate.testing.checkpoints import pinned_document, pinned_value
+from audiogate.testing.streaming import (
+    assert_stream_matches_whole_clip,
+    noise_samples,
+    open_stream,
+    standard_chunkings,
+    whole_clip_plan,
+)
 
 __all__ = [
     "REQUIRED_HOOKS",
@@ -310,6 +320,10 @@ class FamilyContract:
         count check.
     ``long_clip_seconds``
         the long clip of the arithmetic and cancellation checks (capped by the policy).
+    ``stream_tolerance``
+        the largest absolute difference allowed between a streamed clip's waveform and
+        features and the whole clip's; default 0.0 (bit-identical). Only for a family
+        whose streamed math cannot keep the whole clip's float order.
     ``reservation_clips`` / ``reservation_clip_seconds``
         the request whose reservation is checked: this many clips of this duration at the
         highest source rate, in stereo where admitted, reduced until the policy admits it.
@@ -325,6 +339,7 @@ class FamilyContract:
     round_trip_skip_targets: ClassVar[tuple[str, ...]] = ()
     user_placeholder: ClassVar[str | None] = None
     long_clip_seconds: ClassVar[float] = 20.0
+    stream_tolerance: ClassVar[float] = 0.0
     reservation_clips: ClassVar[int] = 4
     reservation_clip_seconds: ClassVar[float] = 30.0
 
@@ -733,6 +748,54 @@ class FamilyContract:
             )
             problems.extend(f"{samples} samples: {p}" for p in _feature_problems(features))
         assert not problems, problems
+
+    @contract
+    def test_a_streamed_clip_equals_the_whole_clip(
+        self, contract_host: FamilyHost, contract_policy: AudioPolicy
+    ) -> None:
+        """Where the family streams, any chunking gives the whole clip's result.
+
+        At the target rate and the highest other claimed rate, for clips of one frame,
+        a few frames and over a second (past one source batch), pushed in 1-sample,
+        10 ms, 20 ms, random and odd chunks: :func:`audiogate.testing.streaming.
+        assert_stream_matches_whole_clip`. Skipped for a family without the stage.
+        """
+        host, policy = contract_host, contract_policy
+        target = policy.target_rate_hz
+        others = [r for r in self.rates(policy) if r != target]
+        streamed: list[int] = []
+        for rate in dict.fromkeys([target, *others[-1:]]):
+            stream = open_stream(host, policy, rate)
+            if stream is not None:
+                stream.close()
+                streamed.append(rate)
+        if not streamed:
+            pytest.skip(f"{self.family} does not stream this policy (no open_feature_stream)")
+        frame = max(policy.frame_length_samples, policy.min_samples_per_clip, 1)
+        hop = max(policy.frame_hop_samples, 1)
+        for rate in streamed:
+            window = max(1, frame * rate // target)
+            short_sizes = ((1,), (7, window // 2 - 1 or 1, window + 1))
+            lengths = {
+                window + 1: short_sizes,
+                (frame + 3 * hop) * rate // target + 1: short_sizes,
+                rate * 13 // 10 + 17: standard_chunkings(rate, window=window, seed=rate),
+            }
+            for index, (length, chunkings) in enumerate(lengths.items()):
+                x = noise_samples(length, seed=index, scale=0.3)
+                try:
+                    whole_clip_plan(host, policy, rate, length)
+                except (FeatureError, LimitError):
+                    continue  # not admitted: the refusal checks cover it
+                for sizes in chunkings:
+                    try:
+                        assert_stream_matches_whole_clip(
+                            host, policy, rate, x, sizes, atol=self.stream_tolerance
+                        )
+                    except AssertionError as error:
+                        raise AssertionError(
+                            f"{length} frames at {rate} Hz in chunks of {sizes}: {error}"
+                        ) from error
 
     @contract
     def test_every_admitted_clip_has_prompt_positions(
