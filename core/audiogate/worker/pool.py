@@ -260,25 +260,28 @@ class AudioWorker:
         """Await ``job``'s value and take it. Cancelling the awaiting task cancels the job
         (withdrawn if queued; a running one stops at its next checkpoint) and releases
         what it holds once it has ended."""
-        waiter = asyncio.wrap_future(job.future)
+        # One loop future that the job's end wakes, carrying nothing: the outcome is
+        # taken from the job itself. Cancelling it never reaches the job's own future
+        # (what asyncio.wrap_future would do, and asyncio.shield undo at the cost of two
+        # more futures and their callbacks per request, issue #35).
+        loop = asyncio.get_running_loop()
+        ended: asyncio.Future[None] = loop.create_future()
+        job.future.add_done_callback(functools.partial(_wake, loop, ended))
         try:
-            await asyncio.shield(waiter)
+            await ended
+            if job.future.cancelled():  # cancelled by its future: as if this task was
+                raise asyncio.CancelledError
         except asyncio.CancelledError:
             # If the job has ended (or once it does), release it now: this frame stays
             # in the CancelledError's traceback for as long as the task is referenced.
             job.release_when_done()
-            job.cancel()
             # A queued job is withdrawn at once; a running one ends at its next checkpoint.
-            # Take its outcome, or asyncio logs "Future exception was never retrieved"
-            # (shield drops its own callback once the outer future is cancelled).
-            waiter.add_done_callback(_retrieve)
+            job.cancel()
             raise
-        except BaseException:
-            pass
         try:
             return job.result()
         finally:
-            del job, waiter
+            del job, ended
 
     # --- the queue -------------------------------------------------------------------
 
@@ -477,6 +480,16 @@ class AudioWorker:
         self.close()
 
 
-def _retrieve(future: asyncio.Future[Any]) -> None:
-    if not future.cancelled():
-        future.exception()
+def _wake(
+    loop: asyncio.AbstractEventLoop, ended: asyncio.Future[None], _job_future: object
+) -> None:
+    # In the thread that ended the job (or the loop's, where it had ended already).
+    if loop.is_closed():
+        return
+    with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody waits
+        loop.call_soon_threadsafe(_set_ended, ended)
+
+
+def _set_ended(ended: asyncio.Future[None]) -> None:
+    if not ended.done():  # not cancelled meanwhile
+        ended.set_result(None)
