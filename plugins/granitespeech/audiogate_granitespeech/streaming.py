@@ -1,7 +1,9 @@
 """The Granite Speech streaming stage: the log-mel computed as a streamed clip arrives.
 
-The source is resampled as one stream (soxr HQ, or the identity at 16 kHz:
-:class:`~audiogate.streaming.stage.SourceResampler`). Every frame whose 400-sample
+The source is resampled as one stream (soxr HQ, :class:`~audiogate.streaming.stage.
+SourceResampler`, or the identity at 16 kHz) in the core's source batches
+(:class:`~audiogate.streaming.scaffold.BatchedFeatureStream`, which also checks the plan,
+zero-pads to librosa's length and keeps the byte accounting). Every frame whose 400-sample
 window lies inside the samples received so far (``160 t + 200 <= n``, frames 0 and 1
 through the reflection of samples 1..200) is computed with the whole-clip kernel
 (:func:`~audiogate_granitespeech.logmel.batch_frames`) in blocks of
@@ -29,7 +31,13 @@ from audiogate.errors import PluginError
 from audiogate.policy import AudioPolicy
 from audiogate.records import ResamplePlan, readonly
 from audiogate.streaming.buffer import GrowingArray
-from audiogate.streaming.stage import SourceResampler, open_source_resampler
+from audiogate.streaming.scaffold import (
+    BatchedFeatureStream,
+    IdentityStream,
+    SourceStream,
+    SoxrStreamAdapter,
+)
+from audiogate.streaming.stage import open_source_resampler
 from audiogate_granitespeech.features import GraniteSpeechClipFeatures
 from audiogate_granitespeech.geometry import (
     FEATURE_DIM,
@@ -44,22 +52,26 @@ from audiogate_granitespeech.logmel import batch_frames, clamp_and_scale
 if TYPE_CHECKING:
     from audiogate.pipeline.plans import ClipPlan
 
-__all__ = ["STREAM_BLOCK_FRAMES", "GraniteFeatureStream", "open_feature_stream"]
+__all__ = [
+    "STREAM_BLOCK_FRAMES",
+    "GraniteFeatureStream",
+    "GraniteLogMelSink",
+    "open_feature_stream",
+]
 
 #: Interior frames are computed once this many are ready (0.64 s of audio).
 STREAM_BLOCK_FRAMES: Final = 64
 
 
-class GraniteFeatureStream:
-    """One clip's Granite Speech features, fed source samples as they arrive.
+class GraniteLogMelSink:
+    """The 16 kHz waveform and its interior log-mel frames, computed as it arrives (the
+    :class:`~audiogate.streaming.scaffold.FeatureSink` of :class:`GraniteFeatureStream`).
 
-    :param resampler: the clip's streaming resampler (to 16 kHz).
     :param clip_index: zero-based clip index (cancellation and errors).
     :param cancel: polled before every computed block.
     """
 
-    def __init__(self, resampler: SourceResampler, *, clip_index: int, cancel: CancelToken) -> None:
-        self._resampler: SourceResampler | None = resampler
+    def __init__(self, *, clip_index: int, cancel: CancelToken) -> None:
         self._samples = GrowingArray(np.float32)
         self._blocks: list[npt.NDArray[np.float32]] = []
         self._frames = 0  # frames streamed: [0, _frames)
@@ -67,36 +79,26 @@ class GraniteFeatureStream:
         self._clip_index = clip_index
         self._cancel = cancel
 
-    def _open(self) -> SourceResampler:
-        if self._resampler is None:
-            raise RuntimeError("the Granite Speech feature stream is closed")
-        return self._resampler
+    @property
+    def samples(self) -> int:
+        """16 kHz samples so far."""
+        return len(self._samples)
 
     @property
     def nbytes(self) -> int:
-        """The 16 kHz waveform's buffer, the streamed frames and the waiting source."""
-        if self._resampler is None:
-            return 0
-        return self._samples.nbytes + self._frame_bytes + self._resampler.waiting_frames * 4
+        """The waveform's buffer and the streamed frames."""
+        return self._samples.nbytes + self._frame_bytes
 
-    def planned_nbytes(self, more_frames: int) -> int:
-        """:attr:`nbytes` after ``more_frames`` more source frames: the waveform buffer's
-        capacity, one row of 80 float32 per 160 output samples, the waiting source."""
-        resampler = self._open()
-        out = resampler.output_bound(resampler.source_frames + more_frames)
-        frames = out // HOP + 1
-        return (
-            self._samples.capacity_for(out) * 4
-            + frames * N_MELS * 4
-            + (resampler.waiting_frames + more_frames) * 4
-        )
+    def planned_nbytes(self, samples: int) -> int:
+        """:attr:`nbytes` once the waveform holds ``samples`` samples: the buffer's
+        capacity and one row of 80 float32 per 160 samples."""
+        return self._samples.capacity_for(samples) * 4 + (samples // HOP + 1) * N_MELS * 4
 
     def push(self, samples: npt.NDArray[np.float32]) -> None:
-        """Resample the next source samples ``[shape=(k,)]`` and compute every complete
-        block of interior frames now available."""
-        out = self._open().push(samples)
-        if out is not None and out.shape[0]:
-            self._samples.extend(out)
+        """Append 16 kHz samples ``[shape=(k,)]``; compute every complete block of
+        interior frames now available."""
+        if samples.shape[0]:
+            self._samples.extend(samples)
             self._advance(STREAM_BLOCK_FRAMES)
 
     def _advance(self, minimum: int) -> None:
@@ -120,29 +122,17 @@ class GraniteFeatureStream:
     def finish(
         self, clip_plan: ClipPlan
     ) -> tuple[npt.NDArray[np.float32], GraniteSpeechClipFeatures]:
-        """The 16 kHz waveform and the features of the whole clip as ``clip_plan`` plans.
+        """The 16 kHz waveform and the features of the whole clip as ``clip_plan`` plans,
+        once every sample (librosa's zero padding included) was pushed.
 
-        :raises PluginError: the plan is not what the stream ran, or another shape.
+        :raises PluginError: the waveform or its feature shape is not the plan's.
         """
-        resampler = self._open()
         resample = clip_plan.resample
-        if not resampler.matches(resample) or clip_plan.normalized_samples != (
-            resample.output_samples
-        ):
-            raise PluginError(
-                f"the whole clip is planned as {resample.algorithm} {resample.source_rate_hz}"
-                f" -> {resample.output_rate_hz} Hz ({clip_plan.normalized_samples} of "
-                f"{resample.output_samples} samples), not as the stream ran"
-            )
-        self._samples.extend(resampler.finish())
-        extra = resample.output_samples - len(self._samples)
-        if extra < 0:
+        if len(self._samples) != resample.output_samples:
             raise PluginError(
                 f"the resampler streamed {len(self._samples)} samples, planned "
                 f"{resample.output_samples}"
             )
-        if extra:  # librosa's fix_length
-            self._samples.extend(np.zeros(extra, dtype=np.float32))
         waveform = self._samples.view()
         geometry = granite_geometry(waveform.shape[0])
         if geometry.feature_shape != tuple(clip_plan.features.feature_shape):
@@ -159,6 +149,7 @@ class GraniteFeatureStream:
             logs[first : first + block.shape[0]] = block
             first += block.shape[0]
         self._blocks.clear()
+        self._frame_bytes = 0
         if first < geometry.frames:
             logs[first:] = batch_frames(
                 waveform,
@@ -186,14 +177,36 @@ class GraniteFeatureStream:
         )
         return waveform, result
 
-    def close(self) -> None:
-        """Drop the resampler, the waveform and the frames."""
-        if self._resampler is not None:
-            self._resampler.close()
-        self._resampler = None
-        self._samples = GrowingArray(np.float32)
-        self._blocks.clear()
-        self._frame_bytes = 0
+
+class GraniteFeatureStream(BatchedFeatureStream[GraniteLogMelSink, GraniteSpeechClipFeatures]):
+    """One clip's Granite Speech features, fed source samples as they arrive: the core's
+    source batches (:class:`~audiogate.streaming.scaffold.BatchedFeatureStream`) through
+    the streaming resampler into :class:`GraniteLogMelSink`.
+
+    :param resampler: the clip's streaming resampler (to 16 kHz).
+    :param probe: the resample plan the stream runs (probed at any length).
+    :param clip_index: zero-based clip index (cancellation and errors).
+    :param cancel: polled before every batch and every computed block.
+    """
+
+    family = "granitespeech"
+
+    def __init__(
+        self, resampler: SourceStream, *, probe: ResamplePlan, clip_index: int, cancel: CancelToken
+    ) -> None:
+        super().__init__(
+            resampler,
+            GraniteLogMelSink(clip_index=clip_index, cancel=cancel),
+            probe=probe,
+            clip_index=clip_index,
+            cancel=cancel,
+        )
+
+    def features(
+        self, sink: GraniteLogMelSink, clip_plan: ClipPlan
+    ) -> tuple[npt.NDArray[np.float32], GraniteSpeechClipFeatures]:
+        """The waveform and the clamped, stacked log-mel of the planned clip."""
+        return sink.finish(clip_plan)
 
 
 def open_feature_stream(
@@ -203,7 +216,13 @@ def open_feature_stream(
     rate than 16 kHz: the accumulating frontend takes the clip)."""
     if resample.output_rate_hz != SAMPLE_RATE_HZ:
         return None
+    if resample.algorithm == "identity":
+        return GraniteFeatureStream(
+            IdentityStream(), probe=resample, clip_index=clip_index, cancel=cancel
+        )
     resampler = open_source_resampler(resample)
     if resampler is None:
         return None
-    return GraniteFeatureStream(resampler, clip_index=clip_index, cancel=cancel)
+    return GraniteFeatureStream(
+        SoxrStreamAdapter(resampler), probe=resample, clip_index=clip_index, cancel=cancel
+    )

@@ -41,8 +41,9 @@ def test_a_plan_of_another_clip_is_refused(host: FamilyHost, policy: AudioPolicy
     stream = open_stream(host, policy, 48_000)
     assert isinstance(stream, GraniteFeatureStream)
     stream.push(noise_samples(9_600, 0))
-    with pytest.raises(PluginError, match="not as the stream ran"):
-        stream.finish(whole_clip_plan(host, policy, 44_100, 9_600))
+    for rate, frames in ((44_100, 9_600), (48_000, 9_601)):  # another rate, another length
+        with pytest.raises(PluginError, match="streamed as soxr_hq 48000"):
+            stream.finish(whole_clip_plan(host, policy, rate, frames))
     stream.close()
     stream.close()
     assert stream.nbytes == 0
