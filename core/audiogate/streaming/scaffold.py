@@ -35,6 +35,7 @@ __all__ = [
     "F32_BYTES",
     "BatchedFeatureStream",
     "FeatureSink",
+    "FrameRows",
     "IdentityStream",
     "SourceStream",
     "SourceWindow",
@@ -154,6 +155,56 @@ class SourceWindow:
         lo, hi = max(start, 0), min(start + length, stop)
         if hi > lo:
             out[lo - start : hi - start] = self.samples[lo - self.base : hi - self.base]
+        return out
+
+
+class FrameRows:
+    """A sink's feature rows ``[shape=(capacity, width)]`` float32, grown as frames are
+    computed: rows ``0 .. done`` hold values.
+
+    The buffer grows to at least 256 rows and at least doubles, so a stream copies its
+    frames a logarithmic number of times; :meth:`take` hands the buffer itself over
+    when it holds exactly the clip's rows.
+
+    :param width: values per row (mel bands).
+    """
+
+    __slots__ = ("_rows", "done", "width")
+
+    def __init__(self, width: int) -> None:
+        self.width = width
+        self._rows = np.empty((0, width), dtype=np.float32)
+        self.done = 0  # rows computed
+
+    @property
+    def nbytes(self) -> int:
+        """The buffer's bytes."""
+        return int(self._rows.nbytes)
+
+    def capacity_for(self, rows: int) -> int:
+        """The buffer's rows once it holds ``rows`` rows."""
+        capacity = self._rows.shape[0]
+        return capacity if rows <= capacity else max(rows, 2 * capacity, 256)
+
+    def planned_nbytes(self, rows: int) -> int:
+        """:attr:`nbytes` once the buffer holds ``rows`` rows."""
+        return self.capacity_for(rows) * self.width * F32_BYTES
+
+    def grow(self, stop: int) -> npt.NDArray[np.float32]:
+        """The buffer, grown to hold rows ``0 .. stop`` (rows ``0 .. done`` kept), for
+        the caller to write rows into."""
+        if stop > self._rows.shape[0]:
+            grown = np.empty((self.capacity_for(stop), self.width), dtype=np.float32)
+            grown[: self.done] = self._rows[: self.done]
+            self._rows = grown
+        return self._rows
+
+    def take(self, count: int) -> npt.NDArray[np.float32]:
+        """Rows ``0 .. count`` (the buffer itself when it holds exactly that many, else a
+        copy); the buffer is dropped."""
+        rows = self._rows
+        out = rows if rows.shape[0] == count else rows[:count].copy()
+        self._rows = np.empty((0, self.width), dtype=np.float32)
         return out
 
 

@@ -47,6 +47,7 @@ from audiogate.streaming.buffer import GrowingArray
 from audiogate.streaming.scaffold import (
     F32_BYTES,
     BatchedFeatureStream,
+    FrameRows,
     IdentityStream,
     SourceStream,
     SourceWindow,
@@ -360,8 +361,7 @@ class Gemma3nLogMelStream:
         self._clip_index = clip_index
         self._cancel = cancel
         self._waveform = GrowingArray(np.float32)
-        self._frames = np.empty((0, FEATURE_SIZE), dtype=np.float32)
-        self._next = 0  # frames computed
+        self._rows = FrameRows(FEATURE_SIZE)
         # A sample outside [-1, 1] (or NaN): features wait for finish, which raises.
         self._suspect = False
 
@@ -373,37 +373,28 @@ class Gemma3nLogMelStream:
     @property
     def nbytes(self) -> int:
         """The waveform's and the frames' buffers."""
-        return self._waveform.nbytes + int(self._frames.nbytes)
+        return self._waveform.nbytes + self._rows.nbytes
 
     def planned_nbytes(self, samples: int) -> int:
         """:attr:`nbytes` once the waveform holds ``samples`` samples (a bound)."""
         rows = samples // FRAME_HOP_SAMPLES + 1
-        return self._waveform.capacity_for(samples) * F32_BYTES + self._row_capacity(rows) * (
-            FEATURE_SIZE * F32_BYTES
-        )
-
-    def _row_capacity(self, rows: int) -> int:
-        capacity = self._frames.shape[0]
-        return capacity if rows <= capacity else max(rows, 2 * capacity, 256)
+        return self._waveform.capacity_for(samples) * F32_BYTES + self._rows.planned_nbytes(rows)
 
     def _compute(self, stop: int) -> None:
         """Frames ``next .. stop`` of the (zero-padded) waveform so far."""
-        if stop <= self._next:
+        first = self._rows.done
+        if stop <= first:
             return
-        if stop > self._frames.shape[0]:
-            grown = np.empty((self._row_capacity(stop), FEATURE_SIZE), dtype=np.float32)
-            grown[: self._next] = self._frames[: self._next]
-            self._frames = grown
         log_mel_frames(
             self._waveform.view(),
             lead_samples=0,
-            first_frame=self._next,
+            first_frame=first,
             stop_frame=stop,
-            out=self._frames[self._next : stop],
+            out=self._rows.grow(stop)[first:stop],
             clip_index=self._clip_index,
             cancel=self._cancel,
         )
-        self._next = stop
+        self._rows.done = stop
 
     def push(self, samples: npt.NDArray[np.float32]) -> None:
         """Append normalized samples ``[shape=(k,)]``; frame what became complete."""
@@ -418,7 +409,7 @@ class Gemma3nLogMelStream:
         n = len(self._waveform)
         # Frame t reads samples 160·t .. 160·t + 511 (the 513th it unfolds is unused).
         ready = (n - FRAME_SAMPLES) // FRAME_HOP_SAMPLES + 1 if n >= FRAME_SAMPLES else 0
-        if ready - self._next >= STREAM_BLOCK_FRAMES:
+        if ready - self._rows.done >= STREAM_BLOCK_FRAMES:
             self._compute(ready)
 
     def finish(
@@ -445,9 +436,7 @@ class Gemma3nLogMelStream:
         total = valid_frames_in_padded_batch(samples)  # the frames and the tail
         self._cancel.check(Checkpoint.FEATURE, self._clip_index)
         self._compute(total)
-        computed = self._frames if self._frames.shape[0] == total else self._frames[:total].copy()
-        readonly(computed)
-        self._frames = np.empty((0, FEATURE_SIZE), dtype=np.float32)
+        computed = readonly(self._rows.take(total))
         features = Gemma3nClipFeatures(
             features=computed[:frames],
             mask=readonly(np.ones(frames, dtype=np.bool_)),

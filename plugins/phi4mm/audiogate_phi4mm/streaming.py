@@ -47,6 +47,7 @@ from audiogate.streaming.buffer import GrowingArray
 from audiogate.streaming.scaffold import (
     F32_BYTES,
     BatchedFeatureStream,
+    FrameRows,
     IdentityStream,
     SourceStream,
     SourceWindow,
@@ -263,8 +264,7 @@ class Phi4MMLogMelStream:
         self._clip_index = clip_index
         self._cancel = cancel
         self._waveform = GrowingArray(np.float32)
-        self._frames = np.empty((0, MEL_FILTERS), dtype=np.float32)
-        self._next = 0  # frames computed
+        self._rows = FrameRows(MEL_FILTERS)
 
     @property
     def samples(self) -> int:
@@ -274,18 +274,12 @@ class Phi4MMLogMelStream:
     @property
     def nbytes(self) -> int:
         """The waveform's and the frames' buffers."""
-        return self._waveform.nbytes + int(self._frames.nbytes)
+        return self._waveform.nbytes + self._rows.nbytes
 
     def planned_nbytes(self, samples: int) -> int:
         """:attr:`nbytes` once the waveform holds ``samples`` samples (a bound)."""
         rows = samples // self._frontend.hop_samples + 1
-        return self._waveform.capacity_for(samples) * F32_BYTES + self._row_capacity(rows) * (
-            MEL_FILTERS * F32_BYTES
-        )
-
-    def _row_capacity(self, rows: int) -> int:
-        capacity = self._frames.shape[0]
-        return capacity if rows <= capacity else max(rows, 2 * capacity, 256)
+        return self._waveform.capacity_for(samples) * F32_BYTES + self._rows.planned_nbytes(rows)
 
     def _compute(self, first: int, stop: int) -> None:
         """Frames ``first .. stop`` as products of as even sizes as :data:`BLOCK_FRAMES`
@@ -293,10 +287,7 @@ class Phi4MMLogMelStream:
         count = stop - first
         if count <= 0:
             return
-        if stop > self._frames.shape[0]:
-            grown = np.empty((self._row_capacity(stop), MEL_FILTERS), dtype=np.float32)
-            grown[: self._next] = self._frames[: self._next]
-            self._frames = grown
+        rows = self._rows.grow(stop)
         frontend = self._frontend
         scratch = thread_scratch(("phi4mm.log_mel", frontend), lambda: _Scratch(frontend))
         wave = self._waveform.view()
@@ -313,9 +304,9 @@ class Phi4MMLogMelStream:
                 bands=self._bands,
                 window=self._window_weights,
                 scratch=scratch,
-                out=self._frames[lo:hi],
+                out=rows[lo:hi],
             )
-        self._next = max(self._next, stop)
+        self._rows.done = max(self._rows.done, stop)
 
     def push(self, samples: npt.NDArray[np.float32]) -> None:
         """Append samples ``[shape=(k,)]``; frame what became complete."""
@@ -323,8 +314,8 @@ class Phi4MMLogMelStream:
             return
         self._waveform.extend(samples)
         ready = frame_count(len(self._waveform), self._frontend)
-        if ready - self._next >= STREAM_BLOCK_FRAMES:
-            self._compute(self._next, ready)
+        if ready - self._rows.done >= STREAM_BLOCK_FRAMES:
+            self._compute(self._rows.done, ready)
 
     def finish(
         self, *, samples: int, frames: int
@@ -343,14 +334,13 @@ class Phi4MMLogMelStream:
         # The whole clip's last block is a single frame: its one-row product sums apart.
         alone = frames % BLOCK_FRAMES == 1
         end = frames - 1 if alone else frames
-        first = self._next
+        first = self._rows.done
         if end - first == 1 and first > 0:
             first -= 1  # never a one-row product elsewhere (the frame before is redone)
         self._compute(min(first, end), end)
         if alone:
             self._compute(frames - 1, frames)
-        features = self._frames if self._frames.shape[0] == frames else self._frames[:frames].copy()
-        self._frames = np.empty((0, MEL_FILTERS), dtype=np.float32)
+        features = self._rows.take(frames)
         return waveform, readonly(features)
 
 
