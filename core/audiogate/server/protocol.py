@@ -68,8 +68,9 @@ _LINGER_S: Final = 1.0
 #: Bytes of a refused request's body dropped unread (while its client reads the 429)
 #: before the connection is aborted.
 DRAIN_BYTES: Final = 256 * 1024
-#: How long a kept-alive connection is not read after a refused request's body (its
-#: answer says ``Retry-After: 1``).
+#: How long after a refusal on a kept-alive connection its 429 is written (its body is
+#: skipped meanwhile; the connection's next head is read from then on). Its answer says
+#: ``Retry-After: 1``.
 REFUSED_READ_PAUSE_S: Final = 0.1
 #: Below this soft file limit, start-up warns (and says how to raise it).
 _LOW_FILE_LIMIT: Final = 4096
@@ -212,6 +213,10 @@ def guarded_h11(
         _skip = 0
         _skipping = False
         _skip_from: bytes | None = None
+        #: A refused request's 429, written :data:`REFUSED_READ_PAUSE_S` after its head.
+        _answer_due: bytes | None = None
+        #: What followed the skipped body (a pipelined request), read once answered.
+        _after_skip: bytes | None = None
 
         #: The connections served, for tests (eviction order).
         connection_table = table
@@ -395,10 +400,15 @@ def guarded_h11(
                 table.remove(self)  # closing: its place goes to a new connection
                 self._linger(refusal_answer(error))
                 return
-            # A small body on a kept-alive connection: answered now, and its bytes are
-            # skipped unparsed as they arrive (the client may reuse the connection, and
-            # a refusal costs no new connection). A fresh h11 state reads the next head.
-            self.transport.write(refusal_answer(error, close=False))
+            # A small body on a kept-alive connection: its bytes are skipped unparsed as
+            # they arrive (the client may reuse the connection, and a refusal costs no
+            # new connection), and it is answered REFUSED_READ_PAUSE_S later. A client
+            # that sends again at once after its 429 then costs the loop one refusal per
+            # pause and connection, not one per round trip; and its next request, read
+            # as soon as it arrives, waits in no pause (admitted, its latency is its
+            # own). A fresh h11 state reads the next head.
+            self._answer_due = refusal_answer(error, close=False)
+            self.loop.call_later(REFUSED_READ_PAUSE_S, self._answer_refusal)
             leftover, _ = self.conn.trailing_data
             self.conn = h11.Connection(h11.SERVER, self.conn._max_incomplete_event_size)
             self._guard_next_event()
@@ -411,14 +421,25 @@ def guarded_h11(
             self._skip -= taken
             if self._skip:
                 return
-            # The body is skipped. The connection's next request is read only
-            # REFUSED_READ_PAUSE_S later: a client that sends again at once after its 429
-            # then costs the loop one refusal per pause and connection, not one per round
-            # trip (the next bytes wait in the socket; nothing is held here but them).
+            # The body is skipped. The connection's next request is read once the refusal
+            # is answered (the next bytes wait in the socket; nothing is held here but
+            # them).
             self._cancel_head_timer()
-            self.transport.pause_reading()
             rest = data[taken:]
-            self.loop.call_later(REFUSED_READ_PAUSE_S, self._read_again, rest)
+            if self._answer_due is None:
+                self._read_again(rest)
+                return
+            self.transport.pause_reading()
+            self._after_skip = rest
+
+        def _answer_refusal(self) -> None:
+            answer, self._answer_due = self._answer_due, None
+            if answer is None or self.transport.is_closing():
+                return
+            self.transport.write(answer)
+            if self._after_skip is not None:  # the body is skipped: read on
+                rest, self._after_skip = self._after_skip, None
+                self._read_again(rest)
 
         def _read_again(self, rest: bytes) -> None:
             self._skipping = False
