@@ -26,7 +26,7 @@ import numpy.typing as npt
 from audiogate.cancel import NEVER, CancelToken, Checkpoint
 from audiogate.errors import PluginError
 from audiogate.records import ClipFeatures, ResamplePlan
-from audiogate.streaming.stage import SourceResampler, batch_frames
+from audiogate.streaming.stage import SourceResampler, batch_frames, open_source_resampler
 
 if TYPE_CHECKING:  # the host imports this module; the pipeline imports the host
     from audiogate.pipeline.plans import ClipPlan
@@ -120,6 +120,16 @@ class SoxrStreamAdapter:
 
     def finish(self) -> npt.NDArray[np.float32]:
         return self._resampler.finish()
+
+
+def core_source_stream(resample: ResamplePlan) -> SourceStream | None:
+    """The core's resamplers as a :class:`SourceStream`: :class:`IdentityStream` for the
+    identity, :class:`SoxrStreamAdapter` for soxr HQ, ``None`` for any other algorithm
+    (a family tries its own resamplers first)."""
+    if resample.algorithm == "identity":
+        return IdentityStream()
+    soxr = open_source_resampler(resample)
+    return None if soxr is None else SoxrStreamAdapter(soxr)
 
 
 class SourceWindow:

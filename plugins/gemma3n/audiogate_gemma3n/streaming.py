@@ -52,8 +52,8 @@ from audiogate.streaming.scaffold import (
     SourceStream,
     SourceWindow,
     SoxrStreamAdapter,
+    core_source_stream,
 )
-from audiogate.streaming.stage import open_source_resampler
 from audiogate_gemma3n.features import Gemma3nClipFeatures, _check_waveform
 from audiogate_gemma3n.geometry import (
     FEATURE_SIZE,
@@ -488,14 +488,11 @@ class Gemma3nFeatureStream(BatchedFeatureStream[Gemma3nLogMelStream, Gemma3nClip
 
 def open_resample_stream(resample: ResamplePlan) -> SourceStream | None:
     """The streaming form of a resample plan, or ``None`` (an algorithm it cannot run)."""
-    if resample.algorithm == "identity":
-        return IdentityStream()
     if resample.algorithm == LINEAR:
         return LinearResampleStream(in_rate_hz=resample.source_rate_hz)
     if resample.algorithm == SINC:
         return SincResampleStream(in_rate_hz=resample.source_rate_hz)
-    soxr = open_source_resampler(resample)
-    return None if soxr is None else SoxrStreamAdapter(soxr)
+    return core_source_stream(resample)
 
 
 def open_feature_stream(

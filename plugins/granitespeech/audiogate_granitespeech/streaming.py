@@ -31,13 +31,7 @@ from audiogate.errors import PluginError
 from audiogate.policy import AudioPolicy
 from audiogate.records import ResamplePlan, readonly
 from audiogate.streaming.buffer import GrowingArray
-from audiogate.streaming.scaffold import (
-    BatchedFeatureStream,
-    IdentityStream,
-    SourceStream,
-    SoxrStreamAdapter,
-)
-from audiogate.streaming.stage import open_source_resampler
+from audiogate.streaming.scaffold import BatchedFeatureStream, SourceStream, core_source_stream
 from audiogate_granitespeech.features import GraniteSpeechClipFeatures
 from audiogate_granitespeech.geometry import (
     FEATURE_DIM,
@@ -216,13 +210,7 @@ def open_feature_stream(
     rate than 16 kHz: the accumulating frontend takes the clip)."""
     if resample.output_rate_hz != SAMPLE_RATE_HZ:
         return None
-    if resample.algorithm == "identity":
-        return GraniteFeatureStream(
-            IdentityStream(), probe=resample, clip_index=clip_index, cancel=cancel
-        )
-    resampler = open_source_resampler(resample)
+    resampler = core_source_stream(resample)
     if resampler is None:
         return None
-    return GraniteFeatureStream(
-        SoxrStreamAdapter(resampler), probe=resample, clip_index=clip_index, cancel=cancel
-    )
+    return GraniteFeatureStream(resampler, probe=resample, clip_index=clip_index, cancel=cancel)

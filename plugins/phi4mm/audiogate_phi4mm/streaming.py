@@ -52,8 +52,8 @@ from audiogate.streaming.scaffold import (
     SourceStream,
     SourceWindow,
     SoxrStreamAdapter,
+    core_source_stream,
 )
-from audiogate.streaming.stage import open_source_resampler
 from audiogate_phi4mm.geometry import Frontend, frame_count, frontend_for
 from audiogate_phi4mm.logmel import (
     BLOCK_FRAMES,
@@ -387,14 +387,11 @@ class Phi4MMFeatureStream(BatchedFeatureStream[Phi4MMLogMelStream, ClipFeatures]
 
 def open_resample_stream(resample: ResamplePlan) -> SourceStream | None:
     """The streaming form of a resample plan, or ``None`` (an algorithm it cannot run)."""
-    if resample.algorithm == "identity":
-        return IdentityStream()
     if resample.algorithm == ALGORITHM:
         return DecimateStream(down=int(resample.detail["down"]))
     if resample.algorithm == EXACT:
         return ExactResampleStream(up=int(resample.detail["up"]), down=int(resample.detail["down"]))
-    soxr = open_source_resampler(resample)
-    return None if soxr is None else SoxrStreamAdapter(soxr)
+    return core_source_stream(resample)
 
 
 def open_feature_stream(
