@@ -100,6 +100,7 @@ from audiogate.testing.audio import encoded_clip, noise
 from audiogate.testing.cancel import CancelAt
 from audiogate.testing.checkpoints import pinned_document, pinned_value
 from audiogate.testing.streaming import (
+    assert_cancel_stops_the_stream,
     assert_stream_matches_whole_clip,
     noise_samples,
     open_stream,
@@ -758,7 +759,9 @@ class FamilyContract:
         At the target rate and the highest other claimed rate, for clips of one frame,
         a few frames and over a second (past one source batch), pushed in 1-sample,
         10 ms, 20 ms, random and odd chunks: :func:`audiogate.testing.streaming.
-        assert_stream_matches_whole_clip`. Skipped for a family without the stage.
+        assert_stream_matches_whole_clip`; and a cancelled stream stops
+        (:func:`~audiogate.testing.streaming.assert_cancel_stops_the_stream`). Skipped
+        for a family without the stage.
         """
         host, policy = contract_host, contract_policy
         target = policy.target_rate_hz
@@ -796,6 +799,7 @@ class FamilyContract:
                         raise AssertionError(
                             f"{length} frames at {rate} Hz in chunks of {sizes}: {error}"
                         ) from error
+            assert_cancel_stops_the_stream(host, policy, rate)
 
     @contract
     def test_every_admitted_clip_has_prompt_positions(

@@ -18,6 +18,7 @@ cannot keep the whole clip's float order declares one).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
@@ -28,6 +29,7 @@ import numpy.typing as npt
 from audiogate.acquire.clip import EncodedClip
 from audiogate.cancel import NEVER, CancelToken
 from audiogate.decode.geometry import SourceFormat
+from audiogate.errors import PreprocessCancelled
 from audiogate.host import FamilyHost
 from audiogate.pipeline.plans import ClipPlan
 from audiogate.pipeline.preflight import preflight
@@ -41,6 +43,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ODD_SIZES",
     "StreamedClip",
+    "assert_cancel_stops_the_stream",
     "assert_stream_matches_whole_clip",
     "bits",
     "chunk_strategy",
@@ -163,6 +166,8 @@ def _same(name: str, got: Any, want: Any, atol: float) -> None:
                 f"{name} differs from the whole clip's: {int(np.count_nonzero(diff))} of "
                 f"{want.size} values, at most {float(np.nanmax(diff, initial=0.0))}"
             )
+    elif isinstance(want, float) and isinstance(got, float) and math.isnan(want):
+        assert math.isnan(got), f"{name}: {got!r}, whole clip NaN"
     elif isinstance(want, float) and atol:
         assert abs(float(got) - want) <= atol, f"{name}: {got} != {want}"
     else:
@@ -225,3 +230,24 @@ def assert_stream_matches_whole_clip(
     return StreamedClip(
         waveform=waveform, features=features, whole_waveform=whole_wave, whole_features=whole
     )
+
+
+def assert_cancel_stops_the_stream(host: FamilyHost, policy: AudioPolicy, rate_hz: int) -> None:
+    """A stream whose token is cancelled stops with :class:`PreprocessCancelled` by the
+    next second of source it takes (or at ``finish``), and ``close`` then releases it."""
+    token = CancelToken()
+    stream = open_stream(host, policy, rate_hz, cancel=token)
+    assert stream is not None, f"{policy.family} opened no feature stream at {rate_hz} Hz"
+    try:
+        stream.push(noise_samples(rate_hz, 0))
+        token.cancel()
+        try:
+            stream.push(noise_samples(rate_hz, 1))
+            stream.finish(whole_clip_plan(host, policy, rate_hz, 2 * rate_hz))
+        except PreprocessCancelled:
+            pass
+        else:
+            raise AssertionError("a cancelled stream finished")
+    finally:
+        stream.close()
+    assert stream.nbytes == 0, "a closed stream still holds bytes"

@@ -8,12 +8,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from audiogate.cancel import NEVER, CancelToken
-from audiogate.errors import FeatureError, NonFiniteSampleError, PreprocessCancelled
+from audiogate.cancel import NEVER
+from audiogate.errors import FeatureError, NonFiniteSampleError
 from audiogate.host import FamilyHost
 from audiogate.policy import AudioPolicy, CheckpointConfigs
 from audiogate.streaming.stage import FeatureStream
 from audiogate.testing.streaming import (
+    assert_cancel_stops_the_stream,
     assert_stream_matches_whole_clip,
     bits,
     chunk_strategy,
@@ -194,13 +195,4 @@ def test_a_plan_of_another_clip_is_refused(host: FamilyHost, policy: AudioPolicy
 
 
 def test_a_cancelled_stream_stops_at_its_next_batch(host: FamilyHost, policy: AudioPolicy) -> None:
-    token = CancelToken()
-    probe = host.plan_resample(policy, source_rate_hz=48_000, source_samples=48_000, clip_index=0)
-    stream = open_feature_stream(policy, source_rate_hz=48_000, resample=probe, cancel=token)
-    assert stream is not None
-    stream.push(noise_samples(48_000, 0))
-    token.cancel()
-    with pytest.raises(PreprocessCancelled):
-        stream.push(noise_samples(48_000, 1))
-    stream.close()
-    assert stream.nbytes == 0
+    assert_cancel_stops_the_stream(host, policy, 48_000)

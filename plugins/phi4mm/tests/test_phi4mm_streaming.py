@@ -8,12 +8,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from audiogate.cancel import NEVER, CancelToken
-from audiogate.errors import PluginError, PreprocessCancelled
+from audiogate.cancel import NEVER
+from audiogate.errors import PluginError
 from audiogate.host import FamilyHost
 from audiogate.policy import AudioPolicy, CheckpointConfigs
 from audiogate.streaming.stage import FeatureStream
 from audiogate.testing.streaming import (
+    assert_cancel_stops_the_stream,
     assert_stream_matches_whole_clip,
     bits,
     chunk_strategy,
@@ -191,13 +192,4 @@ def test_a_one_frame_last_block_is_its_own_product(
 
 
 def test_a_cancelled_stream_stops_at_its_next_batch(host: FamilyHost, remote: AudioPolicy) -> None:
-    token = CancelToken()
-    probe = host.plan_resample(remote, source_rate_hz=48_000, source_samples=48_000, clip_index=0)
-    stream = open_feature_stream(remote, source_rate_hz=48_000, resample=probe, cancel=token)
-    assert stream is not None
-    stream.push(noise_samples(48_000, 0))
-    token.cancel()
-    with pytest.raises(PreprocessCancelled):
-        stream.push(noise_samples(48_000, 1))
-    stream.close()
-    assert stream.nbytes == 0
+    assert_cancel_stops_the_stream(host, remote, 48_000)
