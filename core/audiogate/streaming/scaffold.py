@@ -26,6 +26,7 @@ import numpy.typing as npt
 from audiogate.cancel import NEVER, CancelToken, Checkpoint
 from audiogate.errors import PluginError
 from audiogate.records import ClipFeatures, ResamplePlan
+from audiogate.streaming.buffer import GrowingArray
 from audiogate.streaming.stage import SourceResampler, batch_frames, open_source_resampler
 
 if TYPE_CHECKING:  # the host imports this module; the pipeline imports the host
@@ -36,6 +37,7 @@ __all__ = [
     "BatchedFeatureStream",
     "FeatureSink",
     "FrameRows",
+    "FramedSink",
     "IdentityStream",
     "SourceStream",
     "SourceWindow",
@@ -216,6 +218,39 @@ class FrameRows:
         out = rows if rows.shape[0] == count else rows[:count].copy()
         self._rows = np.empty((0, self.width), dtype=np.float32)
         return out
+
+
+class FramedSink:
+    """The buffers of a :class:`FeatureSink` whose frames advance by a hop: the
+    normalized waveform (``_waveform``, a :class:`~audiogate.streaming.buffer.
+    GrowingArray`) and the feature rows (``_rows``, :class:`FrameRows`). A family's sink
+    subclasses it and adds ``push`` (extend ``_waveform``, compute rows into ``_rows``)
+    and its ``finish``.
+
+    :param width: values per row.
+    :param hop_samples: samples per frame hop (the rows a waveform length can give).
+    """
+
+    def __init__(self, *, width: int, hop_samples: int) -> None:
+        self._waveform = GrowingArray(np.float32)
+        self._rows = FrameRows(width)
+        self._hop_samples = hop_samples
+
+    @property
+    def samples(self) -> int:
+        """Normalized samples so far."""
+        return len(self._waveform)
+
+    @property
+    def nbytes(self) -> int:
+        """The waveform's and the rows' buffers."""
+        return self._waveform.nbytes + self._rows.nbytes
+
+    def planned_nbytes(self, samples: int) -> int:
+        """:attr:`nbytes` once the waveform holds ``samples`` samples (a bound: one row per
+        hop, and one more)."""
+        rows = samples // self._hop_samples + 1
+        return self._waveform.capacity_for(samples) * F32_BYTES + self._rows.planned_nbytes(rows)
 
 
 SinkT = TypeVar("SinkT", bound=FeatureSink)

@@ -43,11 +43,9 @@ from audiogate.cancel import NEVER, CancelToken, Checkpoint
 from audiogate.errors import PluginError
 from audiogate.policy import AudioPolicy
 from audiogate.records import ResamplePlan, readonly
-from audiogate.streaming.buffer import GrowingArray
 from audiogate.streaming.scaffold import (
-    F32_BYTES,
     BatchedFeatureStream,
-    FrameRows,
+    FramedSink,
     IdentityStream,
     SourceStream,
     SourceWindow,
@@ -350,7 +348,7 @@ class SincResampleStream:
         return self._release()
 
 
-class Gemma3nLogMelStream:
+class Gemma3nLogMelStream(FramedSink):
     """The 16 kHz waveform and its USM log-mel frames, computed as samples arrive.
 
     :param clip_index: for errors and cancellation.
@@ -358,27 +356,11 @@ class Gemma3nLogMelStream:
     """
 
     def __init__(self, *, clip_index: int = 0, cancel: CancelToken = NEVER) -> None:
+        super().__init__(width=FEATURE_SIZE, hop_samples=FRAME_HOP_SAMPLES)
         self._clip_index = clip_index
         self._cancel = cancel
-        self._waveform = GrowingArray(np.float32)
-        self._rows = FrameRows(FEATURE_SIZE)
         # A sample outside [-1, 1] (or NaN): features wait for finish, which raises.
         self._suspect = False
-
-    @property
-    def samples(self) -> int:
-        """Normalized samples so far."""
-        return len(self._waveform)
-
-    @property
-    def nbytes(self) -> int:
-        """The waveform's and the frames' buffers."""
-        return self._waveform.nbytes + self._rows.nbytes
-
-    def planned_nbytes(self, samples: int) -> int:
-        """:attr:`nbytes` once the waveform holds ``samples`` samples (a bound)."""
-        rows = samples // FRAME_HOP_SAMPLES + 1
-        return self._waveform.capacity_for(samples) * F32_BYTES + self._rows.planned_nbytes(rows)
 
     def _compute(self, stop: int) -> None:
         """Frames ``next .. stop`` of the (zero-padded) waveform so far."""

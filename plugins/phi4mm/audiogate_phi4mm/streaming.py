@@ -43,11 +43,9 @@ from audiogate.dsp.scratch import thread_scratch
 from audiogate.errors import AudioGateError, PluginError
 from audiogate.policy import AudioPolicy
 from audiogate.records import ClipFeatures, ResamplePlan, readonly
-from audiogate.streaming.buffer import GrowingArray
 from audiogate.streaming.scaffold import (
-    F32_BYTES,
     BatchedFeatureStream,
-    FrameRows,
+    FramedSink,
     IdentityStream,
     SourceStream,
     SourceWindow,
@@ -243,7 +241,7 @@ class ExactResampleStream:
         return self._outputs(total, n)
 
 
-class Phi4MMLogMelStream:
+class Phi4MMLogMelStream(FramedSink):
     """The normalized waveform and its SpeechLib log-mel frames, computed as it arrives.
 
     :param frontend: the framing of the effective rate.
@@ -258,28 +256,12 @@ class Phi4MMLogMelStream:
         clip_index: int = 0,
         cancel: CancelToken = NEVER,
     ) -> None:
+        super().__init__(width=MEL_FILTERS, hop_samples=frontend.hop_samples)
         self._frontend = frontend
         self._bands = _bank_bands(bank)
         self._window_weights = _scaled_window(frontend.window_samples)
         self._clip_index = clip_index
         self._cancel = cancel
-        self._waveform = GrowingArray(np.float32)
-        self._rows = FrameRows(MEL_FILTERS)
-
-    @property
-    def samples(self) -> int:
-        """Samples so far."""
-        return len(self._waveform)
-
-    @property
-    def nbytes(self) -> int:
-        """The waveform's and the frames' buffers."""
-        return self._waveform.nbytes + self._rows.nbytes
-
-    def planned_nbytes(self, samples: int) -> int:
-        """:attr:`nbytes` once the waveform holds ``samples`` samples (a bound)."""
-        rows = samples // self._frontend.hop_samples + 1
-        return self._waveform.capacity_for(samples) * F32_BYTES + self._rows.planned_nbytes(rows)
 
     def _compute(self, first: int, stop: int) -> None:
         """Frames ``first .. stop`` as products of as even sizes as :data:`BLOCK_FRAMES`
