@@ -214,8 +214,8 @@ class _Receiver:
         chunk that crosses a limit is refused). ``True``: a batch of half a second
         (:func:`~audiogate.streaming.stage.batch_frames`, at most
         :data:`DECODE_BATCH_FRAMES`) is pending; :meth:`flush` decodes and pushes it.
-        Per-chunk work is O(1) arithmetic."""
-        self._digest.update(chunk)
+        Per-chunk work is O(1) arithmetic (the bytes are hashed a batch at a time, as
+        they are decoded)."""
         self._received += len(chunk)
         if self._header is None:
             buffer = bytes(self._pending) + chunk if self._pending else chunk
@@ -228,6 +228,7 @@ class _Receiver:
             if not geometry.in_process:
                 # ADPCM or GSM 6.10: a codec's WAV, decoded as a whole clip at the end.
                 raise _CodecWav(bytes(buffer))
+            self._digest.update(buffer[: geometry.data_offset])
             self._pending = bytearray(buffer[geometry.data_offset :])
             self._data_seen = len(self._pending)
             self._start(geometry)
@@ -270,6 +271,8 @@ class _Receiver:
         del self._pending[:nbytes]
         self._announced -= frames
         self._data_bytes += nbytes
+        # A finished stream has decoded every byte after its header: all are hashed.
+        self._digest.update(data)
         samples = decode(
             data,
             _chunk_geometry(header, frames),
@@ -324,6 +327,8 @@ class _Receiver:
 
     @property
     def sha256(self) -> str:
+        """The SHA-256 of every byte received (read once :meth:`finish` returned: the
+        bytes are hashed as their batches are decoded)."""
         return self._digest.hexdigest()
 
 
