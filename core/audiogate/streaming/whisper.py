@@ -372,17 +372,22 @@ class WhisperFeatureStream:
         """
         resampler, mel = self._parts()
         resample, plan = clip_plan.resample, clip_plan.features
-        if not resampler.matches(resample) or clip_plan.normalized_samples != (
-            resample.output_samples
+        if (
+            not resampler.matches(resample)
+            or clip_plan.normalized_samples != resample.output_samples
+            or resample.source_samples != resampler.source_frames
         ):
             raise PluginError(
                 f"the whole clip is planned as {resample.algorithm} {resample.source_rate_hz}"
-                f" -> {resample.output_rate_hz} Hz ({clip_plan.normalized_samples} of "
-                f"{resample.output_samples} samples), not as the stream ran"
+                f" -> {resample.output_rate_hz} Hz over {resample.source_samples} frames "
+                f"({clip_plan.normalized_samples} of {resample.output_samples} samples), "
+                f"streamed over {resampler.source_frames} frames"
             )
         mel.push(resampler.finish())
         extra = resample.output_samples - mel.samples
-        if extra < 0:
+        # Only "soxr_hq" pads soxr's output with zeros to librosa's length; any other
+        # shortfall is a plan the stream did not run.
+        if extra < 0 or (extra > 0 and resample.algorithm != "soxr_hq"):
             raise PluginError(
                 f"the resampler streamed {mel.samples} samples, planned {resample.output_samples}"
             )
