@@ -62,7 +62,7 @@ def _without_image_check(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(ProcessorMixin, "check_argument_for_proper_class", check)
 
 
-def _qwen2audio(directory: Path, _monkeypatch: pytest.MonkeyPatch) -> Any:
+def _auto(directory: Path, _monkeypatch: pytest.MonkeyPatch) -> Any:
     from transformers import AutoProcessor
 
     return AutoProcessor.from_pretrained(directory)
@@ -98,7 +98,7 @@ def _phi4mm(directory: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
 #: whose false rows the reference computes from padding and audiogate fills with zeros)
 FAMILIES: dict[str, tuple[Callable[..., Any], Callable[[int], str], float, str | None]] = {
     "qwen2-audio-7b-instruct": (
-        _qwen2audio,
+        _auto,
         lambda k: f"Audio {k}: <|audio_bos|><|AUDIO|><|audio_eos|>\n",
         # 3e-5 but where the reference's own float32 error is larger (qwen2audio_helpers).
         5e-5,
@@ -111,7 +111,26 @@ FAMILIES: dict[str, tuple[Callable[..., Any], Callable[[int], str], float, str |
         2e-6,
         "audio_attention_mask",
     ),
+    # Both families' parity tolerance (their plugins' helpers): float32 log-mel rounding.
+    "audio-flamingo-3-hf": (_auto, lambda k: "<sound>", 1e-4, None),
+    # GlmAsrProcessor expands the template's block as is; a bare <|pad|> it leaves
+    # unwrapped, which audiogate's family wraps (its chat rules).
+    "glm-asr-nano-2512": (
+        _auto,
+        lambda k: "<|begin_of_audio|><|pad|><|end_of_audio|>",
+        1e-4,
+        None,
+    ),
 }
+#: Their processors refuse more than one clip in one text ("must match 1:1"), which the
+#: families take (the clips' runs in order, as the model consumes them).
+ONE_CLIP_PER_TEXT = frozenset({"audio-flamingo-3-hf", "glm-asr-nano-2512"})
+#: Their processors pad texts (on the left) unless told not to, and an explicit
+#: ``padding=True`` pads their features to the longest clip too, shorter than the 30 s
+#: window their encoders add position embeddings to: audiogate keeps whole windows.
+PADS_BY_DEFAULT = frozenset({"audio-flamingo-3-hf", "glm-asr-nano-2512"})
+#: Their processors cut a clip into 30 s windows (one feature row each) up to 10 minutes.
+WINDOWED = ("audio-flamingo-3-hf", "glm-asr-nano-2512")
 
 
 def _tone(seconds: float, hz: float = 440.0) -> np.ndarray:
@@ -181,6 +200,12 @@ def test_one_text_two_clips(name, processors, monkeypatch):
     text = f"First {token(1)} then {token(2)}compare."
     clips = [_tone(2.0), _tone(0.7, 1_000.0)]
     kwargs: dict[str, Any] = {"sampling_rate": RATE, "return_tensors": "pt"}
+    if name in ONE_CLIP_PER_TEXT:
+        with pytest.raises(ValueError, match="1:1"):
+            reference(text=text, audio=clips, **kwargs)
+        got = processors[name](text=text, audio=clips, **kwargs)
+        assert got["input_features"].shape[0] == 2
+        return
     _assert_same(
         name,
         reference(text=text, audio=clips, **kwargs),
@@ -195,6 +220,8 @@ def test_a_batch_of_texts_one_clip_each_padded(name, processors, monkeypatch):
     texts = [f"A long question first. {token(1)}Answer it.", f"{token(1)}Short."]
     clips = [_tone(1.2), _tone(3.1, 250.0)]
     kwargs: dict[str, Any] = {"sampling_rate": RATE, "return_tensors": "pt", "padding": True}
+    if name in PADS_BY_DEFAULT:
+        del kwargs["padding"]
     expected = reference(text=texts, audio=clips, **kwargs)
     got = processors[name](text=texts, audio=clips, **kwargs)
     assert int(got["attention_mask"].sum()) < got["attention_mask"].numel()  # really padded
@@ -221,6 +248,30 @@ def test_apply_chat_template_tokenized(name, processors, monkeypatch):
     _assert_same(name, expected, processors[name].apply_chat_template(messages, **kwargs))
     text = processors[name].apply_chat_template(messages, add_generation_prompt=True)
     assert text == reference.apply_chat_template(messages, add_generation_prompt=True)
+
+
+@pytest.mark.parametrize("name", WINDOWED)
+@pytest.mark.parametrize("tensors", ["pt", "np"])
+def test_clips_past_30_s_are_windowed_the_same(name, tensors, processors, monkeypatch):
+    build, token, tolerance, _ = FAMILIES[name]
+    reference = build(MODELS / name, monkeypatch)
+    texts = [f"{token(1)}Transcribe.", f"Now this one: {token(1)}"]
+    clips = [_tone(65.0), _tone(31.5, 700.0)]
+    # Their processors return only torch tensors; audiogate's NumPy ones hold the same.
+    expected = reference(text=texts, audio=clips, sampling_rate=RATE, return_tensors="pt")
+    got = processors[name](text=texts, audio=clips, sampling_rate=RATE, return_tensors=tensors)
+    assert all(
+        isinstance(value, torch.Tensor if tensors == "pt" else np.ndarray) for value in got.values()
+    )
+    assert got["input_features"].shape[0] == 3 + 2  # 65 s and 31.5 s: 30 s windows
+    assert sorted(got.keys()) == sorted(expected.keys())
+    for key, want in expected.items():
+        want, have = np.asarray(want), np.asarray(got[key])
+        assert (have.shape, have.dtype) == (want.shape, want.dtype), key
+        if np.issubdtype(want.dtype, np.floating):
+            np.testing.assert_allclose(have, want, atol=tolerance, rtol=0, err_msg=key)
+        else:
+            np.testing.assert_array_equal(have, want, err_msg=key)
 
 
 def test_bytes_paths_and_arrays_prepare_the_same(processors, tmp_path):

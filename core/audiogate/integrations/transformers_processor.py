@@ -68,19 +68,36 @@ class ProcessorConventions:
     :param token_type_ids: the key under which it returns per-position modality types
         (0 text, 3 audio), or ``None``.
     :param mask_for_many_clips: an audio mask key it returns only for more than one clip.
+    :param in_place: it expands each audio token where the text has it, which the family's
+        plain-prompt path does (its chat path moves audio where the chat template prints
+        it: Audio Flamingo 3's to the start of the message).
+    :param padding_side: the side it pads a batch of texts on whatever its tokenizer's
+        ``padding_side`` says (``"left"``), or ``None``: the tokenizer's.
+    :param padding: its ``padding`` when the caller gives none (``True``: it pads texts).
+    :param return_tensors: its ``return_tensors`` when the caller gives none.
     """
 
     token_type_ids: str | None = None
     mask_for_many_clips: str | None = None
+    in_place: bool = False
+    padding_side: str | None = None
+    padding: bool = False
+    return_tensors: TensorKind | None = None
 
 
 #: By transformers processor class name. ``Gemma3nProcessor`` returns its
 #: ``mm_token_type_ids`` as ``token_type_ids`` (``return_mm_token_type_ids = True``);
 #: ``Phi4MultimodalFeatureExtractor`` builds ``audio_attention_mask`` only when
-#: ``len(feature_lengths) > 1`` (transformers 5.24.0).
+#: ``len(feature_lengths) > 1``; ``AudioFlamingo3Processor`` and ``GlmAsrProcessor`` set
+#: ``padding_side="left"`` in ``__call__`` unless the caller names one, and default to
+#: ``padding=True`` and ``return_tensors="pt"`` (``text_kwargs``; transformers 5.24.0).
 CONVENTIONS: Final[Mapping[str, ProcessorConventions]] = {
     "Gemma3nProcessor": ProcessorConventions(token_type_ids="token_type_ids"),
     "Phi4MultimodalProcessor": ProcessorConventions(mask_for_many_clips="audio_attention_mask"),
+    "AudioFlamingo3Processor": ProcessorConventions(
+        in_place=True, padding_side="left", padding=True, return_tensors="pt"
+    ),
+    "GlmAsrProcessor": ProcessorConventions(padding_side="left", padding=True, return_tensors="pt"),
 }
 
 #: What one audio item may be: a waveform, encoded bytes, or a path to the caller's file.
@@ -225,7 +242,7 @@ class AudiogateProcessor:
         audios: AudioItem | Sequence[AudioItem] | None = None,
         sampling_rate: int | None = None,
         return_tensors: TensorKind | None = None,
-        padding: bool | str = False,
+        padding: bool | str | None = None,
         add_special_tokens: bool = True,
         layout: WaveformLayout | None = None,
         **unsupported: Any,
@@ -238,7 +255,10 @@ class AudiogateProcessor:
             order: a waveform (``numpy``, ``sampling_rate`` required; 2-D with
             ``layout``), encoded bytes, or a path. ``audios`` is the older name.
         :param padding: ``True`` / ``"longest"`` pads the texts' ids to the longest on the
-            tokenizer's side; ``False`` refuses texts of different lengths as tensors.
+            tokenizer's side; ``False`` refuses texts of different lengths as tensors;
+            ``None``: the processor class's default (:data:`CONVENTIONS`), as is
+            ``return_tensors=None``. The audio inputs are never padded to the longest
+            clip (the encoders take whole windows).
         :param add_special_tokens: what ``tokenizer(text)`` adds (a BOS), as the
             transformers processor tokenizes.
         :returns: a ``transformers.BatchFeature``.
@@ -267,7 +287,10 @@ class AudiogateProcessor:
         for one, count in zip(texts, counts, strict=True):
             given = _renumbered(clips[start : start + count])
             start += count
-            results.append(self._text_gate.prepare(self._messages(one), clips=given or None))
+            if self.conventions.in_place:
+                results.append(self._text_gate.prepare(prompt=one, clips=given or None))
+            else:
+                results.append(self._text_gate.prepare(self._messages(one), clips=given or None))
         return self._batch(results, [add_special_tokens] * len(results), return_tensors, padding)
 
     def apply_chat_template(
@@ -279,7 +302,7 @@ class AudiogateProcessor:
         return_tensors: TensorKind | None = None,
         add_generation_prompt: bool = False,
         continue_final_message: bool | str = False,
-        padding: bool | str = False,
+        padding: bool | str | None = None,
         sampling_rate: int | None = None,
         **unsupported: Any,
     ) -> Any:
@@ -460,11 +483,15 @@ class AudiogateProcessor:
         results: Sequence[PreparedRequest],
         specials: Sequence[bool],
         return_tensors: TensorKind | None,
-        padding: bool | str,
+        padding: bool | str | None,
     ) -> Any:
         """One ``BatchFeature`` of the requests' ids (wrapped in the tokenizer's special
         tokens where ``specials``), padded, and their audio inputs collated together."""
         transformers = require_module("transformers", purpose="AudiogateProcessor")
+        if padding is None:
+            padding = self.conventions.padding
+        if return_tensors is None:
+            return_tensors = self.conventions.return_tensors
         if padding not in (False, True, "longest", "do_not_pad"):
             raise ValueError(f"padding must be True, False or 'longest', not {padding!r}")
         rows: list[list[int]] = []
@@ -484,7 +511,8 @@ class AudiogateProcessor:
             pad_id = self.tokenizer.pad_token_id
             if pad_id is None:
                 raise ValueError("padding needs a pad token, and the tokenizer has none")
-            left = getattr(self.tokenizer, "padding_side", "right") == "left"
+            side = self.conventions.padding_side or getattr(self.tokenizer, "padding_side", "right")
+            left = side == "left"
             for values, fill in ((rows, int(pad_id)), (masks, 0), (types, 0)):
                 for index, row in enumerate(values):
                     extra = [fill] * (longest - len(row))
