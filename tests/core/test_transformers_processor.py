@@ -94,6 +94,23 @@ def _phi4mm(directory: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     )
 
 
+def _omni(processor_class: str) -> Callable[..., Any]:
+    def build(directory: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+        import transformers
+
+        _without_image_check(monkeypatch)
+        tokenizer = AutoTokenizer.from_pretrained(directory)
+        return getattr(transformers, processor_class)(
+            image_processor=_NoImages(),
+            video_processor=_NoImages(),
+            feature_extractor=AutoFeatureExtractor.from_pretrained(directory),
+            tokenizer=tokenizer,
+            chat_template=tokenizer.chat_template,
+        )
+
+    return build
+
+
 def _granitespeech(directory: Path, _monkeypatch: pytest.MonkeyPatch) -> Any:
     # GraniteSpeechFeatureExtractor needs torchaudio, which has no wheel for torch 2.13:
     # the plugin's tests' stand-in (torchaudio's MelSpectrogram transcribed onto
@@ -131,6 +148,18 @@ FAMILIES: dict[str, tuple[Callable[..., Any], Callable[[int], str], float, str |
     ),
     # The family's ceiling against the reference on the stand-in (its features tests).
     "granite-speech-3.3-2b": (_granitespeech, lambda k: "<|audio|>", 1e-4, None),
+    "qwen2.5-omni-7b": (
+        _omni("Qwen2_5OmniProcessor"),
+        lambda k: "<|audio_bos|><|AUDIO|><|audio_eos|>",
+        1e-4,
+        None,
+    ),
+    "qwen3-omni-30b-a3b-instruct": (
+        _omni("Qwen3OmniMoeProcessor"),
+        lambda k: "<|audio_start|><|audio_pad|><|audio_end|>",
+        1e-4,
+        None,
+    ),
     # Both families' parity tolerance (their plugins' helpers): float32 log-mel rounding.
     "audio-flamingo-3-hf": (_auto, lambda k: "<sound>", 1e-4, None),
     # GlmAsrProcessor expands the template's block as is; a bare <|pad|> it leaves
@@ -145,6 +174,9 @@ FAMILIES: dict[str, tuple[Callable[..., Any], Callable[[int], str], float, str |
 #: Their processors refuse more than one clip in one text ("must match 1:1"), which the
 #: families take (the clips' runs in order, as the model consumes them).
 ONE_CLIP_PER_TEXT = frozenset({"audio-flamingo-3-hf", "glm-asr-nano-2512"})
+#: Its processor pads a call's clips to the longest before framing them, so a shorter
+#: clip's last frames see zeros; the family frames each clip alone (its collate module).
+FRAMED_ALONE = frozenset({"qwen3-omni-30b-a3b-instruct"})
 #: Its chat template takes string content only (TypeError on a list of parts).
 STRING_CONTENT_TEMPLATE = frozenset({"granite-speech-3.3-2b"})
 #: Their processors pad texts (on the left) unless told not to, and an explicit
@@ -153,6 +185,8 @@ STRING_CONTENT_TEMPLATE = frozenset({"granite-speech-3.3-2b"})
 PADS_BY_DEFAULT = frozenset({"audio-flamingo-3-hf", "glm-asr-nano-2512"})
 #: Their processors cut a clip into 30 s windows (one feature row each) up to 10 minutes.
 WINDOWED = ("audio-flamingo-3-hf", "glm-asr-nano-2512")
+#: Their processors take a clip past 30 s whole (one longer feature row).
+UNWINDOWED_LONG = ("granite-speech-3.3-2b", "qwen2.5-omni-7b", "qwen3-omni-30b-a3b-instruct")
 
 
 def _tone(seconds: float, hz: float = 440.0) -> np.ndarray:
@@ -183,8 +217,13 @@ def processors() -> dict[str, AudiogateProcessor]:
         return {name: AudiogateProcessor.from_pretrained(MODELS / name) for name in FAMILIES}
 
 
-def _assert_same(name: str, expected: Any, got: Any) -> None:
-    _, _, tolerance, padded_mask = FAMILIES[name]
+def _assert_same(
+    name: str, expected: Any, got: Any, *, reference: Any = None, clips: Any = ()
+) -> None:
+    """``got`` is ``expected``; for a family in :data:`FRAMED_ALONE` given several
+    ``clips``, each clip's features are compared with ``reference``'s for it alone."""
+    _, token, tolerance, padded_mask = FAMILIES[name]
+    alone = name in FRAMED_ALONE and len(clips) > 1
     assert isinstance(got, BatchFeature)
     assert sorted(got.keys()) == sorted(expected.keys())
     for key, want in expected.items():
@@ -193,6 +232,16 @@ def _assert_same(name: str, expected: Any, got: Any) -> None:
         assert have.dtype == want.dtype, key
         if not torch.is_floating_point(want):
             assert torch.equal(have, want), key
+            continue
+        if alone:
+            for index, clip in enumerate(clips):
+                one = reference(text=token(1), audio=[clip], sampling_rate=RATE)[key][0]
+                np.testing.assert_allclose(
+                    have[index][..., : one.shape[-1]].numpy(),
+                    np.asarray(one),
+                    atol=tolerance,
+                    rtol=0,
+                )
             continue
         valid = torch.ones(want.shape[:2], dtype=torch.bool)
         if padded_mask is not None and padded_mask in expected:
@@ -232,6 +281,8 @@ def test_one_text_two_clips(name, processors, monkeypatch):
         name,
         reference(text=text, audio=clips, **kwargs),
         processors[name](text=text, audio=clips, **kwargs),
+        reference=reference,
+        clips=clips,
     )
 
 
@@ -247,7 +298,7 @@ def test_a_batch_of_texts_one_clip_each_padded(name, processors, monkeypatch):
     expected = reference(text=texts, audio=clips, **kwargs)
     got = processors[name](text=texts, audio=clips, **kwargs)
     assert int(got["attention_mask"].sum()) < got["attention_mask"].numel()  # really padded
-    _assert_same(name, expected, got)
+    _assert_same(name, expected, got, reference=reference, clips=clips)
 
 
 @pytest.mark.parametrize("name", sorted(FAMILIES))
@@ -301,6 +352,26 @@ def test_clips_past_30_s_are_windowed_the_same(name, tensors, processors, monkey
     assert sorted(got.keys()) == sorted(expected.keys())
     for key, want in expected.items():
         want, have = np.asarray(want), np.asarray(got[key])
+        assert (have.shape, have.dtype) == (want.shape, want.dtype), key
+        if np.issubdtype(want.dtype, np.floating):
+            np.testing.assert_allclose(have, want, atol=tolerance, rtol=0, err_msg=key)
+        else:
+            np.testing.assert_array_equal(have, want, err_msg=key)
+
+
+@pytest.mark.parametrize("name", UNWINDOWED_LONG)
+@pytest.mark.parametrize("tensors", ["pt", "np"])
+def test_a_clip_past_30_s_matches(name, tensors, processors, monkeypatch):
+    build, token, tolerance, _ = FAMILIES[name]
+    reference = build(MODELS / name, monkeypatch)
+    text, clip = f"{token(1)}Summarize.", _tone(45.5, 330.0)
+    expected = reference(text=text, audio=[clip], sampling_rate=RATE, return_tensors=tensors)
+    got = processors[name](text=text, audio=[clip], sampling_rate=RATE, return_tensors=tensors)
+    assert sorted(got.keys()) == sorted(expected.keys())
+    for key, want in expected.items():
+        have = got[key]
+        assert type(have) is type(want), key
+        want, have = np.asarray(want), np.asarray(have)
         assert (have.shape, have.dtype) == (want.shape, want.dtype), key
         if np.issubdtype(want.dtype, np.floating):
             np.testing.assert_allclose(have, want, atol=tolerance, rtol=0, err_msg=key)

@@ -90,7 +90,8 @@ class ProcessorConventions:
 #: ``Phi4MultimodalFeatureExtractor`` builds ``audio_attention_mask`` only when
 #: ``len(feature_lengths) > 1``; ``AudioFlamingo3Processor`` and ``GlmAsrProcessor`` set
 #: ``padding_side="left"`` in ``__call__`` unless the caller names one, and default to
-#: ``padding=True`` and ``return_tensors="pt"`` (``text_kwargs``; transformers 5.24.0).
+#: ``padding=True`` and ``return_tensors="pt"`` (``text_kwargs``); the Qwen Omni
+#: processors' ``text_kwargs`` pad on the left (transformers 5.24.0).
 CONVENTIONS: Final[Mapping[str, ProcessorConventions]] = {
     "Gemma3nProcessor": ProcessorConventions(token_type_ids="token_type_ids"),
     "Phi4MultimodalProcessor": ProcessorConventions(mask_for_many_clips="audio_attention_mask"),
@@ -98,6 +99,8 @@ CONVENTIONS: Final[Mapping[str, ProcessorConventions]] = {
         in_place=True, padding_side="left", padding=True, return_tensors="pt"
     ),
     "GlmAsrProcessor": ProcessorConventions(padding_side="left", padding=True, return_tensors="pt"),
+    "Qwen2_5OmniProcessor": ProcessorConventions(padding_side="left"),
+    "Qwen3OmniMoeProcessor": ProcessorConventions(padding_side="left"),
 }
 
 #: What one audio item may be: a waveform, encoded bytes, or a path to the caller's file.
