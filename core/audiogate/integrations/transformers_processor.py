@@ -22,7 +22,9 @@ How a call maps onto the gate (docs/transformers.md):
   occurrence becoming an audio part of one user message whose content is rendered as is
   (no chat template): the family then expands each part exactly as it expands an audio
   part of a chat request, from the text around it. Clips are given to the texts in order,
-  as many as each text has audio tokens.
+  as many as each text has audio tokens. Where the processor class expands the token in
+  place (:attr:`ProcessorConventions.in_place`: Audio Flamingo 3), the text is the gate's
+  plain prompt instead, which the family expands where the tokens are.
 * ``processor.apply_chat_template(messages, tokenize=True, ...)``: the gate's chat path
   (the checkpoint's template renders with private sentinels in place of the audio parts).
 
@@ -257,8 +259,9 @@ class AudiogateProcessor:
         :param audio: one clip or a list of clips, given to the texts' audio tokens in
             order: a waveform (``numpy``, ``sampling_rate`` required; 2-D with
             ``layout``), encoded bytes, or a path. ``audios`` is the older name.
-        :param padding: ``True`` / ``"longest"`` pads the texts' ids to the longest on the
-            tokenizer's side; ``False`` refuses texts of different lengths as tensors;
+        :param padding: ``True`` / ``"longest"`` pads the texts' ids to the longest, on the
+            processor class's side (else the tokenizer's); ``False`` refuses texts of
+            different lengths as tensors;
             ``None``: the processor class's default (:data:`CONVENTIONS`), as is
             ``return_tensors=None``. The audio inputs are never padded to the longest
             clip (the encoders take whole windows).
