@@ -341,3 +341,23 @@ def test_an_append_past_the_owners_byte_quota_is_refused(tmp_path: Path) -> None
     assert error["code"] == "source_quota"
     assert error["event_id"] == "a3"
     assert error["actual"] == 144_000
+
+
+def test_a_real_server_reads_no_websocket_message_larger_than_a_body(tmp_path: Path) -> None:
+    from websockets.exceptions import ConnectionClosed
+    from websockets.sync.client import connect
+
+    from audiogate.server.run import websocket_frame_cap
+
+    app = _app(tmp_path, ManualClock(), limits=ServerLimits(max_body_bytes=64 << 10))
+    cap = websocket_frame_cap(app)
+    assert cap == -(-(64 << 10) // 3) * 4 + (64 << 10)
+    with ServerThread(app) as server:
+        url = server.url.replace("http://", "ws://") + REALTIME
+        with connect(url, additional_headers=dict(ALICE), max_size=None) as ws:
+            assert json.loads(ws.recv(timeout=30))["type"] == "session.created"
+            ws.send(_append(bytes(cap)))  # its base64 alone is past the cap
+            with pytest.raises(ConnectionClosed) as closed:
+                ws.recv(timeout=30)
+        assert closed.value.rcvd is not None
+        assert closed.value.rcvd.code == 1009  # message too big

@@ -37,7 +37,15 @@ from audiogate.server.protocol import connection_cap, guarded_h11
 from audiogate.server.sources import load_auth_tokens
 from audiogate.store import SourceStore
 
-__all__ = ["ServeOptions", "ServerThread", "build_app", "parse_size", "serve", "server_registry"]
+__all__ = [
+    "ServeOptions",
+    "ServerThread",
+    "build_app",
+    "parse_size",
+    "serve",
+    "server_registry",
+    "websocket_frame_cap",
+]
 
 log = logging.getLogger("audiogate.server")
 
@@ -138,7 +146,24 @@ def _config(app: Starlette, options: ServeOptions) -> uvicorn.Config:
         # A client that keeps its connection open must not hold a shutdown forever: after
         # this long, open connections are closed (an answer stalls out in as long).
         timeout_graceful_shutdown=math.ceil(options.limits.body_idle_timeout_s),
+        ws_max_size=websocket_frame_cap(app),
     )
+
+
+#: A WebSocket event's JSON around its base64 audio (event type, ids), at most.
+_EVENT_ENVELOPE_BYTES: Final = 64 << 10
+
+
+def websocket_frame_cap(app: Any) -> int:
+    """The largest WebSocket message the server reads (``/v1/realtime``'s events): the
+    base64 of one request body's cap plus an event's JSON. A message is buffered whole
+    before any check, so uvicorn's default (16 MiB) would let each open connection hold
+    that much; an append carrying more than a whole body is refused anyway."""
+    server = getattr(getattr(app, "state", None), "audiogate", None)
+    if server is None:
+        return 16 << 20
+    body: int = server.max_body_bytes
+    return -(-body // 3) * 4 + _EVENT_ENVELOPE_BYTES
 
 
 #: The exit code when the server cannot start (the address cannot be bound or resolved):
@@ -258,6 +283,7 @@ class ServerThread:
             access_log=False,
             lifespan="on",
             http=_guarded_protocol(limits, app),
+            ws_max_size=websocket_frame_cap(app),
         )
         self.server = uvicorn.Server(self.config)
         self._thread = threading.Thread(target=self.server.run, name="audiogate-uvicorn")
