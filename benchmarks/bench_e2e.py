@@ -43,7 +43,6 @@ import io
 import os
 import statistics
 import sys
-import time
 import tomllib
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -55,10 +54,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "plugins" / "phi4mm" / "tests"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from family_bench import timed, wav  # noqa: E402
+
 from audiogate.acquire import AcquisitionPolicy, acquire_bytes  # noqa: E402
 from audiogate.api import AudioGate  # noqa: E402
 from audiogate.cancel import NEVER  # noqa: E402
-from audiogate.testing.audio import wav_bytes  # noqa: E402
 
 __all__ = ["main"]
 
@@ -71,38 +71,7 @@ FAMILIES = tuple(
 )
 TARGET = 2.0
 OVERHEAD_TARGET_MS = 0.15
-SETTLE_SECONDS = 0.2
 CASES = ((1.0, 16_000, 1), (1.0, 48_000, 2), (30.0, 16_000, 1), (30.0, 48_000, 2))
-
-
-def timed(
-    fns: Sequence[Callable[[], object]], repeat: int, *, rounds: int = 5
-) -> list[list[float]]:
-    """Wall-clock ms of each function, in ``rounds`` turns of consecutive runs."""
-    out: list[list[float]] = [[] for _ in fns]
-    per_round = max(1, repeat // rounds)
-    for _ in range(rounds):
-        for fn, times in zip(fns, out, strict=True):
-            settled = time.perf_counter() + SETTLE_SECONDS
-            fn()
-            while time.perf_counter() < settled:
-                fn()
-            for _ in range(per_round):
-                start = time.perf_counter()
-                fn()
-                times.append((time.perf_counter() - start) * 1e3)
-    return out
-
-
-def wav(seconds: float, rate_hz: int, channels: int) -> bytes:
-    """Speech-like PCM16 WAV: an amplitude-modulated tone in noise, ``channels`` alike."""
-    t = np.arange(round(seconds * rate_hz)) / rate_hz
-    x = 0.4 * (1 + 0.5 * np.sin(2 * np.pi * 3 * t)) * np.sin(2 * np.pi * 300 * t)
-    x += 0.05 * np.random.default_rng(0).standard_normal(t.size)
-    samples = np.clip(x, -1, 1).astype(np.float32)
-    if channels > 1:
-        samples = np.stack([samples * (1 - 0.1 * c) for c in range(channels)], axis=1)
-    return wav_bytes(samples, rate_hz=rate_hz)
 
 
 def references(family: str) -> dict[str, Callable[[bytes], Any]]:
