@@ -36,7 +36,7 @@ import queue
 import struct
 import threading
 from collections.abc import AsyncIterable, AsyncIterator, Callable
-from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Generic, Protocol, TypeVar
 
 import attrs
 
@@ -65,6 +65,7 @@ __all__ = [
 ]
 
 _T = TypeVar("_T")
+_Done_co = TypeVar("_Done_co", covariant=True)
 
 #: A WAV stream's chunks before its samples (``fmt``, ``LIST``, ...) may take this much.
 MAX_WAV_HEADER_BYTES: Final = 64 << 10
@@ -542,163 +543,118 @@ async def prepare_stream(
     """
     if deadlines is not None:
         chunks = paced(chunks, deadlines)
-    # The token the batches in threads are stopped with when the awaiting task is
-    # cancelled (NEVER cannot be).
-    cancel = cancellable(cancel)
+    call = _StreamCall(
+        host=host,
+        policy=policy,
+        source_format=source_format,
+        budget=budget,
+        # The token the batches in threads are stopped with when the awaiting task is
+        # cancelled (NEVER cannot be).
+        cancel=cancellable(cancel),
+        clip_index=clip_index,
+        incremental=incremental,
+        origin=origin,
+        decoders=decoders,
+    )
     thread = _StreamThread()
     token = _STREAM_THREAD.set(thread)
     try:
-        return await _prepare(
-            host,
-            policy,
-            chunks,
-            source_format=source_format,
-            budget=budget,
-            cancel=cancel,
-            clip_index=clip_index,
-            incremental=incremental,
-            origin=origin,
-            decoders=decoders,
-        )
+        if source_format.container in ("raw", "wav"):
+            return await _prepare_pcm(call, aiter(chunks))
+        return await _prepare_compressed(call, aiter(chunks))
     finally:
         _STREAM_THREAD.reset(token)
         thread.close()
 
 
-async def _prepare(
-    host: FamilyHost,
-    policy: AudioPolicy,
-    chunks: AsyncIterable[bytes],
-    *,
-    source_format: SourceFormat,
-    budget: ByteBudget | None,
-    cancel: CancelToken,
-    clip_index: int,
-    incremental: bool,
-    origin: str,
-    decoders: DecoderPool | None,
-) -> PreparedClip:
-    if source_format.container in ("raw", "wav"):
-        return await _prepare_pcm(
-            host,
-            policy,
-            chunks,
-            source_format=source_format,
-            budget=budget,
-            cancel=cancel,
-            clip_index=clip_index,
-            incremental=incremental,
-            origin=origin,
-            decoders=decoders,
-        )
-    return await _prepare_compressed(
-        host,
-        policy,
-        aiter(chunks),
-        source_format=source_format,
-        budget=budget,
-        cancel=cancel,
-        clip_index=clip_index,
-        incremental=incremental,
-        origin=origin,
-        decoders=decoders,
-    )
+@attrs.frozen(kw_only=True)
+class _StreamCall:
+    """What :func:`prepare_stream` was asked, handed to the path its container takes."""
+
+    host: FamilyHost
+    policy: AudioPolicy
+    source_format: SourceFormat
+    budget: ByteBudget | None
+    cancel: CancelToken
+    clip_index: int
+    incremental: bool
+    origin: str
+    decoders: DecoderPool | None
+
+
+class _Feeding(Protocol[_Done_co]):
+    """A receiver: fed on the loop, flushed and finished off it."""
+
+    def feed(self, chunk: bytes) -> bool: ...
+    def flush(self) -> None: ...
+    def finish(self) -> _Done_co: ...
+
+
+async def _receive(
+    receiver: _Feeding[_Done_co],
+    chunks: AsyncIterator[bytes],
+    call: _StreamCall,
+    received: bytes = b"",
+) -> _Done_co:
+    """Feed ``received`` then every chunk to ``receiver`` on the loop, flush each batch it
+    asks for and finish it in the stream's thread (:func:`_off_loop`: one hop per batch,
+    in order, as each is awaited before the next chunk is read)."""
+    cancel, clip_index = call.cancel, call.clip_index
+    if received and receiver.feed(received):
+        await _off_loop(receiver.flush, cancel)
+    async for chunk in chunks:
+        cancel.check(Checkpoint.DECODE, clip_index)
+        if receiver.feed(bytes(chunk)):
+            await _off_loop(receiver.flush, cancel)
+    cancel.check(Checkpoint.DECODE, clip_index)
+    return await _off_loop(receiver.finish, cancel)
 
 
 async def _prepare_compressed(
-    host: FamilyHost,
-    policy: AudioPolicy,
-    chunks: AsyncIterator[bytes],
-    *,
-    source_format: SourceFormat,
-    budget: ByteBudget | None,
-    cancel: CancelToken,
-    clip_index: int,
-    incremental: bool,
-    origin: str,
-    decoders: DecoderPool | None,
-    received: bytes = b"",
+    call: _StreamCall, chunks: AsyncIterator[bytes], received: bytes = b""
 ) -> PreparedClip:
-    """A compressed stream (:mod:`audiogate.streaming.compressed`); ``received``: bytes
-    that came before ``chunks`` (a codec's WAV handed over)."""
+    """A compressed stream (:mod:`audiogate.streaming.compressed`; the decoder process's
+    answers are waited for off the event loop); ``received``: bytes that came before
+    ``chunks`` (a codec's WAV handed over)."""
     from audiogate.streaming.compressed import CompressedReceiver
 
     receiver = CompressedReceiver(
-        host,
-        policy,
-        source_format,
-        budget=budget,
-        cancel=cancel,
-        clip_index=clip_index,
-        incremental=incremental,
-        origin=origin,
-        decoders=decoders,
+        call.host,
+        call.policy,
+        call.source_format,
+        budget=call.budget,
+        cancel=call.cancel,
+        clip_index=call.clip_index,
+        incremental=call.incremental,
+        origin=call.origin,
+        decoders=call.decoders,
     )
     try:
-        if received and receiver.feed(received):
-            await _off_loop(receiver.flush, cancel)
-        async for chunk in chunks:
-            cancel.check(Checkpoint.DECODE, clip_index)
-            if receiver.feed(bytes(chunk)):
-                # The decoder process's answers are waited for off the event loop.
-                await _off_loop(receiver.flush, cancel)
-        cancel.check(Checkpoint.DECODE, clip_index)
-        return await _off_loop(receiver.finish, cancel)
+        return await _receive(receiver, chunks, call, received)
     finally:
         receiver.close()
 
 
-async def _prepare_pcm(
-    host: FamilyHost,
-    policy: AudioPolicy,
-    chunks: AsyncIterable[bytes],
-    *,
-    source_format: SourceFormat,
-    budget: ByteBudget | None,
-    cancel: CancelToken,
-    clip_index: int,
-    incremental: bool,
-    origin: str,
-    decoders: DecoderPool | None,
-) -> PreparedClip:
+async def _prepare_pcm(call: _StreamCall, chunks: AsyncIterator[bytes]) -> PreparedClip:
     """A raw PCM or WAV stream: admitted chunk by chunk on the loop, decoded and pushed
-    a batch at a time, and finished, in a thread (:func:`_off_loop`: one hop per batch,
-    in order, as each is awaited before the next chunk is read); a codec's WAV is handed
-    to the compressed receiver."""
-    chunks = aiter(chunks)
+    a batch at a time, and finished, in a thread; a codec's WAV is handed to the
+    compressed receiver."""
     receiver = _Receiver(
-        host,
-        policy,
-        source_format,
-        budget=budget,
-        cancel=cancel,
-        clip_index=clip_index,
-        incremental=incremental,
+        call.host,
+        call.policy,
+        call.source_format,
+        budget=call.budget,
+        cancel=call.cancel,
+        clip_index=call.clip_index,
+        incremental=call.incremental,
     )
     try:
-        async for chunk in chunks:
-            cancel.check(Checkpoint.DECODE, clip_index)
-            if receiver.feed(bytes(chunk)):
-                await _off_loop(receiver.flush, cancel)
-        cancel.check(Checkpoint.DECODE, clip_index)
-        streamed = await _off_loop(receiver.finish, cancel)
+        streamed = await _receive(receiver, chunks, call)
     except _CodecWav as codec:
         receiver.close()
-        return await _prepare_compressed(
-            host,
-            policy,
-            chunks,
-            source_format=source_format,
-            budget=budget,
-            cancel=cancel,
-            clip_index=clip_index,
-            incremental=incremental,
-            origin=origin,
-            decoders=decoders,
-            received=codec.received,
-        )
+        return await _prepare_compressed(call, chunks, codec.received)
     finally:
         receiver.close()
     return streamed_prepared_clip(
-        streamed, sha256=receiver.sha256, encoded_bytes=receiver.received, origin=origin
+        streamed, sha256=receiver.sha256, encoded_bytes=receiver.received, origin=call.origin
     )
