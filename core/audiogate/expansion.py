@@ -15,7 +15,7 @@ policy and builds its prompt from these pieces:
 * :func:`split_at_placeholders` and :func:`insert_after_last`: a plain prompt's
   placeholders, or the clips' blocks after the last user turn when it has none;
   :func:`written_block_pieces`, both for a prompt whose placeholder is the template's
-  whole block.
+  whole block; :func:`block_pieces`, the chat or the plain prompt of such a family.
 * :func:`assemble`: the pieces as text, ids and per-clip spans (an
   :class:`~audiogate.records.ExpandedPrompt`), the tokenizer's audio ids checked.
 
@@ -46,9 +46,11 @@ from audiogate.records import (
 )
 
 __all__ = [
+    "BLOCK_RAW_MESSAGE",
     "AudioMarkers",
     "Piece",
     "assemble",
+    "block_pieces",
     "check_clips",
     "check_media_part",
     "check_parts_placed",
@@ -322,6 +324,41 @@ def written_block_pieces(
         return pieces
     blocks = [piece for index in range(len(clips)) for piece in (markers.bos, index, markers.eos)]
     return insert_after_last(texts, anchor, blocks)
+
+
+#: The refusal of a raw audio marker where no clip is placed, for a family whose plain
+#: prompt writes the template's whole block (:func:`block_pieces`).
+BLOCK_RAW_MESSAGE: Final = (
+    "{where} contains the raw audio marker {marker} where no clip is placed; audio is "
+    "placed by audio parts, or in a plain prompt by one '{block}' per clip"
+)
+
+
+def block_pieces(
+    segments: Sequence[PromptSegment],
+    clips: Sequence[ClipSlot],
+    markers: AudioMarkers,
+    *,
+    family: str,
+    anchor: str,
+) -> list[Piece]:
+    """The pieces of a chat-rendered prompt (:func:`delimited_chat_pieces`: its audio
+    parts) or of a plain one (:func:`written_block_pieces`: one written block per clip, or
+    all of them after the last ``anchor``), refusing raw markers with
+    :data:`BLOCK_RAW_MESSAGE`.
+
+    :param family: the family's name in refusals.
+    """
+
+    def raw(where: str) -> str:
+        return BLOCK_RAW_MESSAGE.replace("{where}", where).replace("{block}", markers.block)
+
+    if any(isinstance(s, MediaSegment) for s in segments):
+        return delimited_chat_pieces(
+            segments, clips, markers, family=family, raw_message=raw("the rendered prompt")
+        )
+    texts = [s.text for s in segments if isinstance(s, TextSegment)]
+    return written_block_pieces(texts, clips, markers, anchor=anchor, raw_message=raw("the prompt"))
 
 
 def insert_after_last(texts: Sequence[str], anchor: str, blocks: Sequence[Piece]) -> list[Piece]:

@@ -30,12 +30,11 @@ from typing import Any, Final
 from audiogate.expansion import (
     AudioMarkers,
     assemble,
+    block_pieces,
     check_clips,
-    delimited_chat_pieces,
-    written_block_pieces,
 )
 from audiogate.policy import AudioPolicy
-from audiogate.records import ClipSlot, ExpandedPrompt, MediaSegment, PromptSegment, TextSegment
+from audiogate.records import ClipSlot, ExpandedPrompt, PromptSegment
 from audiogate_qwen3omni.geometry import MAX_FRAMES, audio_tokens
 from audiogate_qwen3omni.policy import (
     AUDIO_BOS_TOKEN,
@@ -75,13 +74,6 @@ CHAT_TEMPLATE: Final = (
 USER_TURN: Final = "<|im_start|>user\n"
 
 
-_RAW: Final = (
-    "{where} contains the raw audio marker {marker} where no clip is placed; audio is "
-    "placed by audio parts, or in a plain prompt by one "
-    "'{block}' per clip"
-)
-
-
 #: The checkpoint's audio tokens (its policy's options may name others).
 _MARKERS: Final = AudioMarkers(
     audio=AUDIO_TOKEN,
@@ -91,10 +83,6 @@ _MARKERS: Final = AudioMarkers(
     eos=AUDIO_EOS_TOKEN,
     eos_id=AUDIO_EOS_TOKEN_ID,
 )
-
-
-def _raw(where: str, markers: AudioMarkers) -> str:
-    return _RAW.replace("{where}", where).replace("{block}", markers.block)
 
 
 def expand_prompt(
@@ -118,17 +106,5 @@ def expand_prompt(
         max_frames=MAX_FRAMES,
         pooling="Qwen3-Omni's audio encoder makes {expected} rows of them",
     )
-    if any(isinstance(s, MediaSegment) for s in segments):
-        pieces = delimited_chat_pieces(
-            segments,
-            clips,
-            markers,
-            family="Qwen3-Omni",
-            raw_message=_raw("the rendered prompt", markers),
-        )
-    else:
-        texts = [s.text for s in segments if isinstance(s, TextSegment)]
-        pieces = written_block_pieces(
-            texts, clips, markers, anchor=USER_TURN, raw_message=_raw("the prompt", markers)
-        )
+    pieces = block_pieces(segments, clips, markers, family="Qwen3-Omni", anchor=USER_TURN)
     return assemble(pieces, clips, markers, tokenizer)
