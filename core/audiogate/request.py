@@ -50,6 +50,7 @@ from audiogate.chat.prompt_text import (
     TEXT_HOST_BYTES_PER_BYTE,
     check_prompt_text,
 )
+from audiogate.decode.decoder import inspects_long
 from audiogate.errors import (
     AudioGateError,
     ContextLimitError,
@@ -494,7 +495,12 @@ class Request:
             self.render()
         if not self.text_only:
             await self.acquire_async()
-            self.preflight()
+            if self._preflights_long():
+                # A large compressed clip's container walk is pure Python (up to tens of
+                # ms): in a thread, the event loop keeps serving the other connections.
+                await asyncio.to_thread(self.preflight)
+            else:
+                self.preflight()
             await self._compute_off_loop()
         return self.result()
 
@@ -521,6 +527,9 @@ class Request:
             raise
         finally:
             self._forget(job)
+
+    def _preflights_long(self) -> bool:
+        return any(clip.header is None and inspects_long(clip.data) for clip in self.clips or ())
 
     async def _compute_off_loop(self) -> None:
         if self.worker is None:

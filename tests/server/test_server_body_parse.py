@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
+import math
 import random
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -129,11 +132,24 @@ def test_random_documents_with_long_strings_parse_as_json_does() -> None:
 # --- the large-body lane ---------------------------------------------------------------
 
 
+@contextlib.asynccontextmanager
+async def _small_in_progress(lane: LargeBodyLane) -> AsyncIterator[None]:
+    """A small request in progress: the lane's limit holds."""
+    async with lane.ticket() as small:
+        await small.admit(100)
+        yield
+
+
 def test_the_lane_holds_at_most_its_width_of_large_bodies() -> None:
     async def scenario() -> list[str]:
         lane = LargeBodyLane(1, wait_s=None)
         events: list[str] = []
         release = asyncio.Event()
+        async with lane.ticket() as keeper:
+            await keeper.admit(100)  # a small request in progress throughout: the limit holds
+            return await around(lane, events, release)
+
+    async def around(lane: LargeBodyLane, events: list[str], release: asyncio.Event) -> list[str]:
 
         async def request(name: str, nbytes: int | None, read: int) -> None:
             async with lane.ticket() as ticket:
@@ -162,8 +178,8 @@ def test_the_lane_holds_at_most_its_width_of_large_bodies() -> None:
 
 def test_a_large_body_that_waits_too_long_is_refused_and_gives_nothing_back() -> None:
     async def scenario() -> None:
-        lane = LargeBodyLane(1, wait_s=0.01)
-        async with lane.ticket() as held:
+        lane = LargeBodyLane(1, wait_s=0.01, pause_ratio=0.0)
+        async with _small_in_progress(lane), lane.ticket() as held:
             await held.admit(LARGE_BODY_BYTES)
             async with lane.ticket() as late:
                 with pytest.raises(QueueFullError, match="large request bodies"):
@@ -180,8 +196,8 @@ def test_a_large_body_that_waits_too_long_is_refused_and_gives_nothing_back() ->
 
 def test_a_cancelled_waiter_takes_no_place() -> None:
     async def scenario() -> None:
-        lane = LargeBodyLane(1, wait_s=None)
-        async with lane.ticket() as held:
+        lane = LargeBodyLane(1, wait_s=None, pause_ratio=0.0)
+        async with _small_in_progress(lane), lane.ticket() as held:
             await held.admit(LARGE_BODY_BYTES)
 
             async def waiter() -> None:
@@ -208,11 +224,109 @@ def test_beside_a_small_request_a_place_comes_back_after_a_pause() -> None:
             async with lane.ticket() as large:
                 await large.admit(LARGE_BODY_BYTES)
                 await asyncio.sleep(0.02)
-            paced = lane._places.locked()  # given back later, not now
+            paced = lane.free == 0  # given back later, not now
             await asyncio.sleep(0.1)
-            back = not lane._places.locked()
+            back = lane.free == 1
         async with lane.ticket() as alone:
             await alone.admit(LARGE_BODY_BYTES)
-        return paced, back, not lane._places.locked()  # alone: not paced
+        return paced, back, lane.free == 1  # alone: not paced
 
     assert asyncio.run(scenario()) == (True, True, True)
+
+
+async def _large(lane: LargeBodyLane, name: str, events: list[str], leave: asyncio.Event) -> None:
+    async with lane.ticket() as ticket:
+        await ticket.admit(LARGE_BODY_BYTES)
+        events.append(f"{name} in")
+        await leave.wait()
+    events.append(f"{name} out")
+
+
+def test_large_bodies_alone_take_every_place() -> None:
+    # #31: a workload of large bodies only (vLLM render's 1.28 MB requests) is not
+    # serialized; there is no small request to protect.
+    async def scenario() -> list[str]:
+        lane = LargeBodyLane(1, wait_s=None)
+        events: list[str] = []
+        leave = asyncio.Event()
+        tasks = [asyncio.create_task(_large(lane, n, events, leave)) for n in ("a", "b", "c")]
+        while len(events) < 3:
+            await asyncio.sleep(0)
+        leave.set()
+        await asyncio.gather(*tasks)
+        return events
+
+    events = asyncio.run(scenario())
+    assert events[:3] == ["a in", "b in", "c in"]
+
+
+def test_a_small_request_brings_the_limit_back_for_large_bodies_that_come_after() -> None:
+    async def scenario() -> list[str]:
+        lane = LargeBodyLane(1, wait_s=None, recent_s=math.inf)
+        events: list[str] = []
+        first, second = asyncio.Event(), asyncio.Event()
+        tasks = [asyncio.create_task(_large(lane, n, events, first)) for n in ("a", "b")]
+        while len(events) < 2:
+            await asyncio.sleep(0)
+        async with lane.ticket() as small:
+            await small.admit(100)
+            events.append("small in")
+        late = asyncio.create_task(_large(lane, "c", events, second))
+        for _ in range(20):
+            await asyncio.sleep(0)
+        events.append("release a, b")
+        first.set()
+        await asyncio.gather(*tasks)
+        while "c in" not in events:
+            await asyncio.sleep(0)
+        second.set()
+        await late
+        return events
+
+    events = asyncio.run(scenario())
+    # c waits (a small request was seen) until fewer than one large body is in progress.
+    assert events.index("c in") > events.index("b out") > events.index("release a, b")
+
+
+def test_the_limit_lapses_once_no_small_request_was_seen_for_recent_s() -> None:
+    async def scenario() -> list[str]:
+        lane = LargeBodyLane(1, wait_s=None, pause_ratio=0.0, recent_s=0.01)
+        events: list[str] = []
+        first, second = asyncio.Event(), asyncio.Event()
+        async with lane.ticket() as small:
+            await small.admit(100)
+            holder = asyncio.create_task(_large(lane, "a", events, first))
+            while not events:
+                await asyncio.sleep(0)
+            waiter = asyncio.create_task(_large(lane, "b", events, second))
+            for _ in range(20):
+                await asyncio.sleep(0)
+            events.append("small out")
+        async with asyncio.timeout(30):
+            while "b in" not in events:
+                await asyncio.sleep(0.005)
+        first.set()
+        second.set()
+        await asyncio.gather(holder, waiter)
+        return events
+
+    events = asyncio.run(scenario())
+    # b waited while the small request was in progress, and came in after the limit
+    # lapsed, while a still held its place.
+    assert events.index("small out") < events.index("b in") < events.index("a out")
+
+
+def test_a_waiter_refused_after_wait_s_while_small_requests_run() -> None:
+    async def scenario() -> int:
+        lane = LargeBodyLane(1, wait_s=0.01, pause_ratio=0.0, recent_s=math.inf)
+        async with lane.ticket() as small:
+            await small.admit(100)
+            async with lane.ticket() as held:
+                await held.admit(LARGE_BODY_BYTES)
+                async with lane.ticket() as late:
+                    with pytest.raises(QueueFullError, match=r"waited 0\.01 s"):
+                        await late.admit(LARGE_BODY_BYTES)
+                    assert not late.held
+        return lane.free
+
+    assert asyncio.run(scenario()) == 1

@@ -36,8 +36,10 @@ _ALPHABET: Final = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz01234567
 _VALUE: Final = {c: i for i, c in enumerate(_ALPHABET)}
 _NOT_BASE64: Final = re.compile(r"[^A-Za-z0-9+/=]")
 
-#: Characters decoded per slice (a multiple of 4: slices never split a quantum).
-DECODE_SLICE_CHARS: Final = 4 * 1024 * 1024
+#: Characters decoded per slice (a multiple of 4: slices never split a quantum). Each
+#: ``a2b_base64`` call holds the GIL, about 1 ms for this many (15 to 20 ms at 4 Mi):
+#: another thread (a server's event loop) waits at most that long for it.
+DECODE_SLICE_CHARS: Final = 256 * 1024
 
 #: ``audio/<subtype>`` names accepted for a WAV declaration.
 WAV_MEDIA_SUBTYPES: Final = frozenset({"wav", "wave", "x-wav", "vnd.wave", "vnd.wav", "x-pn-wav"})

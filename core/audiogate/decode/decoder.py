@@ -119,11 +119,13 @@ if TYPE_CHECKING:
 __all__ = [
     "ADMISSION_ELEMENTS",
     "DECODE_ERROR_CODES",
+    "INSPECT_OFF_LOOP_BYTES",
     "Buffer",
     "check_limits",
     "check_rate",
     "decode",
     "inspect",
+    "inspects_long",
 ]
 
 #: What ``inspect`` and ``decode`` accept: any contiguous buffer, never copied.
@@ -255,6 +257,23 @@ def check_limits(geometry: ClipGeometry, limits: DecodeLimits, *, clip_index: in
             maximum=limits.max_duration_us,
             clip_index=clip_index,
         )
+
+
+#: A compressed clip of this many bytes or more is inspected off the event loop
+#: (:func:`inspects_long`).
+INSPECT_OFF_LOOP_BYTES: Final = 64 * 1024
+
+
+def inspects_long(data: Buffer) -> bool:
+    """Whether :func:`inspect` of ``data`` may hold the GIL for long: a compressed clip
+    (not WAV) of :data:`INSPECT_OFF_LOOP_BYTES` or more, whose container walk in pure
+    Python (a live WebM's packets up to the caps, MP3 frames) takes up to tens of ms. A
+    server inspects such a clip in a thread, not on its event loop, so that the walk
+    does not stall every other connection for its whole length."""
+    if len(data) < INSPECT_OFF_LOOP_BYTES:
+        return False
+    with memoryview(data) as view:
+        return sniff_container(view[:64]) != "wav"
 
 
 def inspect(

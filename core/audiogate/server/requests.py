@@ -4,6 +4,7 @@ and the lane that large bodies are read, parsed and prepared in."""
 from __future__ import annotations
 
 import asyncio
+import math
 import re
 import secrets
 import time
@@ -20,6 +21,7 @@ from audiogate.server.errors import BadRequestError
 
 __all__ = [
     "LARGE_BODY_BYTES",
+    "SERVER_SWITCH_INTERVAL_S",
     "LaneTicket",
     "LargeBodyLane",
     "PrepareCall",
@@ -30,15 +32,23 @@ __all__ = [
 _OPTION_KEYS: Final = frozenset({"feature_format", "return_features"})
 _SURROGATE_ESCAPE: Final = re.compile(rb"\\u[dD][89a-fA-F]")
 
+#: The interpreter's switch interval in ``audiogate serve`` (CPython's default: 5 ms). A
+#: thread in pure Python (a large body's container walk, a feature computation) gives
+#: the GIL up after this long to another that waits for it; at 5 ms, the event loop
+#: waited up to that long each time it woke beside a large body's work, several times
+#: per small request (docs/performance.md, "Hostile uploads").
+SERVER_SWITCH_INTERVAL_S: Final = 0.001
+
 #: A body of this many bytes or more (declared, or read) takes a place in the
 #: :class:`LargeBodyLane` before it is read on, parsed and prepared.
 LARGE_BODY_BYTES: Final = 1 << 20
 
 
 class LargeBodyLane:
-    """At most ``width`` requests with a large body (:data:`LARGE_BODY_BYTES` or more) are
-    read, parsed and prepared at a time; the others wait for a place, unread, for up to
-    ``wait_s`` (``None``: as long as it takes), then are refused (429, ``queue_full``).
+    """While small requests are being served, at most ``width`` requests with a large body
+    (:data:`LARGE_BODY_BYTES` or more) are read, parsed and prepared at a time; the others
+    wait for a place, unread, for up to ``wait_s`` (``None``: as long as it takes), then
+    are refused (429, ``queue_full``).
 
     Why: the work of a large body is CPU work in this process that holds the GIL for long
     stretches (reading it chunk by chunk on the loop, one ``json`` scan of its base64
@@ -50,11 +60,17 @@ class LargeBodyLane:
     Bodies of unknown length (chunked) take their place once read, when they turn out
     large.
 
-    While other (small) requests are in progress, a place is given back ``pause_ratio``
-    times the time it was held after its request left it (at most ``max_pause_s``): back
-    to back, large bodies would still hold the GIL half of the time beside a small
-    request; paced, they hold it at most ``1 / (1 + pause_ratio)`` of a thread's time.
-    Alone, they are not paced.
+    The limit holds only while small requests are in progress or one left less than
+    ``recent_s`` ago: with large bodies alone (a vLLM render client's 1.28 MB requests),
+    there is nothing to protect, and each takes a place at once, so they use every worker
+    thread. Once a small request comes, large ones that arrive wait until fewer than
+    ``width`` are in progress.
+
+    While small requests are in progress, a place is given back ``pause_ratio`` times the
+    time it was held after its request left it (at most ``max_pause_s``): back to back,
+    large bodies would still hold the GIL half of the time beside a small request;
+    paced, they hold it at most ``1 / (1 + pause_ratio)`` of a thread's time. Alone, they
+    are not paced.
     """
 
     def __init__(
@@ -62,8 +78,9 @@ class LargeBodyLane:
         width: int,
         *,
         wait_s: float | None,
-        pause_ratio: float = 1.0,
+        pause_ratio: float = 3.0,
         max_pause_s: float = 1.0,
+        recent_s: float = 1.0,
     ) -> None:
         if width < 1:
             raise ValueError(f"width must be at least 1, not {width}")
@@ -71,18 +88,84 @@ class LargeBodyLane:
         self.wait_s = wait_s
         self.pause_ratio = pause_ratio
         self.max_pause_s = max_pause_s
-        self._places = asyncio.Semaphore(width)
-        #: Tickets open, tickets waiting for a place, and places held.
-        self._open = self._waiting = self._held = 0
+        self.recent_s = recent_s
+        #: Tickets open, tickets waiting for a place, tickets holding one, and places
+        #: taken (held, or in their pause after their request left).
+        self._open = self._waiting = self._held = self._taken = 0
+        #: When the last small request left (event-loop time).
+        self._small_left = -math.inf
+        self._waiters: list[asyncio.Future[None]] = []
+
+    @property
+    def small_in_progress(self) -> int:
+        """Open tickets that neither hold nor wait for a place (small requests, and
+        large ones on their way to :meth:`LaneTicket.admit`)."""
+        return self._open - self._waiting - self._held
+
+    @property
+    def free(self) -> int:
+        """Places free under the limit (negative: more taken than ``width``, admitted
+        while no small request was around)."""
+        return self.width - self._taken
+
+    def _quiet_in(self, now: float) -> float:
+        """Seconds until the limit lapses (0: it does now; ``inf``: a small request is
+        in progress)."""
+        if self.small_in_progress > 0:
+            return math.inf
+        return max(0.0, self._small_left + self.recent_s - now)
+
+    def _may_take(self, now: float) -> bool:
+        return self._taken < self.width or self._quiet_in(now) == 0.0
+
+    def _wake(self) -> None:
+        # Every waiter checks again, in the order they came (asyncio resumes them in
+        # the order their futures are done): the first that may take a place takes it.
+        for waiter in self._waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+        self._waiters.clear()
+
+    def _release(self) -> None:
+        self._taken -= 1
+        self._wake()
 
     def _give_back(self, held_s: float) -> None:
         self._held -= 1
-        small = self._open - self._waiting - self._held - 1  # the leaving ticket is open
         pause_s = min(held_s * self.pause_ratio, self.max_pause_s)
-        if small > 0 and pause_s > 0:
-            asyncio.get_running_loop().call_later(pause_s, self._places.release)
+        if self.small_in_progress > 1 and pause_s > 0:  # the leaving ticket is open
+            asyncio.get_running_loop().call_later(pause_s, self._release)
         else:
-            self._places.release()
+            self._release()
+
+    def _small_leaves(self) -> None:
+        self._small_left = asyncio.get_running_loop().time()
+        if self.small_in_progress == 1:  # the last one (the leaving ticket is open)
+            self._wake()  # the waiters time the limit's lapse from now
+
+    async def _take(self) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = math.inf if self.wait_s is None else loop.time() + self.wait_s
+        while not self._may_take(now := loop.time()):
+            if now >= deadline:
+                raise QueueFullError(
+                    f"{self.width} large request bodies ({LARGE_BODY_BYTES} bytes or more) "
+                    f"are being processed and this one waited {self.wait_s:g} s for its "
+                    f"turn; retry later"
+                )
+            waiter = loop.create_future()
+            self._waiters.append(waiter)
+            wait_s = min(deadline - now, self._quiet_in(now))
+            # Woken by a place given back, or when the wait ends or the limit lapses.
+            handle = None if math.isinf(wait_s) else loop.call_later(wait_s, self._wake)
+            try:
+                await waiter
+            finally:
+                if handle is not None:
+                    handle.cancel()
+                if waiter in self._waiters:
+                    self._waiters.remove(waiter)
+        self._taken += 1
 
     def ticket(self) -> LaneTicket:
         """One request's claim (an async context manager that gives back its place)."""
@@ -108,14 +191,7 @@ class LaneTicket:
         lane = self._lane
         lane._waiting += 1
         try:
-            async with asyncio.timeout(lane.wait_s):
-                await lane._places.acquire()
-        except TimeoutError:
-            raise QueueFullError(
-                f"{self._lane.width} large request bodies ({LARGE_BODY_BYTES} bytes or more) "
-                f"are being processed and this one waited {self._lane.wait_s:g} s for its "
-                f"turn; retry later"
-            ) from None
+            await lane._take()
         finally:
             lane._waiting -= 1
         lane._held += 1
@@ -135,6 +211,8 @@ class LaneTicket:
         if self.held:
             self.held = False
             self._lane._give_back(time.monotonic() - self._since)
+        else:
+            self._lane._small_leaves()
         self._lane._open -= 1
 
 

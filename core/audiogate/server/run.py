@@ -14,6 +14,7 @@ import contextlib
 import logging
 import math
 import signal
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -34,6 +35,7 @@ from audiogate.server.app import ServerWorker, check_media_root, create_app
 from audiogate.server.budgets import ServerLimits
 from audiogate.server.options import ServeOptions, parse_size
 from audiogate.server.protocol import connection_cap, guarded_h11
+from audiogate.server.requests import SERVER_SWITCH_INTERVAL_S
 from audiogate.server.sources import load_auth_tokens
 from audiogate.store import SourceStore
 
@@ -239,6 +241,7 @@ def serve(options: ServeOptions, *, host: FamilyHost | None = None) -> int:
     """
     with _interrupt_on_sigterm():
         app = build_app(options, host=host)
+    sys.setswitchinterval(SERVER_SWITCH_INTERVAL_S)  # why: see the constant
     server = uvicorn.Server(_config(app, options))
     # After uvicorn.Config, which configures uvicorn's loggers.
     bind = _BindErrors(server)
