@@ -18,7 +18,7 @@ import audiogate.streaming.transport as transport
 from audiogate.budget import ByteBudget
 from audiogate.cancel import CancelToken
 from audiogate.decode.geometry import SourceFormat
-from audiogate.errors import NonFiniteSampleError
+from audiogate.errors import DecodeError, NonFiniteSampleError
 from audiogate.streaming.frontend import ClipStream, open_clip_stream
 from audiogate.streaming.stage import batch_frames
 from audiogate.testing.audio import wav_bytes
@@ -223,20 +223,23 @@ def test_a_refused_batch_in_its_thread_is_released_once(monkeypatch: pytest.Monk
 
 
 @pytest.mark.parametrize("declared", ["raw", "wav", "auto"])
-def test_one_thread_hop_per_batch_not_per_chunk(
+def test_one_piece_of_thread_work_per_batch_not_per_chunk(
     monkeypatch: pytest.MonkeyPatch, declared: str
 ) -> None:
     """Raw PCM, a declared WAV and an ``auto`` stream found to be WAV (the compressed
-    receiver's PCM path) hop to a thread once per quarter-second batch and once to
-    finish, however small the chunks."""
-    hops: list[str] = []
-    off_loop = transport._off_loop
+    receiver's PCM path) hand their thread one piece of work per quarter-second batch
+    and one to finish, however small the chunks; raw PCM and WAV do not wait for the
+    batches (posted), only for ``finish()``."""
+    pieces: list[tuple[str, str]] = []
+    put = transport._Lane._put
 
-    async def counting(work: Any, cancel: CancelToken) -> Any:
-        hops.append(getattr(work, "__qualname__", ""))
-        return await off_loop(work, cancel)
+    def counting(lane: Any, item: Any) -> None:
+        work = getattr(item, "_work", None)
+        work = getattr(work, "func", work)  # a batch's functools.partial
+        pieces.append((type(item).__name__, getattr(work, "__qualname__", "")))
+        put(lane, item)
 
-    monkeypatch.setattr(transport, "_off_loop", counting)
+    monkeypatch.setattr(transport._Lane, "_put", counting)
     frames = RATE * 3
     pcm = noise_pcm16(frames, seed=11)
     data = pcm.tobytes() if declared == "raw" else wav_bytes(pcm / 32768, rate_hz=RATE)
@@ -248,8 +251,50 @@ def test_one_thread_hop_per_batch_not_per_chunk(
     same_clip(clip, whole_clip(policy, data, source_format))
     chunks = -(-len(data) // (2 * CHUNK))
     assert chunks > 100
-    assert len(hops) <= frames // batch_frames(RATE) + 2
-    assert hops[-1].endswith("finish")
+    # (A producer faster than the thread waits for its backlog now and then: _nothing.)
+    work = [piece for piece in pieces if piece[1] != "_nothing"]
+    assert len(work) <= frames // batch_frames(RATE) + 2
+    assert work[-1][0] == "_Call"
+    assert work[-1][1].endswith("finish")
+    if declared != "auto":
+        assert {kind for kind, _ in work[:-1]} == {"_Posted"}
+
+
+def test_the_stream_threads_are_kept_and_its_generator_closed() -> None:
+    """Streams reuse the process's stream threads (their DSP scratch with them), and
+    prepare_stream closes the caller's generator when it returns or fails."""
+    closed: list[bool] = []
+    data = noise_pcm16(batch_frames(RATE) * 3, seed=17).tobytes()
+
+    async def chunks(fail: bool) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in _chunks(data):
+                yield chunk
+            if fail:
+                yield b"\x00"  # a partial frame: the stream fails at finish
+            yield b""
+        finally:
+            closed.append(True)
+
+    def stream_threads() -> set[int]:
+        return {
+            t.ident or 0 for t in threading.enumerate() if t.name.startswith("audiogate-stream")
+        }
+
+    policy = policy_of("qwen2audio")
+    for fail in (False, True, False):
+        run = transport.prepare_stream(
+            family_host(), policy, chunks(fail), source_format=raw_pcm16(RATE)
+        )
+        if fail:
+            with pytest.raises(DecodeError):
+                asyncio.run(run)
+        else:
+            asyncio.run(run)
+        if not fail and len(closed) == 1:
+            first = stream_threads()
+    assert closed == [True, True, True]
+    assert stream_threads() == first
 
 
 def test_a_client_gone_after_batches_in_threads_leaves_nothing_held() -> None:

@@ -22,6 +22,7 @@ and released exactly once: at ``finish()``, at a refusal, or at ``close()``
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any, Final, Protocol, TypeVar
 
@@ -129,6 +130,9 @@ class _BaseStream:
         self._reserved = 0  # frames the reservation covers
         self._nonzero = False
         self._done = False
+        # A transport admits chunks on its loop while a thread pushes earlier batches:
+        # a reservation (which reads the family's buffers) waits for the push in flight.
+        self._guard = threading.RLock()
 
     @property
     def frames(self) -> int:
@@ -150,12 +154,13 @@ class _BaseStream:
             self._hold.take(nbytes - self._hold.nbytes)
 
     def close(self) -> None:
-        if self._done:
-            return
-        self._done = True
-        self._drop()
-        if self._hold is not None:
-            self._hold.release()
+        with self._guard:
+            if self._done:
+                return
+            self._done = True
+            self._drop()
+            if self._hold is not None:
+                self._hold.release()
 
     def admit(self, frames: int) -> None:
         """Admit ``frames`` more source frames ahead of their samples: a transport that
@@ -174,22 +179,23 @@ class _BaseStream:
             # bound); the transport polls the token at every chunk.
             self._announced = total
             return
-        if self._done:
-            raise RuntimeError("admit() or push() on a finished or closed stream")
-        try:
-            self._cancel.check(Checkpoint.DECODE, self._clip_index)
-            self._admission.admit(total)
-            if total > self._reserved:
-                ahead = total + RESERVE_AHEAD_FRAMES
-                bound = self._admission.max_frames
-                if bound is not None:
-                    ahead = max(total, min(ahead, bound))
-                self._take(self._planned_nbytes(ahead - self._frames))
-                self._reserved = ahead
-        except BaseException:
-            self.close()
-            raise
-        self._announced = total
+        with self._guard:
+            if self._done:
+                raise RuntimeError("admit() or push() on a finished or closed stream")
+            try:
+                self._cancel.check(Checkpoint.DECODE, self._clip_index)
+                self._admission.admit(total)
+                if total > self._reserved:
+                    ahead = total + RESERVE_AHEAD_FRAMES
+                    bound = self._admission.max_frames
+                    if bound is not None:
+                        ahead = max(total, min(ahead, bound))
+                    self._take(self._planned_nbytes(ahead - self._frames))
+                    self._reserved = ahead
+            except BaseException:
+                self.close()
+                raise
+            self._announced = total
 
     def _accept(self, samples: npt.ArrayLike) -> npt.NDArray[np.float32]:
         """Check and count one chunk: open, admitted (now, unless :meth:`admit` did),
@@ -278,10 +284,11 @@ class AccumulatingClipStream(_BaseStream):
         :raises MemoryLimitError: its bytes do not fit the budget (closed).
         :raises PreprocessCancelled: the token was cancelled (closed).
         """
-        block = self._accept(samples)
-        room = self._kept(self._frames) - len(self._source)
-        if room > 0:
-            self._source.extend(block[:room] if room < block.shape[0] else block)
+        with self._guard:
+            block = self._accept(samples)
+            room = self._kept(self._frames) - len(self._source)
+            if room > 0:
+                self._source.extend(block[:room] if room < block.shape[0] else block)
 
     def _finish(self) -> StreamedClip:
         plan = self._admitted()
@@ -351,12 +358,13 @@ class IncrementalClipStream(_BaseStream):
         :raises MemoryLimitError: its bytes do not fit the budget (closed).
         :raises PreprocessCancelled: the token was cancelled (closed).
         """
-        block = self._accept(samples)
-        try:
-            self._family_call("push", self._stream.push, block)
-        except BaseException:
-            self.close()
-            raise
+        with self._guard:
+            block = self._accept(samples)
+            try:
+                self._family_call("push", self._stream.push, block)
+            except BaseException:
+                self.close()
+                raise
 
     def _finish(self) -> StreamedClip:
         plan = self._admitted()

@@ -29,9 +29,12 @@ with the length it turned out to have.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import contextvars
+import functools
 import hashlib
+import os
 import queue
 import struct
 import threading
@@ -258,20 +261,36 @@ class _Receiver:
             if self._closed:
                 raise RuntimeError("the stream is closed")
             if self._announced:
-                self._decode(self._announced)
+                self._decode(*self._cut())
 
-    def _decode(self, frames: int) -> None:
-        """Decode the first ``frames`` pending frames and push them."""
+    def take_batch(self) -> Callable[[], None]:
+        """On the loop: take the complete frames pending and return the work that decodes
+        and pushes them, for the stream's thread (run in the order taken)."""
+        return functools.partial(self._decode_batch, *self._cut())
+
+    def _cut(self) -> tuple[bytes, int]:
+        """``(bytes, frames)`` of the complete frames pending, taken out of the buffer."""
+        frames = self._announced
+        nbytes = frames * self._frame_bytes
+        with memoryview(self._pending) as pending:
+            data = bytes(pending[:nbytes])  # (one copy, not a slice's and then bytes')
+        del self._pending[:nbytes]
+        self._announced = 0
+        self._data_bytes += nbytes
+        return data, frames
+
+    def _decode_batch(self, data: bytes, frames: int) -> None:
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the stream is closed")
+            self._decode(data, frames)
+
+    def _decode(self, data: bytes, frames: int) -> None:
+        """Decode ``frames`` frames of ``data`` and push them."""
         header, stream, limits = self._header, self.stream, self._limits
         assert header is not None
         assert stream is not None
         assert limits is not None
-        nbytes = frames * header.frame_bytes
-        with memoryview(self._pending) as pending:
-            data = bytes(pending[:nbytes])  # (one copy, not a slice's and then bytes')
-        del self._pending[:nbytes]
-        self._announced -= frames
-        self._data_bytes += nbytes
         # A finished stream has decoded every byte after its header: all are hashed.
         self._digest.update(data)
         samples = decode(
@@ -314,7 +333,7 @@ class _Receiver:
                 code="chunk_past_end",
             )
         if self._announced:
-            self._decode(self._announced)
+            self._decode(*self._cut())
         if self._data_bytes == 0:
             raise EmptyAudioError(clip_index=clip_index, detail="no samples")
         return self.stream.finish()
@@ -334,7 +353,7 @@ class _Receiver:
 
 
 class _Call(Generic[_T]):
-    """One piece of work for a :class:`_StreamThread`, and the loop's future of it."""
+    """One awaited piece of work for a :class:`_Lane`, and the loop's future of it."""
 
     def __init__(self, work: Callable[[], _T], loop: asyncio.AbstractEventLoop) -> None:
         self._work = work
@@ -344,14 +363,16 @@ class _Call(Generic[_T]):
         self.future: asyncio.Future[_T] = loop.create_future()
         self.finished = False  # (read and written on the loop only)
 
-    def run(self) -> None:
-        """In the stream's thread: the work, then its outcome handed to the loop."""
+    def run(self, lane: _Lane) -> None:
+        """In a stream thread: the work (not after an earlier work of the lane failed:
+        that error is the outcome), then its outcome handed to the loop."""
         result: Any = None
-        error: BaseException | None = None
-        try:
-            result = self._context.run(self._work)
-        except BaseException as exc:
-            error = exc
+        error = lane.error
+        if error is None:
+            try:
+                result = self._context.run(self._work)
+            except BaseException as exc:
+                error = exc
         with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
             self._loop.call_soon_threadsafe(self._resolve, result, error)
 
@@ -365,93 +386,177 @@ class _Call(Generic[_T]):
             self.future.set_result(result)
 
 
-class _StreamThread:
-    """One worker thread per stream, fed through a queue, started at its first hop.
+class _Posted:
+    """One piece of work handed to a :class:`_Lane` without waiting: its error, if any,
+    is kept on the lane (and the lane's later work is skipped)."""
 
-    A hop through it costs a queue put and one ``call_soon_threadsafe`` (about 30 µs of
-    CPU here), half of an ``asyncio.to_thread`` round trip (its task, the executor's
-    future and the future chained to it); a stream makes one per batch. The stream's
-    work is in order: every hop is awaited before the next is made.
+    __slots__ = ("_context", "_work")
+
+    def __init__(self, work: Callable[[], object]) -> None:
+        self._work = work
+        self._context = contextvars.copy_context()
+
+    def run(self, lane: _Lane) -> None:
+        if lane.error is None:
+            try:
+                self._context.run(self._work)
+            except BaseException as exc:
+                lane.error = exc
+
+
+#: Batches handed to a stream's thread and not yet run, at most, before the loop waits
+#: for them (a producer faster than the DSP; a real-time stream never has more than one).
+MAX_BACKLOG_BATCHES: Final = 4
+
+
+class _Lane:
+    """One stream's work, run in order on the process's stream threads
+    (:class:`_StreamWorkers`).
+
+    The loop posts each batch (:meth:`post`) without waiting for it (no wake-up of the
+    loop per batch; a batch's error is raised on the loop at its next chunk) and calls
+    (:meth:`call`) what it needs the result of (``finish()``); a thread that takes the
+    lane runs every piece queued by then, so a thread that fell behind takes the pending
+    batches at once. :meth:`settle` drops what has not started and waits, without
+    blocking the loop, for what has.
     """
 
-    def __init__(self) -> None:
-        self._calls: queue.SimpleQueue[_Call[Any] | None] = queue.SimpleQueue()
-        self._thread: threading.Thread | None = None
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._lock = threading.Lock()
+        self._queue: collections.deque[_Call[Any] | _Posted] = collections.deque()
+        self._scheduled = False  # a thread has (or will take) the lane
+        self.error: BaseException | None = None  # the first posted work's error
 
-    def submit(self, call: _Call[Any]) -> None:
-        if self._thread is None:
-            # A daemon: the interpreter's exit never waits for a stream abandoned mid-batch.
-            self._thread = threading.Thread(
-                target=self._serve, name="audiogate-stream", daemon=True
-            )
-            self._thread.start()
-        self._calls.put(call)
+    @property
+    def backlog(self) -> int:
+        """Pieces queued and not started."""
+        return len(self._queue)
 
-    def _serve(self) -> None:
-        while (call := self._calls.get()) is not None:
-            call.run()
+    def _put(self, item: _Call[Any] | _Posted) -> None:
+        with self._lock:
+            self._queue.append(item)
+            if self._scheduled:
+                return
+            self._scheduled = True
+        _workers().schedule(self)
 
-    def close(self) -> None:
-        """Let the thread end once its work in flight (if any) is done; not waited for:
-        every hop is awaited (or its stream's lock waited on) before the stream closes."""
-        if self._thread is not None:
-            self._calls.put(None)
-            self._thread = None
+    def drain(self) -> None:
+        """In a stream thread: run the queued pieces in order until none is left."""
+        while True:
+            with self._lock:
+                if not self._queue:
+                    self._scheduled = False
+                    return
+                item = self._queue.popleft()
+            item.run(self)
 
+    def check(self) -> None:
+        """Raise the error of a posted piece, if one failed."""
+        if self.error is not None:
+            raise self.error
 
-#: The worker thread of the stream the current task prepares (:func:`prepare_stream`
-#: sets it); ``None``: :func:`_off_loop` hops through ``asyncio.to_thread``.
-_STREAM_THREAD: contextvars.ContextVar[_StreamThread | None] = contextvars.ContextVar(
-    "audiogate_stream_thread", default=None
-)
+    def post(self, work: Callable[[], object]) -> None:
+        """Hand ``work`` to the stream's thread, not waiting for it."""
+        self._put(_Posted(work))
 
+    async def call(self, work: Callable[[], _T], cancel: CancelToken) -> _T:
+        """``work()`` in the stream's thread after every piece before it.
 
-async def _off_loop(work: Callable[[], _T], cancel: CancelToken) -> _T:
-    """``work()`` in a thread (the stream's :class:`_StreamThread`, else
-    ``asyncio.to_thread``, as a request without a worker is computed), so the event loop
-    serves other connections meanwhile.
+        A thread cannot be interrupted: when the awaiting task is cancelled, ``cancel``
+        is (so the work stops at its next checkpoint); :meth:`settle` then waits for it.
+        """
+        call = _Call(work, self._loop)
+        self._put(call)
+        try:
+            return await call.future
+        except asyncio.CancelledError:
+            with contextlib.suppress(BaseException):
+                cancel.cancel()
+            first = call.future
+            if first.done() and not first.cancelled():
+                first.exception()  # retrieved: the thread's error is the cancellation's
+            raise
 
-    A thread cannot be interrupted: when the awaiting task is cancelled, ``cancel`` is
-    (so the work stops at its next checkpoint) and the thread is waited for before the
-    cancellation goes on, so the caller releases the stream's reservation only once no
-    thread uses it.
-    """
-    thread = _STREAM_THREAD.get()
-    if thread is None:
-        return await _to_thread(work, cancel)
-    loop = asyncio.get_running_loop()
-    call = _Call(work, loop)
-    thread.submit(call)
-    try:
-        return await call.future
-    except asyncio.CancelledError:
+    async def settle(self) -> None:
+        """Drop the pieces not started and wait until the one running (if any) is done,
+        so the caller releases the stream's reservation only once no thread uses it."""
+        with self._lock:
+            self._queue.clear()
+            if not self._scheduled:
+                return
+        call = _Call(_nothing, self._loop)
+        self._put(call)
         with contextlib.suppress(BaseException):
-            cancel.cancel()
-        first = call.future
-        if first.done() and not first.cancelled():
-            first.exception()  # retrieved: the thread's error is the cancellation's
+            await call.future
         if not call.finished:
-            call.future = loop.create_future()  # (the first went with the task)
+            call.future = self._loop.create_future()  # (the first went with the task)
             with contextlib.suppress(BaseException):
                 # (Cancelled again meanwhile: the receiver's close() waits on its lock.)
                 await call.future
-        raise
 
 
-async def _to_thread(work: Callable[[], _T], cancel: CancelToken) -> _T:
-    """:func:`_off_loop` through ``asyncio.to_thread`` (no stream thread set)."""
-    future = asyncio.ensure_future(asyncio.to_thread(work))
-    try:
-        return await asyncio.shield(future)
-    except asyncio.CancelledError:
-        with contextlib.suppress(BaseException):
-            cancel.cancel()
-        with contextlib.suppress(BaseException):
-            # (Cancelled again meanwhile: the receiver's close() waits on its lock.)
-            await asyncio.wait([future])
-        if future.done() and not future.cancelled():
-            future.exception()  # retrieved: the thread's error is the cancellation's
-        raise
+def _nothing() -> None:
+    return None
+
+
+#: The most stream threads at once (started as streams need them; a compressed stream's
+#: thread may wait on its decoder process).
+MAX_STREAM_THREADS: Final = 64
+
+
+class _StreamWorkers:
+    """The process's stream threads: daemons that take lanes with work, started as
+    needed and kept, so their per-thread DSP scratch
+    (:func:`~audiogate.dsp.scratch.thread_scratch`) serves stream after stream (a fresh
+    thread per stream paid its page faults, a third of a 30 s clip's DSP)."""
+
+    def __init__(self) -> None:
+        self._lanes: queue.SimpleQueue[_Lane] = queue.SimpleQueue()
+        self._idle = threading.Semaphore(0)
+        self._lock = threading.Lock()
+        self._threads = 0
+
+    def schedule(self, lane: _Lane) -> None:
+        self._lanes.put(lane)
+        if self._idle.acquire(blocking=False):
+            return  # a thread waiting on the queue takes it
+        with self._lock:
+            if self._threads >= MAX_STREAM_THREADS:
+                return  # the next thread done with its lane takes it
+            self._threads += 1
+            name = f"audiogate-stream-{self._threads}"
+        # A daemon: the interpreter's exit never waits for a stream abandoned mid-batch.
+        threading.Thread(target=self._serve, name=name, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            self._lanes.get().drain()
+            self._idle.release()
+
+
+_WORKERS: _StreamWorkers | None = None
+_WORKERS_LOCK = threading.Lock()
+
+
+def _workers() -> _StreamWorkers:
+    global _WORKERS
+    if _WORKERS is None:
+        with _WORKERS_LOCK:
+            if _WORKERS is None:
+                _WORKERS = _StreamWorkers()
+    return _WORKERS
+
+
+def _forget_workers_after_fork() -> None:
+    # A forked child inherits the pool object but not its threads.
+    global _WORKERS, _WORKERS_LOCK
+    _WORKERS = None
+    _WORKERS_LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_workers_after_fork)
 
 
 def streamed_prepared_clip(
@@ -556,15 +661,17 @@ async def prepare_stream(
         origin=origin,
         decoders=decoders,
     )
-    thread = _StreamThread()
-    token = _STREAM_THREAD.set(thread)
+    iterator = aiter(chunks)
     try:
         if source_format.container in ("raw", "wav"):
-            return await _prepare_pcm(call, aiter(chunks))
-        return await _prepare_compressed(call, aiter(chunks))
+            return await _prepare_pcm(call, iterator)
+        return await _prepare_compressed(call, iterator)
     finally:
-        _STREAM_THREAD.reset(token)
-        thread.close()
+        # The caller's generator ends here, on every path (not when it is collected).
+        aclose = getattr(iterator, "aclose", None)
+        if aclose is not None:
+            with contextlib.suppress(Exception):
+                await aclose()
 
 
 @attrs.frozen(kw_only=True)
@@ -597,17 +704,46 @@ async def _receive(
     received: bytes = b"",
 ) -> _Done_co:
     """Feed ``received`` then every chunk to ``receiver`` on the loop, flush each batch it
-    asks for and finish it in the stream's thread (:func:`_off_loop`: one hop per batch,
-    in order, as each is awaited before the next chunk is read)."""
+    asks for and finish it in the stream's thread (a compressed stream's: one awaited hop
+    per flush, as each reads the receiver's pending bytes)."""
     cancel, clip_index = call.cancel, call.clip_index
-    if received and receiver.feed(received):
-        await _off_loop(receiver.flush, cancel)
-    async for chunk in chunks:
+    lane = _Lane(asyncio.get_running_loop())
+    try:
+        if received and receiver.feed(received):
+            await lane.call(receiver.flush, cancel)
+        async for chunk in chunks:
+            cancel.check(Checkpoint.DECODE, clip_index)
+            if receiver.feed(bytes(chunk)):
+                await lane.call(receiver.flush, cancel)
         cancel.check(Checkpoint.DECODE, clip_index)
-        if receiver.feed(bytes(chunk)):
-            await _off_loop(receiver.flush, cancel)
-    cancel.check(Checkpoint.DECODE, clip_index)
-    return await _off_loop(receiver.finish, cancel)
+        return await lane.call(receiver.finish, cancel)
+    finally:
+        await lane.settle()
+
+
+async def _receive_pcm(
+    receiver: _Receiver, chunks: AsyncIterator[bytes], call: _StreamCall
+) -> StreamedClip:
+    """Feed every chunk to ``receiver`` on the loop, hand each batch to the stream's
+    thread without waiting for it (:meth:`_Lane.post`: the loop pays no wake-up per
+    batch; a batch's error is raised at the next chunk) and await ``finish()`` there."""
+    cancel, clip_index = call.cancel, call.clip_index
+    lane = _Lane(asyncio.get_running_loop())
+    check = cancel.check
+    feed = receiver.feed
+    try:
+        async for chunk in chunks:
+            check(Checkpoint.DECODE, clip_index)
+            if lane.error is not None:
+                raise lane.error
+            if feed(chunk if type(chunk) is bytes else bytes(chunk)):
+                lane.post(receiver.take_batch())
+                if lane.backlog > MAX_BACKLOG_BATCHES:
+                    await lane.call(_nothing, cancel)  # a producer faster than the DSP
+        check(Checkpoint.DECODE, clip_index)
+        return await lane.call(receiver.finish, cancel)
+    finally:
+        await lane.settle()
 
 
 async def _prepare_compressed(
@@ -649,7 +785,7 @@ async def _prepare_pcm(call: _StreamCall, chunks: AsyncIterator[bytes]) -> Prepa
         incremental=call.incremental,
     )
     try:
-        streamed = await _receive(receiver, chunks, call)
+        streamed = await _receive_pcm(receiver, chunks, call)
     except _CodecWav as codec:
         receiver.close()
         return await _prepare_compressed(call, chunks, codec.received)

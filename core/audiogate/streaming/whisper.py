@@ -74,14 +74,47 @@ STREAM_BLOCK_FRAMES: Final = 64
 
 
 class _ItemFrames:
-    """The streamed interior frames of one item: ``[FIRST_INTERIOR_FRAME, next)``."""
+    """The streamed interior frames of one item, ``[FIRST_INTERIOR_FRAME, next)``, in
+    one buffer ``[shape=(n_mels, capacity)]`` (column ``j``: frame
+    ``FIRST_INTERIOR_FRAME + j``), so that ``finish`` clamps them into the features in
+    one pass per window, not one per block.
 
-    def __init__(self, n_mels: int) -> None:
+    The buffer starts at 256 frames and grows four times at each step, up to ``limit``
+    (an item of one window: its interior frames), so a 30 s item is copied twice while
+    it streams, a fraction of its frames.
+    """
+
+    def __init__(self, n_mels: int, limit: int | None) -> None:
         self.next = FIRST_INTERIOR_FRAME
-        self.blocks: list[npt.NDArray[np.float32]] = []
+        self.buffer = np.empty((n_mels, 0), dtype=np.float32)
         self.peak = np.float32(-np.inf)
-        self.n_mels = n_mels
-        self.nbytes = 0
+        self.limit = limit
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.buffer.nbytes)
+
+    @property
+    def done(self) -> int:
+        """Frames computed."""
+        return self.next - FIRST_INTERIOR_FRAME
+
+    def capacity_for(self, frames: int) -> int:
+        """The buffer's columns once it holds ``frames`` frames."""
+        capacity = self.buffer.shape[1]
+        if frames <= capacity:
+            return capacity
+        grown = max(frames, 4 * capacity, 256)
+        return grown if self.limit is None else max(frames, min(grown, self.limit))
+
+    def columns(self, count: int) -> npt.NDArray[np.float32]:
+        """The buffer's next ``count`` columns (grown as needed), for a block."""
+        done = self.done
+        if done + count > self.buffer.shape[1]:
+            grown = np.empty((self.buffer.shape[0], self.capacity_for(done + count)), np.float32)
+            grown[:, :done] = self.buffer[:, :done]
+            self.buffer = grown
+        return self.buffer[:, done : done + count]
 
 
 class WhisperLogMelStream:
@@ -132,13 +165,36 @@ class WhisperLogMelStream:
 
     @property
     def nbytes(self) -> int:
-        """Bytes held: the waveform buffer's capacity and the streamed frames."""
+        """Bytes held: the waveform buffer's capacity and the streamed frames'."""
         return self._samples.nbytes + sum(item.nbytes for item in self._items)
+
+    def _item_limit(self) -> int | None:
+        """Interior frames of a whole window (``"windows"``: an item's most)."""
+        if self._padding != "windows":
+            return None
+        return (self._chunk - _PAD) // HOP + 1 - FIRST_INTERIOR_FRAME
+
+    def planned_nbytes(self, samples: int) -> int:
+        """:attr:`nbytes` once ``samples`` samples are held (a bound: every interior frame
+        they give streamed)."""
+        total = self._samples.capacity_for(samples) * 4
+        if self._padding == "windows":
+            spans = [min(self._chunk, samples - start) for start in range(0, samples, self._chunk)]
+        else:
+            spans = [samples]
+        limit = self._item_limit()
+        for index, known in enumerate(spans):
+            frames = max(0, (known - _PAD) // HOP + 1 - FIRST_INTERIOR_FRAME)
+            item = self._items[index] if index < len(self._items) else None
+            if item is None:
+                item = _ItemFrames(0, limit)
+            total += item.capacity_for(frames) * self._n_mels * 4
+        return total
 
     @property
     def streamed_frames(self) -> int:
         """Frames computed so far (before :meth:`finish`)."""
-        return sum(item.next - FIRST_INTERIOR_FRAME for item in self._items)
+        return sum(item.done for item in self._items)
 
     def _item_bounds(self, index: int) -> tuple[int, int]:
         """``(start, known samples)`` of item ``index`` so far."""
@@ -163,7 +219,7 @@ class WhisperLogMelStream:
         received = len(self._samples)
         items = 1 if self._padding != "windows" else max(1, -(-received // self._chunk))
         while len(self._items) < items:
-            self._items.append(_ItemFrames(self._n_mels))
+            self._items.append(_ItemFrames(self._n_mels, self._item_limit()))
         waveform = self._samples.view()
         for index, item in enumerate(self._items):
             start, known = self._item_bounds(index)
@@ -173,10 +229,8 @@ class WhisperLogMelStream:
                 count = min(BLOCK_FRAMES, ready - item.next)
                 self._cancel.check(Checkpoint.FEATURE, self._clip_index)
                 frames = framed(waveform, start + HOP * item.next - _PAD, count)
-                out = np.empty((self._n_mels, count), dtype=np.float32)
+                out = item.columns(count)
                 item.peak = max(item.peak, log_mel_block([frames], out))
-                item.blocks.append(out)
-                item.nbytes += out.nbytes
                 item.next += count
 
     def finish(
@@ -209,7 +263,9 @@ class WhisperLogMelStream:
         features = np.empty(plan.feature_shape, dtype=np.float32)
         mask = np.zeros((plan.windows, plan.window_frames), dtype=np.bool_)
         for index, item in enumerate(plan.items):
-            streamed = self._items[index] if index < len(self._items) else _ItemFrames(self._n_mels)
+            streamed = (
+                self._items[index] if index < len(self._items) else _ItemFrames(self._n_mels, None)
+            )
             clip = waveform[item.start : item.start + item.samples]
             rows = features[item.window : item.window + item.windows]
             self._finish_item(clip, item.padded, item.computed, streamed, rows, plan.window_frames)
@@ -233,10 +289,8 @@ class WhisperLogMelStream:
         # what finish computes: the head copy, the tail copy (the clip's end is known
         # now) and nothing else: every interior frame up to hi was streamed.
         pieces: list[tuple[int, npt.NDArray[np.float32]]] = []
-        first = FIRST_INTERIOR_FRAME
-        for block in streamed.blocks:
-            pieces.append((first, block))
-            first += block.shape[1]
+        if streamed.done:
+            pieces.append((FIRST_INTERIOR_FRAME, streamed.buffer[:, : streamed.done]))
         sources: list[tuple[int, int, Any]] = []
         if lo:
             head = padded_segment(clip, padded, -_PAD, HOP * (lo - 1) + _PAD)
@@ -344,18 +398,14 @@ class WhisperFeatureStream:
         return self._mel.nbytes + self._resampler.waiting_frames * 4
 
     def planned_nbytes(self, more_frames: int) -> int:
-        """:attr:`nbytes` after ``more_frames`` more source frames: the waveform's growth
-        (one float32 per output sample), one column of ``n_mels`` float32 per 160 output
-        samples, and the source frames that may wait for the resampler."""
+        """:attr:`nbytes` after ``more_frames`` more source frames: the waveform's and the
+        frames' buffers once every output sample they give is in
+        (:meth:`WhisperLogMelStream.planned_nbytes`), and the source frames that may wait
+        for the resampler."""
         resampler, mel = self._parts()
         out = resampler.output_bound(resampler.source_frames + more_frames)
-        new = max(0, out - mel.samples)
-        return (
-            mel.nbytes
-            + new * 4
-            + (new // HOP + 1) * self._n_mels * 4
-            + (resampler.waiting_frames + more_frames) * 4
-        )
+        waiting = (resampler.waiting_frames + more_frames) * 4
+        return mel.planned_nbytes(max(out, mel.samples)) + waiting
 
     def push(self, samples: npt.NDArray[np.float32]) -> None:
         """Resample and frame the next source samples ``[shape=(k,)]``."""
