@@ -580,9 +580,8 @@ def _flood_process(
     return asyncio.run(_refusal_flood(port, body, count, concurrency, keep_alive=keep_alive))
 
 
-#: Kept-alive connections of the refusal flood: each one's 429s come later and later
-#: (``protocol.refusal_pause``, up to its Retry-After), so many connections share them.
-FLOOD_CONNECTIONS = 192
+#: Connections of the refusal flood, each sending again as soon as it is answered.
+FLOOD_CONNECTIONS = 16
 
 
 def refusal_cost(
@@ -608,11 +607,10 @@ def refusal_cost(
         time.sleep(0.5)
         for seconds, body in bodies.items():
             for keep_alive in (True, False):
-                connections = FLOOD_CONNECTIONS if keep_alive else 16
                 cpu = server.cpu_seconds()
                 with concurrent.futures.ProcessPoolExecutor(1) as pool:
                     statuses = pool.submit(
-                        _flood_process, port, body, count, connections, keep_alive
+                        _flood_process, port, body, count, FLOOD_CONNECTIONS, keep_alive
                     ).result()
                 cpu = server.cpu_seconds() - cpu
                 name = "kept-alive connection" if keep_alive else "a connection each"

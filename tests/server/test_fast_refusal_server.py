@@ -6,7 +6,6 @@ and the app never reads its body."""
 from __future__ import annotations
 
 import contextlib
-import itertools
 import socket
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -15,7 +14,6 @@ import pytest
 from serverkit import PREPARE, Running, serving, wait_until
 
 from audiogate.server import ServerLimits, fast_refusal, protocol
-from audiogate.server.errors import RETRY_AFTER_SECONDS
 from audiogate.server.routes import AudioServer
 
 HELD = "127.0.0.2"
@@ -209,46 +207,4 @@ def test_a_request_pipelined_after_a_refused_body_is_answered_after_the_refusal(
             reply += chunk
     assert reply.startswith(b"HTTP/1.1 429 Too Many Requests\r\n")
     assert reply.index(b"HTTP/1.1 200 OK\r\n") > 0
-    assert paths["reads"] == 1
-
-
-def test_a_refusal_pause_doubles_up_to_retry_after() -> None:
-    pauses = [protocol.refusal_pause(early) for early in range(12)]
-    assert pauses[0] == protocol.REFUSED_READ_PAUSE_S
-    assert all(b == min(2 * a, RETRY_AFTER_SECONDS) for a, b in itertools.pairwise(pauses))
-    assert pauses[-1] == RETRY_AFTER_SECONDS
-    assert protocol.refusal_pause(10**6) == RETRY_AFTER_SECONDS
-
-
-def _protocol_of(running: Running, sock: socket.socket) -> Any:
-    """The server's connection protocol of ``sock``."""
-    table = running.server.config.http_protocol_class.connection_table  # type: ignore[attr-defined]
-    port = sock.getsockname()[1]
-    (found,) = (c for c in table._address if c.client and c.client[1] == port)
-    return found
-
-
-@pytest.mark.slow
-def test_a_connection_that_sends_again_before_retry_after_is_answered_later_each_time(
-    server: Running, paths: dict[str, int]
-) -> None:
-    # Each refusal sent right after the 429 before it (sooner than its Retry-After) is
-    # one more early refusal in a row (its 429 held twice as long); a request admitted
-    # on the connection starts the count again.
-    body = b"{" * 500
-
-    def exchange(running: Running) -> list[int]:
-        early = []
-        with _connect(running) as sock:
-            for admitted_between in (False, False, False, True, False):
-                sock.sendall(_head(len(body)) + body)
-                assert _one_answer(sock).startswith(b"HTTP/1.1 429 ")
-                early.append(_protocol_of(running, sock).refused_early)
-                if admitted_between:
-                    sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-                    assert _one_answer(sock).startswith(b"HTTP/1.1 200 OK")
-        return early
-
-    results = _both_paths(server, paths, exchange)
-    assert results["plain"][0] == results["h11"][0] == [0, 1, 2, 3, 0]
     assert paths["reads"] == 1

@@ -26,11 +26,7 @@ until the process runs out (then every ``accept()`` fails and is logged). Here:
   (:class:`~audiogate.server.admission.HeadAdmission`): a JSON 429 with ``Retry-After``
   and ``Connection: close`` is written, the body is never parsed nor handed to the app,
   and what the client still sends is dropped unread up to :data:`DRAIN_BYTES` (so that
-  it reads the answer rather than a reset), past which the connection is aborted;
-* on a kept-alive connection that sends again sooner than the ``Retry-After`` of its
-  last 429, each refusal in a row is answered twice as late as the one before, up to
-  ``Retry-After`` (:func:`refusal_pause`): a client that ignores it costs the loop about
-  one refusal per ``Retry-After`` and connection, not one per round trip.
+  it reads the answer rather than a reset), past which the connection is aborted.
 """
 
 from __future__ import annotations
@@ -38,7 +34,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import math
 import resource
 from collections.abc import Callable
 from typing import Any, Final
@@ -59,7 +54,6 @@ __all__ = [
     "connection_cap",
     "guarded_h11",
     "raw_error",
-    "refusal_pause",
 ]
 
 log = logging.getLogger("audiogate.server")
@@ -78,9 +72,6 @@ DRAIN_BYTES: Final = 256 * 1024
 #: skipped meanwhile; the connection's next head is read from then on). Its answer says
 #: ``Retry-After: 1``.
 REFUSED_READ_PAUSE_S: Final = 0.1
-#: The longest a refusal's 429 is held (its ``Retry-After``): a client that honours it
-#: waits as long anyway.
-_LONGEST_PAUSE_S: Final = float(RETRY_AFTER_SECONDS)
 #: Below this soft file limit, start-up warns (and says how to raise it).
 _LOW_FILE_LIMIT: Final = 4096
 
@@ -106,14 +97,6 @@ def connection_cap(requested: int) -> int:
     elif soft < _LOW_FILE_LIMIT:
         log.warning("the open-file limit (ulimit -n) is low: %d", soft)
     return cap
-
-
-def refusal_pause(early: int) -> float:
-    """Seconds a refused request's 429 is held on a kept-alive connection, when it is the
-    ``early``-th refusal in a row there that came sooner than the ``Retry-After`` of the
-    429 before it (0: the first, or one after a wait as long as asked):
-    :data:`REFUSED_READ_PAUSE_S` doubled each time, at most ``Retry-After``."""
-    return min(_LONGEST_PAUSE_S, REFUSED_READ_PAUSE_S * 2.0 ** min(early, 16))
 
 
 def raw_error(
@@ -234,11 +217,6 @@ def guarded_h11(
         _answer_due: bytes | None = None
         #: What followed the skipped body (a pipelined request), read once answered.
         _after_skip: bytes | None = None
-        #: Refusals in a row on this connection that came sooner than the Retry-After of
-        #: the 429 before (:func:`refusal_pause`), and when that 429 was written (loop
-        #: time; -inf: none since the last admitted request).
-        refused_early = 0
-        _answered_at = -math.inf
 
         #: The connections served, for tests (eviction order).
         connection_table = table
@@ -377,7 +355,6 @@ def guarded_h11(
                             self._refuse_request(error, _drained_length(event))
                             return h11.NEED_DATA  # uvicorn never sees this request
                         self._inflight = client
-                    self._answered_at = -math.inf  # admitted: the next refusal is a first
                 return event
 
             self.conn.next_event = next_event  # type: ignore[method-assign]
@@ -429,13 +406,9 @@ def guarded_h11(
             # that sends again at once after its 429 then costs the loop one refusal per
             # pause and connection, not one per round trip; and its next request, read
             # as soon as it arrives, waits in no pause (admitted, its latency is its
-            # own). A connection that sends again sooner than the last 429's Retry-After
-            # waits twice as long each time (refusal_pause), so one that never honours it
-            # is refused about once per Retry-After. A fresh h11 state reads the next head.
+            # own). A fresh h11 state reads the next head.
             self._answer_due = refusal_answer(error, close=False)
-            early = self.loop.time() - self._answered_at < RETRY_AFTER_SECONDS
-            self.refused_early = self.refused_early + 1 if early else 0
-            self.loop.call_later(refusal_pause(self.refused_early), self._answer_refusal)
+            self.loop.call_later(REFUSED_READ_PAUSE_S, self._answer_refusal)
             leftover, _ = self.conn.trailing_data
             self.conn = h11.Connection(h11.SERVER, self.conn._max_incomplete_event_size)
             self._guard_next_event()
@@ -468,7 +441,6 @@ def guarded_h11(
             if answer is None or self.transport.is_closing():
                 return
             self.transport.write(answer)
-            self._answered_at = self.loop.time()
             if self._after_skip is not None:  # the body is skipped: read on
                 rest, self._after_skip = self._after_skip, None
                 self._read_again(rest)
