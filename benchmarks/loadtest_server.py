@@ -19,6 +19,8 @@ of one refusal directly (a flood of requests all refused from their heads). The 
 pinned to CPU 0 and the client processes to CPU 1 (``sched_setaffinity``, as ``taskset``)::
 
     python benchmarks/loadtest_server.py --sweep               # the table in docs/performance.md
+    python benchmarks/loadtest_server.py --sweep --rounds 3 --clips 1   # each point the median
+                                                                        # of 3 interleaved rounds
 
 The server's own cost (issue #35) runs c = 8 against one server per clip length, cache
 on, and splits the server CPU per answer into preparation (``AudioGate.prepare`` of the
