@@ -330,3 +330,27 @@ def test_a_waiter_refused_after_wait_s_while_small_requests_run() -> None:
         return lane.free
 
     assert asyncio.run(scenario()) == 1
+
+
+def test_a_refused_large_body_is_not_a_small_request_leaving() -> None:
+    # The limit lapses recent_s after the last *small* request left; a large body that
+    # leaves without a place (refused, or its client gone) must not prolong it.
+    async def scenario() -> tuple[float, float]:
+        lane = LargeBodyLane(1, wait_s=0.01, pause_ratio=0.0, recent_s=math.inf)
+        async with _small_in_progress(lane), lane.ticket() as held:
+            await held.admit(LARGE_BODY_BYTES)
+        small_left = lane._small_left
+        async with _small_in_progress(lane), lane.ticket() as held:
+            await held.admit(LARGE_BODY_BYTES)
+            before = lane._small_left
+            async with lane.ticket() as late:
+                with pytest.raises(QueueFullError):
+                    await late.admit(LARGE_BODY_BYTES)
+                assert late.large
+                assert not late.held
+            after = lane._small_left
+        assert lane._small_left > small_left  # the small one's leaving counted
+        return before, after
+
+    before, after = asyncio.run(scenario())
+    assert after == before

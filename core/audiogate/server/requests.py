@@ -179,6 +179,9 @@ class LaneTicket:
     def __init__(self, lane: LargeBodyLane) -> None:
         self._lane = lane
         self.held = False
+        #: Its body is large (whether it got a place or not): its leaving is no small
+        #: request's.
+        self.large = False
         self._since = 0.0
 
     async def admit(self, nbytes: int | None) -> None:
@@ -189,6 +192,7 @@ class LaneTicket:
         if self.held or nbytes is None or nbytes < LARGE_BODY_BYTES:
             return
         lane = self._lane
+        self.large = True
         lane._waiting += 1
         try:
             await lane._take()
@@ -211,7 +215,7 @@ class LaneTicket:
         if self.held:
             self.held = False
             self._lane._give_back(time.monotonic() - self._since)
-        else:
+        elif not self.large:
             self._lane._small_leaves()
         self._lane._open -= 1
 
