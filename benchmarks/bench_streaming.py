@@ -1,17 +1,22 @@
 """Benchmark streamed preparation against whole-clip preparation, for every family.
 
 Run: ``python benchmarks/bench_streaming.py [--seconds 30] [--rate 48000] [--chunk-ms 20]
-[--runs 3] [--families a,b] [--floor]``.
+[--speed 250] [--runs 3] [--families a,b] [--floor]``.
 
 A clip of ``--seconds`` of raw mono PCM16 at ``--rate`` is prepared two ways:
 
 * **whole**: the bytes in hand, ``preflight`` then ``process_request`` (decode, resample,
   features), as a request with the clip inline runs;
 * **streamed**: :func:`audiogate.streaming.transport.prepare_stream` fed ``--chunk-ms``
-  chunks as fast as it takes them, except that the last chunk comes ``--chunk-ms`` after
-  the one before it, as in real time: the stream's thread has caught up with the batches
-  by then (it does at any real-time pace: the throughput column), so the *last chunk →
-  ready* time is what a real-time stream waits, without pacing the whole clip.
+  chunks as fast as it takes them (``--speed 0``, the default), or at ``--speed`` times
+  real time (every half second of audio, the producer waits the time that audio takes
+  at that speed); in both, the last chunk comes ``--chunk-ms`` after the one before it,
+  as in real time, so the stream's thread has caught up with the batches (it does at any
+  real-time pace: the throughput column), and the *last chunk → ready* time is what a
+  real-time stream waits. Unpaced, the event loop and the stream's thread run at once
+  (a few batches apart); paced, each batch wakes a sleeping thread on a core whose
+  caches other processes used meanwhile, which on a shared VM costs more CPU than the
+  batch itself (``docs/performance.md``).
 
 Printed per family: the frontend kind (incremental or accumulating), the whole
 preparation's wall and CPU time, the *last chunk → ready* wall time (from handing over
@@ -72,41 +77,53 @@ def _whole(host, policy, data: bytes, fmt: SourceFormat) -> tuple[float, float]:
     return time.perf_counter() - wall, time.process_time() - cpu
 
 
-def _streamed(
-    host, policy, data: bytes, fmt: SourceFormat, chunk: int, pause_s: float
-) -> tuple[float, float, float]:
-    """``(last chunk -> ready wall, the same in CPU, the whole stream's CPU)``."""
-    last: list[tuple[float, float]] = []
+def _chunks(
+    data: bytes, chunk: int, rate_hz: int, speed: float, pause_s: float, last: list[float]
+) -> AsyncIterator[bytes]:
+    """The clip's chunks at ``speed`` times real time (a wait every half second of
+    audio), the last one ``pause_s`` after the one before; ``last`` gets the wall and
+    CPU clocks when the last one is handed over."""
+    burst = rate_hz  # bytes of half a second of mono PCM16
+    wait_s = 0.5 / speed if speed else 0.0
 
     async def chunks() -> AsyncIterator[bytes]:
+        sent = 0
         for start in range(0, len(data), chunk):
             if start + chunk >= len(data):
-                await asyncio.sleep(pause_s)  # as in real time (the module's doc)
-                last.append((time.perf_counter(), time.process_time()))
+                await asyncio.sleep(pause_s)
+                last.extend((time.perf_counter(), time.process_time()))
+            elif wait_s and start // burst != sent:
+                sent = start // burst
+                await asyncio.sleep(wait_s)
             yield data[start : start + chunk]
 
+    return chunks()
+
+
+def _streamed(
+    host, policy, data: bytes, fmt: SourceFormat, chunk: int, speed: float, pause_s: float
+) -> tuple[float, float, float]:
+    """``(last chunk -> ready wall, the same in CPU, the whole stream's CPU)``."""
+    last: list[float] = []
+    chunks = _chunks(data, chunk, fmt.rate_hz or 0, speed, pause_s, last)
+
     async def run() -> tuple[float, float]:
-        await prepare_stream(host, policy, chunks(), source_format=fmt)
+        await prepare_stream(host, policy, chunks, source_format=fmt)
         # Ready when the clip is returned (asyncio.run then joins its executor's threads).
         return time.perf_counter(), time.process_time()
 
     cpu = time.process_time()
     ready, ready_cpu = asyncio.run(run())
-    return ready - last[0][0], ready_cpu - last[0][1], ready_cpu - cpu
+    return ready - last[0], ready_cpu - last[1], ready_cpu - cpu
 
 
-def _producer(data: bytes, chunk: int, pause_s: float) -> float:
-    """CPU of the streamed run's producer alone: the same generator (and pause) in its
+def _producer(data: bytes, chunk: int, rate_hz: int, speed: float, pause_s: float) -> float:
+    """CPU of the streamed run's producer alone: the same generator (and waits) in its
     own event loop, consumed by a loop that does nothing with the chunks."""
-
-    async def chunks() -> AsyncIterator[bytes]:
-        for start in range(0, len(data), chunk):
-            if start + chunk >= len(data):
-                await asyncio.sleep(pause_s)
-            yield data[start : start + chunk]
+    chunks = _chunks(data, chunk, rate_hz, speed, pause_s, [])
 
     async def run() -> None:
-        async for _ in chunks():
+        async for _ in chunks:
             pass
 
     cpu = time.process_time()
@@ -153,6 +170,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--rate", type=int, default=48_000)
     parser.add_argument("--chunk-ms", type=int, default=20)
+    parser.add_argument("--speed", type=float, default=0.0)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--families", default="")
     parser.add_argument("--floor", action="store_true", help="add the floor (see above)")
@@ -164,7 +182,8 @@ def main() -> None:
     chunk = args.rate * args.chunk_ms // 1000 * 2
     print(
         f"{args.seconds:g} s at {args.rate} Hz, {args.chunk_ms} ms chunks, "
-        f"best of {args.runs}; load {os.getloadavg()[0]:.2f}"
+        f"{f'{args.speed:g}x real time' if args.speed else 'unpaced'}, best of {args.runs}; "
+        f"load {os.getloadavg()[0]:.2f}"
     )
     pause_s = args.chunk_ms / 1000
     floor = 0.0
@@ -177,7 +196,7 @@ def main() -> None:
             f"floor: {-(-len(data) // chunk)} chunks received and hashed {receive * 1e3:.2f} ms "
             f"CPU, a thread round trip {hopping * 1e3:.2f} ms CPU; total {floor * 1e3:.2f} ms"
         )
-    producer = min(_producer(data, chunk, pause_s) for _ in range(args.runs))
+    producer = min(_producer(data, chunk, args.rate, args.speed, pause_s) for _ in range(args.runs))
     print(f"producer alone (generator and event loop): {producer * 1e3:.2f} ms CPU")
     print(
         f"{'family':15} {'frontend':12} {'whole ms':>8} {'cpu ms':>7} {'tail ms':>7} "
@@ -187,9 +206,10 @@ def main() -> None:
     for family in families:
         policy = host.default_policy(family)
         _whole(host, policy, data, fmt)  # warm: banks, plans, soxr, the stream threads
-        _streamed(host, policy, data, fmt, chunk, pause_s)
+        stream = (host, policy, data, fmt, chunk, args.speed, pause_s)
+        _streamed(*stream)
         wholes = [_whole(host, policy, data, fmt) for _ in range(args.runs)]
-        streams = [_streamed(host, policy, data, fmt, chunk, pause_s) for _ in range(args.runs)]
+        streams = [_streamed(*stream) for _ in range(args.runs)]
         whole_wall = min(w for w, _ in wholes)
         whole_cpu = min(c for _, c in wholes)
         tail = min(t for t, _, _ in streams)
