@@ -273,9 +273,8 @@ def guarded_h11(
                 return False
             self._unset_keepalive_if_required()
             table.busy(self)
-            self._refuse_request(error, head.drained(DRAIN_BYTES))
+            self._refuse_request(error, head.drained(DRAIN_BYTES), parsed=False)
             if self._skipping:  # the body after the head, skipped as handle_events does
-                self._skip_from = None
                 self._skip_body(data, head.size)
                 if self._skipping and self._skip:
                     self._arm_head_timer()
@@ -393,7 +392,13 @@ def guarded_h11(
             self._cancel_head_timer()
             self.transport.abort()  # its descriptor is free for the new one at once
 
-        def _refuse_request(self, error: AudioGateError, skip: int | None) -> None:
+        def _refuse_request(
+            self, error: AudioGateError, skip: int | None, *, parsed: bool = True
+        ) -> None:
+            """Refuse the request whose head just arrived, skipping ``skip`` bytes of its
+            body on a kept-alive connection (``None``: close it). ``parsed``: h11 read the
+            head (a fresh h11 state reads the next one); else h11 never saw it, and its
+            state, idle between requests, reads the next head as it is."""
             self._cancel_head_timer()
             if skip is None:
                 self._refused = True
@@ -406,15 +411,16 @@ def guarded_h11(
             # that sends again at once after its 429 then costs the loop one refusal per
             # pause and connection, not one per round trip; and its next request, read
             # as soon as it arrives, waits in no pause (admitted, its latency is its
-            # own). A fresh h11 state reads the next head.
+            # own).
             self._answer_due = refusal_answer(error, close=False)
             self.loop.call_later(REFUSED_READ_PAUSE_S, self._answer_refusal)
-            leftover, _ = self.conn.trailing_data
-            self.conn = h11.Connection(h11.SERVER, self.conn._max_incomplete_event_size)
-            self._guard_next_event()
             self._skip = skip
             self._skipping = True
-            self._skip_from = bytes(leftover)
+            if parsed:
+                leftover, _ = self.conn.trailing_data
+                self.conn = h11.Connection(h11.SERVER, self.conn._max_incomplete_event_size)
+                self._guard_next_event()
+                self._skip_from = bytes(leftover)
 
         def _skip_body(self, data: bytes, start: int = 0) -> None:
             """Skip the refused body's bytes in ``data[start:]`` (never copied: a refused
