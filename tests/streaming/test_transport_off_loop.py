@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -293,6 +294,12 @@ def test_the_stream_threads_are_kept_and_its_generator_closed() -> None:
             asyncio.run(run)
         if not fail and len(closed) == 1:
             first = stream_threads()
+        # A thread is idle again only after the loop got its last result: wait for one, so
+        # the next stream finds it idle (else a busy pool rightly starts another thread).
+        workers = transport._workers()
+        deadline = time.monotonic() + _GUARD_S
+        while workers._idle._value < 1 and time.monotonic() < deadline:
+            time.sleep(0.001)
     assert closed == [True, True, True]
     assert stream_threads() == first
 
@@ -319,3 +326,32 @@ def test_a_client_gone_after_batches_in_threads_leaves_nothing_held() -> None:
             )
         )
     assert budget.held == 0
+
+
+def test_compressed_streams_waiting_for_a_decoder_cannot_starve_its_holder(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A compressed stream's flush may wait for a decoder process that another stream
+    holds until its own next flush: on a capped pool, waiters could take every thread and
+    the holder never get one. Blocking lanes run on a pool without a cap (PCM lanes keep
+    theirs), so more waiters than the PCM cap still let the holder run."""
+    monkeypatch.setattr(transport, "MAX_STREAM_THREADS", 2)
+    monkeypatch.setattr(transport, "_WORKERS", {})
+    released = threading.Event()
+
+    def wait_for_the_holder() -> bool:
+        return released.wait(_GUARD_S)
+
+    async def main() -> list[bool]:
+        loop = asyncio.get_running_loop()
+        never = CancelToken()
+        waiters = [transport._Lane(loop, blocking=True) for _ in range(3)]
+        waiting = [asyncio.ensure_future(w.call(wait_for_the_holder, never)) for w in waiters]
+        await asyncio.sleep(0)
+        holder = transport._Lane(loop, blocking=True)
+        await holder.call(released.set, never)
+        return list(await asyncio.gather(*waiting))
+
+    assert asyncio.run(main()) == [True, True, True]
+    assert transport._workers(blocking=True)._max_threads is None
+    assert transport._workers()._max_threads == 2

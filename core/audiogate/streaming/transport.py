@@ -421,8 +421,11 @@ class _Lane:
     blocking the loop, for what has.
     """
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, *, blocking: bool = False) -> None:
         self._loop = loop
+        #: Its work may block on another resource (a compressed stream's decoder process):
+        #: it runs on the uncapped pool (:func:`_workers`).
+        self._blocking = blocking
         self._lock = threading.Lock()
         self._queue: collections.deque[_Call[Any] | _Posted] = collections.deque()
         self._scheduled = False  # a thread has (or will take) the lane
@@ -439,7 +442,7 @@ class _Lane:
             if self._scheduled:
                 return
             self._scheduled = True
-        _workers().schedule(self)
+        _workers(blocking=self._blocking).schedule(self)
 
     def drain(self) -> None:
         """In a stream thread: run the queued pieces in order until none is left."""
@@ -500,8 +503,12 @@ def _nothing() -> None:
     return None
 
 
-#: The most stream threads at once (started as streams need them; a compressed stream's
-#: thread may wait on its decoder process).
+#: The most threads at once of the pool that PCM streams share (started as streams need
+#: them). Their work is CPU only: a lane waiting for a thread waits only for other
+#: streams' batches. Compressed streams, whose flush may wait for one of the decoder
+#: pool's processes (held by another stream until it ends), run on a pool of their own
+#: without a cap: in a capped pool, streams waiting for a decoder could hold every thread
+#: while the streams holding the decoders waited for one.
 MAX_STREAM_THREADS: Final = 64
 
 
@@ -511,7 +518,8 @@ class _StreamWorkers:
     (:func:`~audiogate.dsp.scratch.thread_scratch`) serves stream after stream (a fresh
     thread per stream paid its page faults, a third of a 30 s clip's DSP)."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_threads: int | None) -> None:
+        self._max_threads = max_threads
         self._lanes: queue.SimpleQueue[_Lane] = queue.SimpleQueue()
         self._idle = threading.Semaphore(0)
         self._lock = threading.Lock()
@@ -522,7 +530,7 @@ class _StreamWorkers:
         if self._idle.acquire(blocking=False):
             return  # a thread waiting on the queue takes it
         with self._lock:
-            if self._threads >= MAX_STREAM_THREADS:
+            if self._max_threads is not None and self._threads >= self._max_threads:
                 return  # the next thread done with its lane takes it
             self._threads += 1
             name = f"audiogate-stream-{self._threads}"
@@ -535,23 +543,29 @@ class _StreamWorkers:
             self._idle.release()
 
 
-_WORKERS: _StreamWorkers | None = None
+#: The process's two pools, by ``blocking`` (made at first use).
+_WORKERS: dict[bool, _StreamWorkers] = {}
 _WORKERS_LOCK = threading.Lock()
 
 
-def _workers() -> _StreamWorkers:
-    global _WORKERS
-    if _WORKERS is None:
+def _workers(*, blocking: bool = False) -> _StreamWorkers:
+    """The pool of PCM streams (capped at :data:`MAX_STREAM_THREADS`), or with
+    ``blocking`` the compressed streams' (uncapped)."""
+    workers = _WORKERS.get(blocking)
+    if workers is None:
         with _WORKERS_LOCK:
-            if _WORKERS is None:
-                _WORKERS = _StreamWorkers()
-    return _WORKERS
+            workers = _WORKERS.get(blocking)
+            if workers is None:
+                workers = _WORKERS[blocking] = _StreamWorkers(
+                    None if blocking else MAX_STREAM_THREADS
+                )
+    return workers
 
 
 def _forget_workers_after_fork() -> None:
-    # A forked child inherits the pool object but not its threads.
-    global _WORKERS, _WORKERS_LOCK
-    _WORKERS = None
+    # A forked child inherits the pool objects but not their threads.
+    global _WORKERS_LOCK
+    _WORKERS.clear()
     _WORKERS_LOCK = threading.Lock()
 
 
@@ -705,9 +719,10 @@ async def _receive(
 ) -> _Done_co:
     """Feed ``received`` then every chunk to ``receiver`` on the loop, flush each batch it
     asks for and finish it in the stream's thread (a compressed stream's: one awaited hop
-    per flush, as each reads the receiver's pending bytes)."""
+    per flush, as each reads the receiver's pending bytes; the flush may wait for a decoder
+    process, so the lane is a blocking one)."""
     cancel, clip_index = call.cancel, call.clip_index
-    lane = _Lane(asyncio.get_running_loop())
+    lane = _Lane(asyncio.get_running_loop(), blocking=True)
     try:
         if received and receiver.feed(received):
             await lane.call(receiver.flush, cancel)
