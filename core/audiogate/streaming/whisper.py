@@ -7,19 +7,28 @@ makes for their final length, whatever the chunking.
 What is computed as samples arrive: every *interior* frame (its 400-sample window lies
 inside one item's samples: frames ``t >= 2`` with ``160t + 200 <= n`` for the ``n`` item
 samples received so far), in blocks of :data:`STREAM_BLOCK_FRAMES` (up to
-:data:`~audiogate.dsp.whisper.BLOCK_FRAMES`), into
-the scaled log domain ``log10(mel) / 4 + 1``, with the item's running maximum. These
-frames do not depend on the clip's final length or padding. An item is the whole clip,
-except in ``"windows"`` mode, where each 30 s window is its own item.
+:data:`~audiogate.dsp.whisper.BLOCK_FRAMES`), and the two head frames (they read the
+reflection of samples 1..200) once the item has 520 samples, into the scaled log domain
+``log10(mel) / 4 + 1``, with the item's running maximum. These frames do not depend on
+the clip's final length or padding. An item is the whole clip, except in ``"windows"``
+mode, where each 30 s window is its own item. Each block is clamped as it is made to the
+item's running maximum minus 8 when one of its values is under it; since ``max(max(x,
+a), b) == max(x, b)`` for ``b >= a`` and the floor is monotone in the maximum, ``finish``
+re-clamps only the blocks that hold a value under the final floor and were clamped with
+a lower one (none, for a clip whose values all stay above it). Where the window is at
+most 30 s (every mode but ``"longest"``, and windows up to :data:`DIRECT_WINDOW_FRAMES`),
+the frames are written straight into the features array, grown by whole windows: no copy
+at ``finish``.
 
-What remains for :meth:`WhisperLogMelStream.finish`: the two head frames (they read the
-reflection of samples 1..200), the last frames whose window reaches past the clip's end
-(zero padding, or the end reflection in ``"longest"`` mode), the interior frames of the
-last incomplete block, the constant frames of the padding, and the global step: the clamp
-to the item's maximum minus 8 (in the scaled domain) and the mask. Every frame's value is
-computed by the same kernel (:func:`audiogate.dsp.whisper.log_mel_block`) on the same
-samples as the whole-clip path, and the kernel treats frames independently, so the
-result is bit-identical (``tests/streaming/test_whisper_stream.py``).
+What remains for :meth:`WhisperLogMelStream.finish`: a short clip's head frames, the last
+frames whose window reaches past the clip's end (zero padding, or the end reflection in
+``"longest"`` mode), the interior frames of the last incomplete block, the copy of the
+buffered frames (``"longest"`` and Qwen2.5-Omni's 300 s window), the re-clamp of the
+blocks the final maximum changes, the constant frames of the padding, and the mask.
+Every frame's value is computed by the same kernel
+(:func:`audiogate.dsp.whisper.log_mel_block`) on the same samples as the whole-clip
+path, and the kernel treats frames independently, so the result is bit-identical
+(``tests/streaming/test_stream_parity.py``, ``tests/streaming/test_whisper_stream_clamp.py``).
 
 ``normalize=True`` (``do_normalize``: the item's mean and variance) is not incremental;
 no shipped family uses it, and :class:`WhisperLogMelStream` refuses it.
@@ -71,54 +80,78 @@ FIRST_INTERIOR_FRAME: Final = -(-_PAD // HOP)
 #: Interior frames are computed once this many are ready (0.64 s of audio): few enough
 #: that little remains for finish(), enough that a block's fixed cost is spread.
 STREAM_BLOCK_FRAMES: Final = 64
+#: An item's known samples from which its head frames (``0 .. FIRST_INTERIOR_FRAME``)
+#: are final: they read samples ``0 .. 360`` only, and the clip has interior frames.
+_HEAD_FINAL_SAMPLES: Final = HOP * FIRST_INTERIOR_FRAME + _PAD
+#: The widest window whose frames stream straight into the clip's features (30 s: 1.5
+#: MB at 128 mels); a wider one (Qwen2.5-Omni's 300 s) keeps the frames made so far
+#: in a buffer of their own and copies them at ``finish`` (its whole window from the
+#: first block would hold ten times the bytes of a 30 s clip's frames).
+DIRECT_WINDOW_FRAMES: Final = CHUNK_SAMPLES // HOP
+_NO_FLOOR: Final = np.float32(-np.inf)
 
 
-class _ItemFrames:
-    """The streamed interior frames of one item, ``[FIRST_INTERIOR_FRAME, next)``, in
-    one buffer ``[shape=(n_mels, capacity)]`` (column ``j``: frame
-    ``FIRST_INTERIOR_FRAME + j``), so that ``finish`` clamps them into the features in
-    one pass per window, not one per block.
+def _scaled_floor(peak: np.float32) -> np.float32:
+    """The clamp of an item whose largest ``log10`` is ``peak``, in the scaled domain:
+    ``(peak - 8 + 4) / 4`` in float32, as the whole-clip kernel computes it (monotone in
+    ``peak``)."""
+    return np.float32((np.float32(peak - np.float32(8.0)) + np.float32(4.0)) * np.float32(0.25))
 
-    The buffer starts at 256 frames and grows four times at each step, up to ``limit``
-    (an item of one window: its interior frames), so a 30 s item is copied twice while
-    it streams, a fraction of its frames.
+
+class _Item:
+    """What one item streamed: its head frames, its interior frames ``[FIRST_INTERIOR_FRAME,
+    next)``, its running peak, and per computed block ``(first frame, frames, floor it
+    was clamped with, its smallest value before the clamp)``: ``finish`` re-clamps only
+    the blocks that hold a value under the item's final floor and were clamped with a
+    lower one (``max(max(x, a), b) == max(x, b)`` for ``b >= a``).
+
+    ``columns`` (the buffered layout only): the frames ``[shape=(n_mels, capacity)]``,
+    column ``t`` frame ``t``, grown four times at each step up to ``limit`` columns.
     """
+
+    __slots__ = ("blocks", "columns", "head", "limit", "next", "peak")
 
     def __init__(self, n_mels: int, limit: int | None) -> None:
         self.next = FIRST_INTERIOR_FRAME
-        self.buffer = np.empty((n_mels, 0), dtype=np.float32)
-        self.peak = np.float32(-np.inf)
+        self.head = False
+        self.peak = _NO_FLOOR
+        self.blocks: list[tuple[int, int, np.float32, np.float32]] = []
+        self.columns = np.empty((n_mels, 0), dtype=np.float32)
         self.limit = limit
-
-    @property
-    def nbytes(self) -> int:
-        return int(self.buffer.nbytes)
 
     @property
     def done(self) -> int:
         """Frames computed."""
-        return self.next - FIRST_INTERIOR_FRAME
+        return self.next - FIRST_INTERIOR_FRAME + (FIRST_INTERIOR_FRAME if self.head else 0)
 
     def capacity_for(self, frames: int) -> int:
-        """The buffer's columns once it holds ``frames`` frames."""
-        capacity = self.buffer.shape[1]
+        """The columns' capacity once they hold frames ``0 .. frames``."""
+        capacity = self.columns.shape[1]
         if frames <= capacity:
             return capacity
         grown = max(frames, 4 * capacity, 256)
         return grown if self.limit is None else max(frames, min(grown, self.limit))
 
-    def columns(self, count: int) -> npt.NDArray[np.float32]:
-        """The buffer's next ``count`` columns (grown as needed), for a block."""
-        done = self.done
-        if done + count > self.buffer.shape[1]:
-            grown = np.empty((self.buffer.shape[0], self.capacity_for(done + count)), np.float32)
-            grown[:, :done] = self.buffer[:, :done]
-            self.buffer = grown
-        return self.buffer[:, done : done + count]
+    def column_block(self, first: int, count: int) -> npt.NDArray[np.float32]:
+        """Columns ``first .. first + count`` (grown as needed), for a block."""
+        stop = first + count
+        if stop > self.columns.shape[1]:
+            grown = np.empty((self.columns.shape[0], self.capacity_for(stop)), np.float32)
+            grown[:, : self.columns.shape[1]] = self.columns
+            self.columns = grown
+        return self.columns[:, first:stop]
 
 
 class WhisperLogMelStream:
     """One clip's Whisper log-mel, fed 16 kHz mono float32 samples in chunks of any size.
+
+    Frames are written where the clip's features keep them: for a window of at most
+    :data:`DIRECT_WINDOW_FRAMES` frames (every mode but ``"longest"``), into the
+    features array itself ``[shape=(windows, n_mels, window_frames)]``, grown by whole
+    windows, so ``finish`` copies nothing; otherwise into a buffer per item, copied into
+    the features at ``finish``. Each block is clamped as it is made with the item's
+    running maximum minus 8 when it holds a value under it; ``finish`` re-clamps only
+    the blocks the final maximum changes.
 
     :param n_mels: 80 or 128.
     :param padding: the mode of :func:`~audiogate.dsp.whisper.whisper_plan`
@@ -146,10 +179,17 @@ class WhisperLogMelStream:
         self._n_mels = n_mels
         self._padding: Padding = padding
         self._chunk = chunk_samples
+        self._window_frames = chunk_samples // HOP
+        self._direct = padding != "longest" and self._window_frames <= DIRECT_WINDOW_FRAMES
         self._clip_index = clip_index
         self._cancel = cancel
         self._samples = GrowingArray(np.float32)
-        self._items: list[_ItemFrames] = []
+        self._items: list[_Item] = []
+        # The direct layout's features: windows [0, capacity), of which the items'
+        # frames fill what they have computed.
+        self._windows = np.empty((0, n_mels, self._window_frames), dtype=np.float32)
+        #: Frames re-clamped by the last finish (0 when no block needed it).
+        self.reclamped_frames = 0
         self._finished = False
 
     @property
@@ -166,28 +206,41 @@ class WhisperLogMelStream:
     @property
     def nbytes(self) -> int:
         """Bytes held: the waveform buffer's capacity and the streamed frames'."""
-        return self._samples.nbytes + sum(item.nbytes for item in self._items)
+        frames = sum(int(item.columns.nbytes) for item in self._items)
+        return self._samples.nbytes + int(self._windows.nbytes) + frames
 
     def _item_limit(self) -> int | None:
-        """Interior frames of a whole window (``"windows"``: an item's most)."""
-        if self._padding != "windows":
-            return None
-        return (self._chunk - _PAD) // HOP + 1 - FIRST_INTERIOR_FRAME
+        """Frames an item may hold: a window's for ``"windows"`` and ``"max_length"``
+        (more is never planned), none otherwise."""
+        if self._padding in ("windows", "max_length"):
+            return self._window_frames
+        return None
+
+    def _window_capacity_for(self, windows: int) -> int:
+        capacity = self._windows.shape[0]
+        if windows <= capacity:
+            return capacity
+        grown = max(windows, 2 * capacity)
+        return min(grown, 1) if self._padding == "max_length" else grown
 
     def planned_nbytes(self, samples: int) -> int:
-        """:attr:`nbytes` once ``samples`` samples are held (a bound: every interior frame
-        they give streamed)."""
+        """:attr:`nbytes` once ``samples`` samples are held (a bound: every frame they
+        give streamed)."""
         total = self._samples.capacity_for(samples) * 4
+        if self._direct:
+            windows = -(-samples // self._chunk)
+            if self._padding == "max_length":
+                windows = min(windows, 1)
+            window_bytes = self._n_mels * self._window_frames * 4
+            return total + self._window_capacity_for(windows) * window_bytes
         if self._padding == "windows":
             spans = [min(self._chunk, samples - start) for start in range(0, samples, self._chunk)]
         else:
             spans = [samples]
         limit = self._item_limit()
         for index, known in enumerate(spans):
-            frames = max(0, (known - _PAD) // HOP + 1 - FIRST_INTERIOR_FRAME)
-            item = self._items[index] if index < len(self._items) else None
-            if item is None:
-                item = _ItemFrames(0, limit)
+            frames = max(0, (known - _PAD) // HOP + 1)
+            item = self._items[index] if index < len(self._items) else _Item(0, limit)
             total += item.capacity_for(frames) * self._n_mels * 4
         return total
 
@@ -206,7 +259,7 @@ class WhisperLogMelStream:
 
     def push(self, samples: npt.ArrayLike) -> None:
         """Append mono 16 kHz samples ``[shape=(k,)]`` and compute every interior frame
-        of complete blocks now available.
+        of complete blocks now available (and the head frames once they are final).
 
         :raises RuntimeError: after :meth:`finish`.
         """
@@ -215,23 +268,87 @@ class WhisperLogMelStream:
         self._samples.extend(samples)
         self._advance(whole_blocks=True)
 
+    def _room(self, first: int) -> int:
+        """Frames from ``first`` a block may span: up to the window's end where frames
+        go straight into the features."""
+        if self._direct:
+            return self._window_frames - first % self._window_frames
+        return BLOCK_FRAMES
+
+    def _destination(self, index: int, item: _Item, first: int, count: int) -> Any:
+        """Where frames ``first .. first + count`` of item ``index`` go
+        ``[shape=(n_mels, count)]`` (within one window in the direct layout)."""
+        if not self._direct:
+            return item.column_block(first, count)
+        window = (index if self._padding == "windows" else 0) + first // self._window_frames
+        if window >= self._windows.shape[0]:
+            shape = (self._window_capacity_for(window + 1), self._n_mels, self._window_frames)
+            # In place where the allocator can (an owned array, no view kept).
+            self._windows.resize(shape, refcheck=False)
+        column = first % self._window_frames
+        return self._windows[window, :, column : column + count]
+
+    def _compute(self, item: _Item, first: int, parts: list[Any], out: Any) -> None:
+        """Frames ``first ..`` of ``item`` from ``parts`` into ``out``, clamped with the
+        item's running floor when a value is under it."""
+        self._cancel.check(Checkpoint.FEATURE, self._clip_index)
+        item.peak = max(item.peak, log_mel_block(parts, out))
+        floor = _scaled_floor(item.peak)
+        count = out.shape[1]
+        minimum = np.float32(out.min())
+        used = _NO_FLOOR
+        if not minimum >= floor:  # NaN too
+            np.maximum(out, np.full(count, floor), out=out)  # a row: see _ENERGY_FLOOR_ROW
+            used = floor
+        item.blocks.append((first, count, used, minimum))
+
     def _advance(self, *, whole_blocks: bool) -> None:
         received = len(self._samples)
         items = 1 if self._padding != "windows" else max(1, -(-received // self._chunk))
         while len(self._items) < items:
-            self._items.append(_ItemFrames(self._n_mels, self._item_limit()))
+            self._items.append(_Item(self._n_mels, self._item_limit()))
+        limit = self._item_limit()
         waveform = self._samples.view()
         for index, item in enumerate(self._items):
             start, known = self._item_bounds(index)
+            if not item.head and known >= _HEAD_FINAL_SAMPLES:
+                clip = waveform[start : start + known]
+                head = padded_segment(clip, known, -_PAD, HOP * (FIRST_INTERIOR_FRAME - 1) + _PAD)
+                out = self._destination(index, item, 0, FIRST_INTERIOR_FRAME)
+                self._compute(item, 0, [framed(head, 0, FIRST_INTERIOR_FRAME)], out)
+                item.head = True
             # Interior while 160t + 200 <= known samples of the item.
             ready = (known - _PAD) // HOP + 1 if known >= _PAD else 0
+            if limit is not None:
+                ready = min(ready, limit)
             while ready - item.next >= (STREAM_BLOCK_FRAMES if whole_blocks else 1):
-                count = min(BLOCK_FRAMES, ready - item.next)
-                self._cancel.check(Checkpoint.FEATURE, self._clip_index)
+                count = min(BLOCK_FRAMES, ready - item.next, self._room(item.next))
                 frames = framed(waveform, start + HOP * item.next - _PAD, count)
-                out = item.columns(count)
-                item.peak = max(item.peak, log_mel_block([frames], out))
+                out = self._destination(index, item, item.next, count)
+                self._compute(item, item.next, [frames], out)
                 item.next += count
+
+    def _features(self, plan: WhisperPlan) -> npt.NDArray[np.float32]:
+        """The features array ``[shape=plan.feature_shape]`` holding every streamed
+        frame: the direct layout's own windows (grown or cut to the plan's), or a new
+        array the items' columns are copied into."""
+        if self._direct:
+            features = self._windows
+            self._windows = np.empty((0, *features.shape[1:]), dtype=np.float32)
+            if features.shape != plan.feature_shape:
+                features.resize(plan.feature_shape, refcheck=False)
+            return features
+        features = np.empty(plan.feature_shape, dtype=np.float32)
+        for index, item in enumerate(plan.items):
+            if index >= len(self._items):
+                break
+            streamed = self._items[index]
+            first = 0 if streamed.head else FIRST_INTERIOR_FRAME
+            if streamed.next > first:
+                block = streamed.columns[:, first : streamed.next]
+                rows = features[item.window : item.window + item.windows]
+                _place(rows, plan.window_frames, first, block)
+        return features
 
     def finish(
         self, *, extra_zeros: int = 0, padded_samples: int | None = None
@@ -258,14 +375,15 @@ class WhisperLogMelStream:
             padded_samples=padded_samples,
             chunk_samples=self._chunk,
         )
+        if self._direct and plan.window_frames != self._window_frames:
+            raise RuntimeError(f"planned windows of {plan.window_frames} frames")
         self._advance(whole_blocks=False)
         waveform = self._samples.view()
-        features = np.empty(plan.feature_shape, dtype=np.float32)
+        features = self._features(plan)
         mask = np.zeros((plan.windows, plan.window_frames), dtype=np.bool_)
+        self.reclamped_frames = 0
         for index, item in enumerate(plan.items):
-            streamed = (
-                self._items[index] if index < len(self._items) else _ItemFrames(self._n_mels, None)
-            )
+            streamed = self._items[index] if index < len(self._items) else _Item(self._n_mels, None)
             clip = waveform[item.start : item.start + item.samples]
             rows = features[item.window : item.window + item.windows]
             self._finish_item(clip, item.padded, item.computed, streamed, rows, plan.window_frames)
@@ -279,50 +397,71 @@ class WhisperLogMelStream:
         clip: npt.NDArray[np.float32],
         padded: int,
         computed: int,
-        streamed: _ItemFrames,
+        streamed: _Item,
         rows: npt.NDArray[np.float32],
         window_frames: int,
     ) -> None:
         lo, hi = interior_frames(clip.shape[0], computed)
-        peak = streamed.peak
-        # Every computed frame's block, by its first frame: the streamed ones, then
-        # what finish computes: the head copy, the tail copy (the clip's end is known
-        # now) and nothing else: every interior frame up to hi was streamed.
-        pieces: list[tuple[int, npt.NDArray[np.float32]]] = []
-        if streamed.done:
-            pieces.append((FIRST_INTERIOR_FRAME, streamed.buffer[:, : streamed.done]))
-        sources: list[tuple[int, int, Any]] = []
-        if lo:
-            head = padded_segment(clip, padded, -_PAD, HOP * (lo - 1) + _PAD)
-            sources.append((0, lo, framed(head, 0, lo)))
-        if (hi > lo and streamed.next != hi) or (hi == lo and streamed.next > FIRST_INTERIOR_FRAME):
+        # Every interior frame up to hi was streamed, and the head where it was final.
+        if (
+            (hi > lo and streamed.next != hi)
+            or (hi == lo and streamed.next > FIRST_INTERIOR_FRAME)
+            or (streamed.head and lo != FIRST_INTERIOR_FRAME)
+        ):
             raise RuntimeError(
                 f"streamed frames up to {streamed.next}, the plan's interior is {lo}..{hi}"
             )
+        # What finish computes, straight into the features: the head (a short clip's),
+        # and the tail (the clip's end is known now).
+        sources: list[tuple[int, int, Any]] = []
+        if lo and not streamed.head:
+            head = padded_segment(clip, padded, -_PAD, HOP * (lo - 1) + _PAD)
+            sources.append((0, lo, framed(head, 0, lo)))
         if computed > hi:
             tail = padded_segment(clip, padded, HOP * hi - _PAD, HOP * (computed - 1) + _PAD)
             sources.append((hi, computed, framed(tail, 0, computed - hi)))
         for first, stop, frames in sources:
-            for start in range(first, stop, BLOCK_FRAMES):
-                count = min(BLOCK_FRAMES, stop - start)
-                self._cancel.check(Checkpoint.FEATURE, self._clip_index)
-                out = np.empty((self._n_mels, count), dtype=np.float32)
-                part = frames[start - first : start - first + count]
-                peak = max(peak, log_mel_block([part], out))
-                pieces.append((start, out))
-        frames_total = rows.shape[0] * window_frames
-        if computed < frames_total:
+            start = first
+            while start < stop:
+                row, column = divmod(start, window_frames)
+                count = min(BLOCK_FRAMES, stop - start, window_frames - column)
+                out = rows[row, :, column : column + count]
+                self._compute(streamed, start, [frames[start - first : start - first + count]], out)
+                start += count
+        peak = streamed.peak
+        if computed < rows.shape[0] * window_frames:
             peak = max(peak, LOG_FLOOR)
-        # The global step, as the whole-clip kernel applies it (scaled domain), folded
-        # into the copy of each block (one pass over the features, not two).
-        floor = (np.float32(peak - np.float32(8.0)) + np.float32(4.0)) * np.float32(0.25)
+        # The global step, as the whole-clip kernel applies it (scaled domain): only the
+        # blocks with a value under the final floor that were clamped with a lower one.
+        floor = _scaled_floor(peak)
         constant = max((LOG_FLOOR + np.float32(4.0)) * np.float32(0.25), floor)
-        floor_row = np.full(window_frames, floor)
-        for start, block in pieces:
-            _place(rows, window_frames, start, block, floor_row)
+        floor_row = np.full(min(window_frames, BLOCK_FRAMES), floor)
+        for first, count, used, minimum in streamed.blocks:
+            if used < floor and not minimum >= floor:
+                _clamp(rows, window_frames, first, count, floor_row)
+                self.reclamped_frames += count
         for row in range(rows.shape[0]):
             head_frames = min(window_frames, max(0, computed - row * window_frames))
             rows[row, :, head_frames:] = constant
+
+
+def _clamp(
+    rows: npt.NDArray[np.float32],
+    window_frames: int,
+    first: int,
+    count: int,
+    floor_row: npt.NDArray[np.float32],
+) -> None:
+    """``max(x, floor)`` in place for frames ``[first, first + count)`` of an item's
+    windows ``rows`` ``[shape=(windows, n_mels, window_frames)]`` (``floor_row``
+    ``[shape=(width,)]``, any width)."""
+    stop = first + count
+    while first < stop:
+        row, column = divmod(first, window_frames)
+        take = min(stop - first, window_frames - column, floor_row.shape[0])
+        part = rows[row, :, column : column + take]
+        np.maximum(part, floor_row[:take], out=part)
+        first += take
 
 
 def _place(
@@ -330,21 +469,15 @@ def _place(
     window_frames: int,
     first: int,
     block: npt.NDArray[np.float32],
-    floor_row: npt.NDArray[np.float32],
 ) -> None:
-    """Write ``max(block, floor)`` for frames ``[first, first + count)`` of an item
-    (``block`` ``[shape=(n_mels, count)]``, ``floor_row`` ``[shape=(window_frames,)]``)
-    into its windows ``rows`` ``[shape=(windows, n_mels, window_frames)]``."""
+    """Copy ``block`` ``[shape=(n_mels, count)]``, frames ``[first, first + count)`` of
+    an item, into its windows ``rows`` ``[shape=(windows, n_mels, window_frames)]``."""
     done = 0
     count = block.shape[1]
     while done < count:
         row, column = divmod(first + done, window_frames)
         take = min(count - done, window_frames - column)
-        np.maximum(
-            block[:, done : done + take],
-            floor_row[:take],
-            out=rows[row, :, column : column + take],
-        )
+        np.copyto(rows[row, :, column : column + take], block[:, done : done + take])
         done += take
 
 
