@@ -175,8 +175,8 @@ class FrameRows:
     computed: rows ``0 .. done`` hold values.
 
     The buffer grows to at least 256 rows and at least doubles, so a stream copies its
-    frames a logarithmic number of times; :meth:`take` hands the buffer itself over
-    when it holds exactly the clip's rows.
+    frames a logarithmic number of times; :meth:`take` hands the buffer itself over,
+    cut in place to the clip's rows.
 
     :param width: values per row (mel bands).
     """
@@ -212,12 +212,18 @@ class FrameRows:
         return self._rows
 
     def take(self, count: int) -> npt.NDArray[np.float32]:
-        """Rows ``0 .. count`` (the buffer itself when it holds exactly that many, else a
-        copy); the buffer is dropped."""
+        """Rows ``0 .. count``: the buffer itself, cut to ``count`` rows in place (a
+        ``realloc`` that shrinks, usually without a copy: the clip's bytes are its
+        rows', with no spare capacity kept alive); the buffer is dropped."""
         rows = self._rows
-        out = rows if rows.shape[0] == count else rows[:count].copy()
         self._rows = np.empty((0, self.width), dtype=np.float32)
-        return out
+        if count < rows.shape[0]:
+            if rows.flags.owndata and rows.flags.c_contiguous:
+                # No view of the buffer outlives a grow() caller's block.
+                rows.resize((count, self.width), refcheck=False)
+            else:
+                rows = rows[:count].copy()
+        return rows
 
 
 class FramedSink:
