@@ -298,14 +298,17 @@ def batch_frames(
     stop: int,
     clip_index: int,
     cancel: CancelToken,
+    out: npt.NDArray[np.float32] | None = None,
 ) -> npt.NDArray[np.float32]:
     """Unclamped log-mel frames ``first .. stop - 1`` of the clip as the reference sees
     it zero-padded to ``total_samples`` samples in a batch ``[shape=(stop - first, 80)]``.
 
     :param waveform: the clip's mono float32 samples, at most ``total_samples``.
+    :param out: where to write them (a new array by default).
     """
     count = max(0, stop - first)
-    out = np.empty((count, N_MELS), dtype=np.float32)
+    if out is None:
+        out = np.empty((count, N_MELS), dtype=np.float32)
     if count:
         segment = _batch_segment(
             waveform,

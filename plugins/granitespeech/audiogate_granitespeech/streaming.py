@@ -31,7 +31,12 @@ from audiogate.errors import PluginError
 from audiogate.policy import AudioPolicy
 from audiogate.records import ResamplePlan, readonly
 from audiogate.streaming.buffer import GrowingArray
-from audiogate.streaming.scaffold import BatchedFeatureStream, SourceStream, core_source_stream
+from audiogate.streaming.scaffold import (
+    BatchedFeatureStream,
+    FrameRows,
+    SourceStream,
+    core_source_stream,
+)
 from audiogate_granitespeech.features import GraniteSpeechClipFeatures
 from audiogate_granitespeech.geometry import (
     FEATURE_DIM,
@@ -57,9 +62,25 @@ __all__ = [
 STREAM_BLOCK_FRAMES: Final = 64
 
 
+def _scaled(value: np.float32) -> np.float32:
+    """``value / 4 + 1`` in float32, as :func:`~audiogate_granitespeech.logmel.
+    clamp_and_scale` computes it."""
+    out = np.array([value], dtype=np.float32)
+    out *= np.float32(0.25)
+    out += np.float32(1.0)
+    return np.float32(out[0])
+
+
 class GraniteLogMelSink:
     """The 16 kHz waveform and its interior log-mel frames, computed as it arrives (the
     :class:`~audiogate.streaming.scaffold.FeatureSink` of :class:`GraniteFeatureStream`).
+
+    The frames are written into one buffer in the features' layout (a frame is 80
+    values, a row two frames) and each block is clamped and scaled as it is made:
+    clamped to the running maximum minus 8 when one of its values is under it, then
+    ``x / 4 + 1``. Since that scaling is monotone, ``max(g(max(x, a)), g(b)) ==
+    g(max(x, b))`` for ``b >= a``: ``finish`` re-clamps, in the scaled domain, only the
+    blocks with a value under the final floor that were clamped with a lower one.
 
     :param clip_index: zero-based clip index (cancellation and errors).
     :param cancel: polled before every computed block.
@@ -67,11 +88,15 @@ class GraniteLogMelSink:
 
     def __init__(self, *, clip_index: int, cancel: CancelToken) -> None:
         self._samples = GrowingArray(np.float32)
-        self._blocks: list[npt.NDArray[np.float32]] = []
-        self._frames = 0  # frames streamed: [0, _frames)
-        self._frame_bytes = 0
+        self._rows = FrameRows(N_MELS)
+        # Per streamed block: (first frame, frames, floor it was clamped with, its
+        # smallest unclamped value).
+        self._blocks: list[tuple[int, int, np.float32, np.float32]] = []
+        self._peak = np.float32(-np.inf)
         self._clip_index = clip_index
         self._cancel = cancel
+        #: Frames re-clamped by :meth:`finish` (0 when no block needed it).
+        self.reclamped_frames = 0
 
     @property
     def samples(self) -> int:
@@ -80,13 +105,15 @@ class GraniteLogMelSink:
 
     @property
     def nbytes(self) -> int:
-        """The waveform's buffer and the streamed frames."""
-        return self._samples.nbytes + self._frame_bytes
+        """The waveform's buffer and the frames'."""
+        return self._samples.nbytes + self._rows.nbytes
 
     def planned_nbytes(self, samples: int) -> int:
-        """:attr:`nbytes` once the waveform holds ``samples`` samples: the buffer's
-        capacity and one row of 80 float32 per 160 samples."""
-        return self._samples.capacity_for(samples) * 4 + (samples // HOP + 1) * N_MELS * 4
+        """:attr:`nbytes` once the waveform holds ``samples`` samples: the buffers'
+        capacities (one frame of 80 float32 per 160 samples, and one more)."""
+        return self._samples.capacity_for(samples) * 4 + self._rows.planned_nbytes(
+            samples // HOP + 1
+        )
 
     def push(self, samples: npt.NDArray[np.float32]) -> None:
         """Append 16 kHz samples ``[shape=(k,)]``; compute every complete block of
@@ -98,20 +125,31 @@ class GraniteLogMelSink:
     def _advance(self, minimum: int) -> None:
         waveform = self._samples.view()
         ready = interior_frames(waveform.shape[0])
-        if ready - self._frames < minimum:
+        first = self._rows.done
+        if ready - first < minimum:
             return
         self._cancel.check(Checkpoint.FEATURE, self._clip_index)
-        block = batch_frames(
+        block = self._rows.grow(ready)[first:ready]
+        batch_frames(
             waveform,
             total_samples=waveform.shape[0],
-            first=self._frames,
+            first=first,
             stop=ready,
             clip_index=self._clip_index,
             cancel=self._cancel,
+            out=block,
         )
-        self._blocks.append(block)
-        self._frame_bytes += block.nbytes
-        self._frames = ready
+        self._rows.done = ready
+        self._peak = max(self._peak, np.float32(block.max()))
+        floor = np.float32(self._peak - np.float32(8.0))
+        smallest = np.float32(block.min())
+        used = np.float32(-np.inf)
+        if not smallest >= floor:  # NaN too
+            np.maximum(block, floor, out=block)
+            used = floor
+        block *= np.float32(0.25)
+        block += np.float32(1.0)
+        self._blocks.append((first, ready - first, used, smallest))
 
     def finish(
         self, clip_plan: ClipPlan
@@ -136,27 +174,37 @@ class GraniteLogMelSink:
             )
         # The interior frames the last pushes left, then the frames of the clip's end.
         self._advance(1)
-        flat = np.empty(geometry.frames * N_MELS, dtype=np.float32)
-        logs = flat.reshape(geometry.frames, N_MELS)
-        first = 0
-        for block in self._blocks:
-            logs[first : first + block.shape[0]] = block
-            first += block.shape[0]
-        self._blocks.clear()
-        self._frame_bytes = 0
+        first = self._rows.done
+        interior = geometry.interior
+        if first != interior:
+            raise PluginError(f"streamed {first} interior frames, the clip has {interior}")
+        interior_peak = float(self._peak) if interior else float("-inf")
+        peak = self._peak
+        tail = self._rows.grow(geometry.frames)[first : geometry.frames]
         if first < geometry.frames:
-            logs[first:] = batch_frames(
+            batch_frames(
                 waveform,
                 total_samples=geometry.samples,
                 first=first,
                 stop=geometry.frames,
                 clip_index=self._clip_index,
                 cancel=self._cancel,
+                out=tail,
             )
-        peak = np.float32(logs.max())
-        interior = geometry.interior
-        interior_peak = float(logs[:interior].max()) if interior else float("-inf")
-        clamp_and_scale(logs, np.float32(peak - np.float32(8.0)))
+            peak = max(peak, np.float32(tail.max()))
+        floor = np.float32(peak - np.float32(8.0))
+        clamp_and_scale(tail, floor)
+        # The global step on what streamed: only the blocks it changes.
+        scaled = _scaled(floor)
+        logs = self._rows.take(geometry.frames)
+        self.reclamped_frames = 0
+        for start, count, used, smallest in self._blocks:
+            if used < floor and not smallest >= floor:
+                part = logs[start : start + count]
+                np.maximum(part, scaled, out=part)
+                self.reclamped_frames += count
+        self._blocks.clear()
+        flat = logs.reshape(-1)
         features = flat[: geometry.rows * FEATURE_DIM].reshape(geometry.rows, FEATURE_DIM)
         readonly(flat)
         result = GraniteSpeechClipFeatures(
