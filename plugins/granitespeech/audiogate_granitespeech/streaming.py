@@ -7,14 +7,18 @@ zero-pads to librosa's length and keeps the byte accounting). Every frame whose 
 window lies inside the samples received so far (``160 t + 200 <= n``, frames 0 and 1
 through the reflection of samples 1..200) is computed with the whole-clip kernel
 (:func:`~audiogate_granitespeech.logmel.batch_frames`) in blocks of
-:data:`STREAM_BLOCK_FRAMES`, unclamped, with the running maximum. Those frames do not
-depend on the clip's final length.
+:data:`STREAM_BLOCK_FRAMES`, with the running maximum, into one buffer in the features'
+layout (two frames a row); each block is clamped to the running maximum minus 8 when one
+of its values is under it, and scaled to ``x / 4 + 1``. Those frames do not depend on the
+clip's final length.
 
 What remains for ``finish()``: the resampler's tail and librosa's zero padding to the
 planned length, the last frames (their windows read the reflected end of the clip, at
-most two plus the last block's remainder), then the global step: the clamp to the clip's
-maximum minus 8 (the odd last frame included), ``x / 4 + 1`` and the pairs of frames
-stacked into rows. Each frame goes through the same float32 / float64 operations as in
+most two plus the last block's remainder) clamped and scaled with the final maximum,
+and the re-clamp of the streamed blocks the final maximum changes (a value under the
+final floor, clamped with a lower one: the scaling is monotone, so the clamp commutes
+with it); the buffer is handed over without a copy. Each frame goes through the same
+float32 / float64 operations as in
 :func:`~audiogate_granitespeech.logmel.granite_log_mel` and frames are independent, so
 the result is bit-identical to the whole clip's (``tests/streaming``).
 """
