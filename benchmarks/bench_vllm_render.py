@@ -12,7 +12,13 @@ Qwen2-Audio): a 5 s 16 kHz mono clip and a 5 s 48 kHz stereo clip from
   after the load;
 * **answer bytes** of one answer per request;
 * **throughput and latency** over HTTP at concurrency 1, 4 and 16 (``--requests`` per
-  level, after a warm-up; one keep-alive connection per client thread).
+  level, after a warm-up; one keep-alive connection per client thread), and the server's
+  **CPU per request** (user + system of its process tree over the level, from ``/proc``).
+
+The target (issue #31: audiogate at least 2x vLLM's render throughput) is read on
+``requests_per_s`` at each level, audiogate's over vLLM's in the same run (the ``ratio``
+lines printed last). ``PYTHONPATH=<checkout>/core`` runs another checkout's audiogate
+(an A/B: ``--skip-vllm``).
 
 vLLM comes from ``scripts/vllm/setup_env.sh``'s environment; audiogate runs
 ``audiogate serve`` from this checkout's ``.venv`` (one worker thread per core, a queue
@@ -79,6 +85,29 @@ def _tree_rss(pid: int) -> int:
         except OSError:
             pass
     return total
+
+
+def _tree_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of ``pid`` and its descendants so far (threads included;
+    waited-for children too)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            children.setdefault(int(fields[1]), []).append(int(entry))
+    ticks, stack = 0, [pid]
+    while stack:
+        current = stack.pop()
+        stack.extend(children.get(current, []))
+        try:
+            fields = Path(f"/proc/{current}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        ticks += sum(int(f) for f in fields[11:15])  # utime, stime, cutime, cstime
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def _wait(port: int, path: str, process: subprocess.Popen[bytes], timeout_s: float) -> float:
@@ -246,7 +275,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         loads = []
         for level in args.levels:
             for server in servers:
-                server.result["load"].append(_load(server.port, bodies, level, args.requests))
+                assert server.process is not None
+                cpu = _tree_cpu_s(server.process.pid)
+                result = _load(server.port, bodies, level, args.requests)
+                cpu = _tree_cpu_s(server.process.pid) - cpu
+                result["server_cpu_ms_per_request"] = round(1000 * cpu / result["requests"], 2)
+                server.result["load"].append(result)
             loads.append(_loadavg())
     finally:
         for server in servers:
@@ -261,6 +295,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         "results": results,
     }
     print(json.dumps(report, indent=1))
+    by_name = {r["server"]: r["load"] for r in results}
+    for name, row in by_name.items():
+        figures = " / ".join(f"{x['requests_per_s']:.1f}" for x in row)
+        cpu = " / ".join(f"{x['server_cpu_ms_per_request']:.2f}" for x in row)
+        print(f"{name}: requests/s {figures}; server CPU ms/request {cpu}")
+    if "audiogate" in by_name and "vllm" in by_name:
+        ratios = [
+            a["requests_per_s"] / v["requests_per_s"]
+            for a, v in zip(by_name["audiogate"], by_name["vllm"], strict=True)
+        ]
+        held = all(r >= 2.0 for r in ratios)
+        print(
+            f"ratio audiogate/vLLM at concurrency {' / '.join(map(str, args.levels))}: "
+            + " / ".join(f"{r:.2f}x" for r in ratios)
+            + f" (target >= 2x at every level: {'met' if held else 'NOT met'})"
+        )
     if args.json:
         args.json.write_text(json.dumps(report, indent=1) + "\n")
     return 0

@@ -26,7 +26,10 @@ until the process runs out (then every ``accept()`` fails and is logged). Here:
   (:class:`~audiogate.server.admission.HeadAdmission`): a JSON 429 with ``Retry-After``
   and ``Connection: close`` is written, the body is never parsed nor handed to the app,
   and what the client still sends is dropped unread up to :data:`DRAIN_BYTES` (so that
-  it reads the answer rather than a reset), past which the connection is aborted.
+  it reads the answer rather than a reset), past which the connection is aborted;
+* an admitted request's body of declared length (``Content-Length``) is collected as it
+  arrives, held in the body budget, and handed to the app whole, as one message, without
+  h11 parsing it (:data:`COLLECT_WINDOW_S`, :data:`COLLECTED_BODY`).
 """
 
 from __future__ import annotations
@@ -39,14 +42,19 @@ from collections.abc import Callable
 from typing import Any, Final
 
 import h11
+from h11._readers import ContentLengthReader
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from audiogate.errors import AudioGateError
+from audiogate.budget import BudgetHold
+from audiogate.errors import AudioGateError, MemoryLimitError
 from audiogate.server.admission import ClientAddresses, ConnectionTable, HeadAdmission
 from audiogate.server.errors import RETRY_AFTER_SECONDS, error_payload
 from audiogate.server.fast_refusal import plain_head
+from audiogate.server.requests import LARGE_BODY_BYTES
 
 __all__ = [
+    "COLLECTED_BODY",
+    "COLLECT_WINDOW_S",
     "DRAIN_BYTES",
     "FD_RESERVE",
     "OVERFLOW_CONNECTIONS",
@@ -74,6 +82,20 @@ DRAIN_BYTES: Final = 256 * 1024
 REFUSED_READ_PAUSE_S: Final = 0.1
 #: Below this soft file limit, start-up warns (and says how to raise it).
 _LOW_FILE_LIMIT: Final = 4096
+#: How long an admitted request's body is collected before the app sees any of it (at
+#: most half the app's body idle timeout): uvicorn hands a body to the app in the
+#: pieces the socket reads (about 20 app wake-ups and h11 events for a 1.28 MB body, each
+#: ~64 KiB), collected it is one. A body still incomplete by then (a slow client) goes
+#: on as uvicorn reads it, so the app's idle and minimum-rate deadlines see its bytes.
+COLLECT_WINDOW_S: Final = 0.5
+#: The scope key of a collected body's :class:`~audiogate.budget.BudgetHold`: the bytes
+#: collected are held in the body budget as they arrive; the app moves them into its
+#: request's hold as it reads the body (none given back in between, where another
+#: request could take them), and what it leaves is given back once answered.
+COLLECTED_BODY: Final = "audiogate.collected_body"
+#: The route whose large bodies wait for a place in the large-body lane unread
+#: (:class:`~audiogate.server.requests.LargeBodyLane`): those are not collected.
+_LANE_PATH: Final = "/v1/audio/prepare"
 
 
 def connection_cap(requested: int) -> int:
@@ -217,6 +239,14 @@ def guarded_h11(
         _answer_due: bytes | None = None
         #: What followed the skipped body (a pipelined request), read once answered.
         _after_skip: bytes | None = None
+        #: An admitted request's body collected so far (``None``: none is), the bytes of
+        #: it still to come, and their hold in the body budget (until the app takes it).
+        _pieces: list[bytes] | None = None
+        #: Bytes of the first piece that h11 read (they came with the head).
+        _parsed = 0
+        _body_left = 0
+        _body_hold: BudgetHold | None = None
+        _collect_timer: asyncio.TimerHandle | None = None
 
         #: The connections served, for tests (eviction order).
         connection_table = table
@@ -237,6 +267,9 @@ def guarded_h11(
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._cancel_head_timer()
+            if self._pieces is not None:
+                self._end_collection()  # the app sees the disconnect
+            self._release_body()
             table.remove(self)
             self._release()
             if self._refused and self.cycle is None:
@@ -256,6 +289,9 @@ def guarded_h11(
                 return
             if self._skipping:
                 self._skip_body(data)
+                return
+            if self._pieces is not None:
+                self._collect(data)
                 return
             if admission is not None and self._refused_plain(data):
                 return
@@ -285,6 +321,8 @@ def guarded_h11(
             super().handle_events()
             if self.cycle is not cycle:  # a request head arrived
                 self._cancel_head_timer()
+                if self._inflight is not None:  # admitted (so admission is not None)
+                    self._collect_body()
             if self._skip_from is not None:  # a refused request's body follows its head
                 data, self._skip_from = self._skip_from, None
                 self._skip_body(data)
@@ -310,6 +348,7 @@ def guarded_h11(
 
         def on_response_complete(self) -> None:
             self._release()
+            self._release_body()
             table.waiting(self)
             # Armed first: a pipelined request that the call below starts disarms it.
             self._arm_head_timer()
@@ -324,6 +363,109 @@ def guarded_h11(
                     raw_error(400, "Bad Request", "BadRequestError", message, reason="waveform")
                 )
             self.transport.close()
+
+        # --- admitted bodies, collected ---------------------------------------------
+
+        def _collect_body(self) -> None:
+            """Collect the body of the admitted request whose head just arrived, when its
+            length is declared, it is within the body cap and no large-body lane waits
+            for it (the bytes that came with the head are taken along)."""
+            assert admission is not None
+            reader = self.conn._reader
+            if not isinstance(reader, ContentLengthReader) or reader._remaining <= 0:
+                return
+            server = admission.server
+            length = reader._length
+            if length > server.max_body_bytes or (
+                length >= LARGE_BODY_BYTES and self.scope["path"] == _LANE_PATH
+            ):
+                return  # the app refuses it unread, or the lane holds it unread
+            cycle = self.cycle
+            head = bytes(cycle.body)
+            hold = server.bodies.hold()
+            try:
+                hold.take(len(head))
+            except MemoryLimitError:
+                return  # the app refuses it as it reads it
+            if head:  # the app has not run yet: its first message is the whole body
+                cycle.body = bytearray()
+                cycle.message_event.clear()
+            self._pieces = [head] if head else []
+            self._parsed = len(head)
+            self._body_left = reader._remaining
+            self._body_hold = hold
+            self.scope[COLLECTED_BODY] = hold  # type: ignore[typeddict-unknown-key]
+            window = min(COLLECT_WINDOW_S, server.body_idle_timeout_s / 2)
+            self._collect_timer = self.loop.call_later(window, self._collect_timed_out)
+            self.flow.resume_reading()  # uvicorn pauses past 64 KiB held for the app
+
+        def _collect(self, data: bytes) -> None:
+            """Keep ``data`` (held in the body budget); hand the body over once whole."""
+            assert self._pieces is not None
+            assert self._body_hold is not None
+            try:
+                self._body_hold.take(len(data))
+            except MemoryLimitError:
+                self._stop_collecting(data)  # the app refuses it as it reads it
+                return
+            self._pieces.append(data)
+            self._body_left -= len(data)
+            if self._body_left <= 0:
+                self._deliver_body()
+
+        def _end_collection(self) -> list[bytes]:
+            """Stop collecting: the pieces (their bytes still held)."""
+            pieces, self._pieces = self._pieces or [], None
+            if self._collect_timer is not None:
+                self._collect_timer.cancel()
+                self._collect_timer = None
+            return pieces
+
+        def _release_body(self) -> None:
+            """Give back what the app did not take of the collected body."""
+            if self._body_hold is not None:
+                self._body_hold.release()
+                self._body_hold = None
+
+        def _deliver_body(self) -> None:
+            """The whole body to the app as one message (bytes: uvicorn passes them on
+            without a copy; h11 reads none of it, its reader told the body is in), then
+            to h11 what followed it (a pipelined request)."""
+            pieces = self._end_collection()
+            self._parsed = 0
+            extra, self._body_left = -self._body_left, 0
+            rest = b""
+            if extra:  # within the last piece (the body was incomplete before it)
+                last = pieces[-1]
+                pieces[-1], rest = last[: len(last) - extra], last[len(last) - extra :]
+                assert self._body_hold is not None
+                self._body_hold.shrink(extra)
+            reader = self.conn._reader
+            assert isinstance(reader, ContentLengthReader)
+            reader._remaining = 0
+            body = pieces[0] if len(pieces) == 1 else b"".join(pieces)
+            self.cycle.body = body  # type: ignore[assignment]
+            if rest:
+                self.conn.receive_data(rest)
+            self.handle_events()  # h11's EndOfMessage: the app's one message
+
+        def _collect_timed_out(self) -> None:
+            self._collect_timer = None
+            self._stop_collecting(b"")
+
+        def _stop_collecting(self, data: bytes) -> None:
+            """Go on as uvicorn reads a body: what was collected, and ``data``, to h11 (the
+            collected bytes still held: the app takes them over as it reads them)."""
+            pieces = self._end_collection()
+            if self._parsed:  # read by h11 with the head: the app's as uvicorn left them
+                self.cycle.body += pieces.pop(0)
+                self.cycle.message_event.set()
+                self._parsed = 0
+            pieces.append(data)
+            self._body_left = 0
+            joined = b"".join(pieces)
+            if joined and not self.transport.is_closing():
+                H11Protocol.data_received(self, joined)
 
         # --- guards ----------------------------------------------------------------
 

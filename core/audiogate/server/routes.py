@@ -57,6 +57,7 @@ from audiogate.server.errors import (
     RequestTimeoutError,
     error_response,
 )
+from audiogate.server.protocol import COLLECTED_BODY
 from audiogate.server.requests import LargeBodyLane, parse_body, parse_call
 from audiogate.server.responses import FragmentsResponse, json_response, render_answer, render_head
 from audiogate.server.sources import SourceRoutes
@@ -320,6 +321,8 @@ class AudioServer:
             raise BadRequestError(
                 "the request has both Content-Length and Transfer-Encoding headers"
             )
+        # What the connection collected of the body is held already (server.protocol).
+        collected: BudgetHold | None = request.scope.get(COLLECTED_BODY)
         async with contextlib.aclosing(request.stream()) as stream:
             chunks = _RatedChunks(aiter(stream), self.min_body_rate, self.body_idle_timeout_s)
             if declared is not None:
@@ -328,7 +331,7 @@ class AudioServer:
                 length = int(declared)
                 if length > cap:
                     raise LimitError("request body bytes", actual=length, maximum=cap)
-                if not self.bodies.fits(length):
+                if not self.bodies.fits(length - (collected.nbytes if collected else 0)):
                     await self._discard(chunks)
                     raise self.bodies.refusal(length)
             # Joined once at the end: a growing bytearray copied a 1.28 MB body about
@@ -336,12 +339,22 @@ class AudioServer:
             pieces: list[bytes] = []
             received = 0
             while (chunk := await self._next_chunk(chunks)) is not None:
+                if not chunk:
+                    continue  # Starlette's closing b"": joined, it would copy a lone body
                 if received + len(chunk) > cap:
                     raise LimitError(
                         "request body bytes", actual=received + len(chunk), maximum=cap
                     )
                 try:
-                    hold.take(len(chunk))
+                    fresh = len(chunk)
+                    if collected is not None and collected.nbytes:
+                        # Moved into this request's hold: held twice for a moment, never
+                        # by none (another request could take them in between).
+                        moved = min(collected.nbytes, fresh)
+                        hold.take(moved, force=True)
+                        collected.shrink(moved)
+                        fresh -= moved
+                    hold.take(fresh)
                 except MemoryLimitError:
                     if declared is not None:
                         await self._discard(chunks)
