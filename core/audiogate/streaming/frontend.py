@@ -93,6 +93,11 @@ class ClipStream(Protocol):
     def held_bytes(self) -> int:
         """Bytes held in the budget now."""
 
+    @property
+    def admitted_ahead(self) -> int:
+        """Frames :meth:`admit` takes from now on without a check (admitted and
+        reserved already; 0 once finished or closed)."""
+
     def admit(self, frames: int) -> None:
         """Admit ``frames`` more source frames before their samples are pushed."""
 
@@ -141,6 +146,10 @@ class _BaseStream:
     @property
     def held_bytes(self) -> int:
         return 0 if self._hold is None else self._hold.nbytes
+
+    @property
+    def admitted_ahead(self) -> int:
+        return 0 if self._done else self._reserved - self._announced
 
     def _nbytes(self) -> int:
         raise NotImplementedError

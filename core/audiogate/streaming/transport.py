@@ -32,7 +32,6 @@ import asyncio
 import collections
 import contextlib
 import contextvars
-import functools
 import hashlib
 import os
 import queue
@@ -116,6 +115,11 @@ def _wav_header(buffer: bytes, *, clip_index: int) -> tuple[ClipGeometry, int | 
 #: at most rates, :func:`~audiogate.streaming.stage.batch_frames`): a 20 ms chunk is only
 #: admitted when it comes (O(1)); its samples wait at most this long for the frontend.
 DECODE_BATCH_FRAMES: Final = 32768
+#: Batches handed over together that one push takes, at most (2 s at most rates): fewer
+#: pushes spread the frontends' per-call costs, but a push of many seconds costs more
+#: than its parts (its temporaries fault in fresh pages, and evict the caches finish()
+#: then reads).
+MAX_MERGED_BATCHES: Final = 4
 
 
 class _CodecWav(Exception):
@@ -142,8 +146,9 @@ class _Receiver:
     """Bytes in, complete frames decoded and pushed into the clip's frontend.
 
     :meth:`feed` takes a chunk on the event loop (admission only, O(1)) and says when a
-    batch is ready; :meth:`flush` and :meth:`finish` do the CPU work, off the loop
-    (:func:`_off_loop`). A lock makes :meth:`close` wait for a batch still in a thread.
+    batch is ready; :meth:`hand_over` gives it to the stream's thread, whose
+    :meth:`drain`, :meth:`flush` and :meth:`finish` do the CPU work. A lock makes
+    :meth:`close` wait for a batch still in a thread.
     """
 
     def __init__(
@@ -165,10 +170,12 @@ class _Receiver:
         self._open = (host, policy, budget, cancel, clip_index, incremental)
         self._format = source_format
         self._digest = hashlib.sha256()
-        self._received = 0
         self._pending = bytearray()
         self._announced = 0  # complete frames in _pending, already admitted
-        self._data_seen = 0  # data bytes received (decoded or pending)
+        self._header_bytes = 0  # a WAV stream's bytes before its samples
+        # :meth:`feed` only appends while ``_pending`` is shorter than this many bytes
+        # (:meth:`_quiet_bytes`): no frame to admit past the reservation, no batch ready.
+        self._until = 0
         self._frame_bytes = 1
         self._batch = DECODE_BATCH_FRAMES
         self._header: ClipGeometry | None = None
@@ -178,6 +185,12 @@ class _Receiver:
         self._limits: DecodeLimits | None = None
         self._lock = threading.Lock()
         self._closed = False
+        # Batches handed to the stream's thread (:meth:`hand_over`) and not yet taken by
+        # its next :meth:`drain`, which decodes and pushes them as one.
+        self._handover = threading.Lock()
+        self._ready: list[bytes] = []
+        self._ready_bytes = 0
+        self._drain_due = False  # a drain is posted and has not yet taken _ready
         if source_format.container == "raw":
             assert source_format.encoding is not None
             assert source_format.channels is not None
@@ -191,7 +204,13 @@ class _Receiver:
 
     @property
     def received(self) -> int:
-        return self._received
+        """Bytes received so far."""
+        return self._header_bytes + self._data_bytes + len(self._pending)
+
+    @property
+    def _data_seen(self) -> int:
+        """Data bytes received (decoded or pending)."""
+        return self._data_bytes + len(self._pending)
 
     def _start(self, header: ClipGeometry) -> None:
         host, policy, budget, cancel, clip_index, incremental = self._open
@@ -214,34 +233,38 @@ class _Receiver:
         )
 
     def feed(self, chunk: bytes) -> bool:
-        """Take the next bytes: each chunk's complete frames are admitted at once (the
-        chunk that crosses a limit is refused). ``True``: a batch of half a second
-        (:func:`~audiogate.streaming.stage.batch_frames`, at most
-        :data:`DECODE_BATCH_FRAMES`) is pending; :meth:`flush` decodes and pushes it.
-        Per-chunk work is O(1) arithmetic (the bytes are hashed a batch at a time, as
-        they are decoded)."""
-        self._received += len(chunk)
+        """Take the next bytes (any bytes-like object): each chunk's complete frames are
+        admitted at once (the chunk that crosses a limit is refused). ``True``: a batch of
+        half a second (:func:`~audiogate.streaming.stage.batch_frames`, at most
+        :data:`DECODE_BATCH_FRAMES`) is pending; :meth:`take_batch` or :meth:`flush`
+        takes it. Per chunk, O(1): the bytes are appended, and only a chunk that
+        completes a batch or goes past the frames the frontend admitted and reserved
+        ahead (:attr:`~audiogate.streaming.frontend.ClipStream.admitted_ahead`) calls
+        admission (the bytes are hashed a batch at a time, as they are decoded)."""
+        pending = self._pending
+        pending += chunk
+        if len(pending) < self._until:
+            return False
+        return self._arrived()
+
+    def _arrived(self) -> bool:
+        """:meth:`feed`'s slow path: the header, the WAV's declared size, admission of
+        the complete frames pending, and whether a batch is ready."""
         if self._header is None:
-            buffer = bytes(self._pending) + chunk if self._pending else chunk
+            buffer = bytes(self._pending)
             _, _, _, _, clip_index, _ = self._open
             found = _wav_header(buffer, clip_index=clip_index)
             if found is None:
-                self._pending = bytearray(buffer)
+                self._until = len(buffer) + 1
                 return False
             geometry, self._declared = found
             if not geometry.in_process:
                 # ADPCM or GSM 6.10: a codec's WAV, decoded as a whole clip at the end.
-                raise _CodecWav(bytes(buffer))
+                raise _CodecWav(buffer)
+            self._header_bytes = geometry.data_offset
             self._digest.update(buffer[: geometry.data_offset])
-            self._pending = bytearray(buffer[geometry.data_offset :])
-            self._data_seen = len(self._pending)
+            del self._pending[: geometry.data_offset]
             self._start(geometry)
-        else:
-            self._pending += chunk
-            self._data_seen += len(chunk)
-        header, stream = self._header, self.stream
-        assert header is not None
-        assert stream is not None
         if self._declared is not None and self._data_seen > self._declared:
             raise DecodeError(
                 f"the WAV stream goes on past its declared {self._declared}-byte data "
@@ -249,24 +272,95 @@ class _Receiver:
                 clip_index=self._open[4],
                 code="riff_size_mismatch",
             )
+        self._announce()
+        return self._announced >= self._batch
+
+    def _announce(self) -> None:
+        """Admit the complete frames pending not yet admitted, and set the next
+        threshold of :meth:`feed`'s fast path."""
+        stream = self.stream
+        assert stream is not None
         frames = len(self._pending) // self._frame_bytes
         if frames > self._announced:
             stream.admit(frames - self._announced)
             self._announced = frames
-        return frames >= self._batch
+        self._until = self._quiet_bytes(stream)
+
+    def admit_pending(self) -> None:
+        """On the loop at the stream's end: admit the complete frames not yet admitted
+        (within the reservation: no check can refuse them), so ``finish()`` admits none."""
+        if self.stream is not None and not self._closed:
+            self._announce()
+
+    def _quiet_bytes(self, stream: ClipStream) -> int:
+        """The length ``_pending`` may grow to (exclusive) with nothing to do: the
+        frames up to it are admitted and reserved already, no batch is complete, and a
+        WAV's declared data is not exceeded."""
+        frames = min(self._batch, self._announced + stream.admitted_ahead + 1)
+        until = frames * self._frame_bytes
+        if self._declared is not None:
+            until = min(until, self._declared - self._data_bytes + 1)
+        return until
 
     def flush(self) -> None:
         """Decode and push the complete frames pending (the CPU work of a batch)."""
         with self._lock:
             if self._closed:
                 raise RuntimeError("the stream is closed")
+            self._drain()
+            if self.stream is not None:
+                self._announce()
             if self._announced:
                 self._decode(*self._cut())
 
-    def take_batch(self) -> Callable[[], None]:
-        """On the loop: take the complete frames pending and return the work that decodes
-        and pushes them, for the stream's thread (run in the order taken)."""
-        return functools.partial(self._decode_batch, *self._cut())
+    def hand_over(self) -> bool:
+        """On the loop: hand the complete frames pending to the stream's thread.
+        ``True``: no :meth:`drain` is due to take them: post one.
+
+        Batches handed over while the thread is busy, or not yet woken (a producer
+        ahead of the DSP), wait for one drain, which decodes and pushes them as one
+        batch: the faster the chunks come, the larger the batches."""
+        data, _ = self._cut()
+        with self._handover:
+            self._ready.append(data)
+            self._ready_bytes += len(data)
+            if self._drain_due:
+                return False
+            self._drain_due = True
+            return True
+
+    @property
+    def handed_bytes(self) -> int:
+        """Bytes handed over and not yet taken by a :meth:`drain`."""
+        return self._ready_bytes
+
+    def drain(self) -> None:
+        """In the stream's thread: decode and push every batch handed over, as one."""
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the stream is closed")
+            self._drain()
+
+    def _drain(self) -> None:
+        with self._handover:
+            ready, self._ready = self._ready, []
+            self._ready_bytes = 0
+            self._drain_due = False
+        most = MAX_MERGED_BATCHES * self._batch * self._frame_bytes
+        group: list[bytes] = []
+        size = 0
+        for data in ready:
+            if group and size + len(data) > most:
+                self._decode_group(group, size)
+                group, size = [], 0
+            group.append(data)
+            size += len(data)
+        if group:
+            self._decode_group(group, size)
+
+    def _decode_group(self, group: list[bytes], size: int) -> None:
+        data = group[0] if len(group) == 1 else b"".join(group)
+        self._decode(data, size // self._frame_bytes)
 
     def _cut(self) -> tuple[bytes, int]:
         """``(bytes, frames)`` of the complete frames pending, taken out of the buffer."""
@@ -277,13 +371,9 @@ class _Receiver:
         del self._pending[:nbytes]
         self._announced = 0
         self._data_bytes += nbytes
+        assert self.stream is not None
+        self._until = self._quiet_bytes(self.stream)
         return data, frames
-
-    def _decode_batch(self, data: bytes, frames: int) -> None:
-        with self._lock:
-            if self._closed:
-                raise RuntimeError("the stream is closed")
-            self._decode(data, frames)
 
     def _decode(self, data: bytes, frames: int) -> None:
         """Decode ``frames`` frames of ``data`` and push them."""
@@ -312,12 +402,14 @@ class _Receiver:
     def _finish(self) -> StreamedClip:
         clip_index = self._open[4]
         if self.stream is None:
-            if self._received == 0:
+            if self.received == 0:
                 raise EmptyAudioError(clip_index=clip_index, detail="the stream sent no bytes")
             raise DecodeError(
                 "the WAV stream ended inside its header", clip_index=clip_index, code="too_short"
             )
         assert self._header is not None
+        self._drain()
+        self._announce()  # (frames within the reservation: admitted without a check)
         partial = len(self._pending) - self._announced * self._header.frame_bytes
         if partial:
             raise DecodeError(
@@ -342,6 +434,9 @@ class _Receiver:
         """Release the frontend's reservation (idempotent; waits for a batch in flight)."""
         with self._lock:
             self._closed = True
+            with self._handover:
+                self._ready.clear()
+                self._ready_bytes = 0
             if self.stream is not None:
                 self.stream.close()
 
@@ -402,22 +497,24 @@ class _Posted:
                 self._context.run(self._work)
             except BaseException as exc:
                 lane.error = exc
+                lane.stopped = True
 
 
-#: Batches handed to a stream's thread and not yet run, at most, before the loop waits
-#: for them (a producer faster than the DSP; a real-time stream never has more than one).
-MAX_BACKLOG_BATCHES: Final = 4
+#: Bytes handed to a stream's thread and not yet taken, at most, before the loop waits
+#: for them (a producer faster than the DSP: 32 s of 16 kHz mono PCM16). A real-time
+#: stream never has more than one batch pending.
+MAX_BACKLOG_BYTES: Final = 1 << 20
 
 
 class _Lane:
     """One stream's work, run in order on the process's stream threads
     (:class:`_StreamWorkers`).
 
-    The loop posts each batch (:meth:`post`) without waiting for it (no wake-up of the
-    loop per batch; a batch's error is raised on the loop at its next chunk) and calls
-    (:meth:`call`) what it needs the result of (``finish()``); a thread that takes the
-    lane runs every piece queued by then, so a thread that fell behind takes the pending
-    batches at once. :meth:`settle` drops what has not started and waits, without
+    The loop posts work (:meth:`post`) without waiting for it (no wake-up of the loop
+    per batch; an error is raised on the loop at its next chunk) and without waking a
+    thread until the posting task yields to the loop; it calls (:meth:`call`) what it
+    needs the result of (``finish()``). A thread that takes the lane runs every piece
+    queued by then. :meth:`settle` drops what has not started and waits, without
     blocking the loop, for what has.
     """
 
@@ -429,17 +526,36 @@ class _Lane:
         self._lock = threading.Lock()
         self._queue: collections.deque[_Call[Any] | _Posted] = collections.deque()
         self._scheduled = False  # a thread has (or will take) the lane
+        self._kicking = False  # a _kick is due on the loop (read and written there only)
         self.error: BaseException | None = None  # the first posted work's error
+        #: A posted work failed or the stream's token was cancelled (:meth:`stop`): what
+        #: the loop reads at every chunk, one attribute, before it checks which.
+        self.stopped = False
 
-    @property
-    def backlog(self) -> int:
-        """Pieces queued and not started."""
-        return len(self._queue)
+    def stop(self) -> None:
+        """Set :attr:`stopped` (from any thread: the token's ``on_cancel``)."""
+        self.stopped = True
 
-    def _put(self, item: _Call[Any] | _Posted) -> None:
+    def _put(self, item: _Call[Any] | _Posted, *, later: bool = False) -> None:
+        """Queue ``item``; wake a thread for the lane now, or with ``later`` once the
+        task that posted it yields to the loop (:meth:`_kick`)."""
         with self._lock:
             self._queue.append(item)
-            if self._scheduled:
+            if self._scheduled or (later and self._kicking):
+                return
+            if not later:
+                self._scheduled = True
+        if later:
+            self._kicking = True
+            self._loop.call_soon(self._kick)
+            return
+        _workers(blocking=self._blocking).schedule(self)
+
+    def _kick(self) -> None:
+        """On the loop, once the task that posted yielded: wake a thread for the lane."""
+        self._kicking = False
+        with self._lock:
+            if self._scheduled or not self._queue:
                 return
             self._scheduled = True
         _workers(blocking=self._blocking).schedule(self)
@@ -460,8 +576,15 @@ class _Lane:
             raise self.error
 
     def post(self, work: Callable[[], object]) -> None:
-        """Hand ``work`` to the stream's thread, not waiting for it."""
-        self._put(_Posted(work))
+        """On the loop: hand ``work`` to the stream's thread, not waiting for it.
+
+        The thread is woken once the awaiting task yields to the loop (the producer has
+        nothing more in hand), not at once: a producer that has many chunks ready runs
+        ahead alone and the thread then takes every batch posted meanwhile in one wake
+        (the two running at once, the GIL passing between them, cost a quarter more CPU
+        than the same work one after the other). A thread already on the lane takes it
+        as it comes."""
+        self._put(_Posted(work), later=True)
 
     async def call(self, work: Callable[[], _T], cancel: CancelToken) -> _T:
         """``work()`` in the stream's thread after every piece before it.
@@ -740,24 +863,29 @@ async def _receive_pcm(
     receiver: _Receiver, chunks: AsyncIterator[bytes], call: _StreamCall
 ) -> StreamedClip:
     """Feed every chunk to ``receiver`` on the loop, hand each batch to the stream's
-    thread without waiting for it (:meth:`_Lane.post`: the loop pays no wake-up per
-    batch; a batch's error is raised at the next chunk) and await ``finish()`` there."""
+    thread without waiting for it (:meth:`_Receiver.hand_over`, :meth:`_Lane.post`: the
+    loop pays no wake-up per batch, the thread is woken when the producer makes the task
+    wait, and takes every batch handed over by then; a batch's error is raised at the
+    next chunk) and await ``finish()`` there."""
     cancel, clip_index = call.cancel, call.clip_index
     lane = _Lane(asyncio.get_running_loop())
-    check = cancel.check
     feed = receiver.feed
+    forget = cancel.on_cancel(lane.stop)
     try:
         async for chunk in chunks:
-            check(Checkpoint.DECODE, clip_index)
-            if lane.error is not None:
-                raise lane.error
-            if feed(chunk if type(chunk) is bytes else bytes(chunk)):
-                lane.post(receiver.take_batch())
-                if lane.backlog > MAX_BACKLOG_BATCHES:
+            if lane.stopped:  # (one attribute per chunk; the token's poll is a call)
+                cancel.check(Checkpoint.DECODE, clip_index)
+                lane.check()
+            if feed(chunk):
+                if receiver.hand_over():
+                    lane.post(receiver.drain)
+                if receiver.handed_bytes > MAX_BACKLOG_BYTES:
                     await lane.call(_nothing, cancel)  # a producer faster than the DSP
-        check(Checkpoint.DECODE, clip_index)
+        cancel.check(Checkpoint.DECODE, clip_index)
+        receiver.admit_pending()
         return await lane.call(receiver.finish, cancel)
     finally:
+        forget()
         await lane.settle()
 
 
