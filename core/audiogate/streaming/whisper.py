@@ -109,12 +109,13 @@ class _Item:
     column ``t`` frame ``t``, grown four times at each step up to ``limit`` columns.
     """
 
-    __slots__ = ("blocks", "columns", "head", "limit", "next", "peak")
+    __slots__ = ("blocks", "columns", "floor", "head", "limit", "next", "peak")
 
     def __init__(self, n_mels: int, limit: int | None) -> None:
         self.next = FIRST_INTERIOR_FRAME
         self.head = False
         self.peak = _NO_FLOOR
+        self.floor = _NO_FLOOR  # the scaled floor of ``peak``
         self.blocks: list[tuple[int, int, np.float32, np.float32]] = []
         self.columns = np.empty((n_mels, 0), dtype=np.float32)
         self.limit = limit
@@ -282,9 +283,12 @@ class WhisperLogMelStream:
             return item.column_block(first, count)
         window = (index if self._padding == "windows" else 0) + first // self._window_frames
         if window >= self._windows.shape[0]:
+            # A new array, not ndarray.resize: that zero-fills the new windows (a pass
+            # over 1.5 MB that the frames and the constant overwrite anyway).
+            old = self._windows
             shape = (self._window_capacity_for(window + 1), self._n_mels, self._window_frames)
-            # In place where the allocator can (an owned array, no view kept).
-            self._windows.resize(shape, refcheck=False)
+            self._windows = np.empty(shape, dtype=np.float32)
+            self._windows[: old.shape[0]] = old
         column = first % self._window_frames
         return self._windows[window, :, column : column + count]
 
@@ -292,8 +296,11 @@ class WhisperLogMelStream:
         """Frames ``first ..`` of ``item`` from ``parts`` into ``out``, clamped with the
         item's running floor when a value is under it."""
         self._cancel.check(Checkpoint.FEATURE, self._clip_index)
-        item.peak = max(item.peak, log_mel_block(parts, out))
-        floor = _scaled_floor(item.peak)
+        peak = log_mel_block(parts, out)
+        if peak > item.peak:
+            item.peak = peak
+            item.floor = _scaled_floor(peak)
+        floor = item.floor
         count = out.shape[1]
         minimum = np.float32(out.min())
         used = _NO_FLOOR
