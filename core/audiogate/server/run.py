@@ -33,6 +33,7 @@ from audiogate.metrics import AudioMetrics
 from audiogate.server.admission import ClientAddresses, HeadAdmission
 from audiogate.server.app import ServerWorker, check_media_root, create_app
 from audiogate.server.budgets import ServerLimits
+from audiogate.server.malloc import keep_freed_memory
 from audiogate.server.options import ServeOptions, parse_size
 from audiogate.server.protocol import connection_cap, guarded_h11
 from audiogate.server.requests import SERVER_SWITCH_INTERVAL_S
@@ -242,6 +243,7 @@ def serve(options: ServeOptions, *, host: FamilyHost | None = None) -> int:
     with _interrupt_on_sigterm():
         app = build_app(options, host=host)
     sys.setswitchinterval(SERVER_SWITCH_INTERVAL_S)  # why: see the constant
+    keep_freed_memory()  # why: see audiogate.server.malloc
     server = uvicorn.Server(_config(app, options))
     # After uvicorn.Config, which configures uvicorn's loggers.
     bind = _BindErrors(server)

@@ -37,6 +37,7 @@ from audiogate.vllm.tensors import FloatDtype, encode_tensor
 
 __all__ = [
     "ItemCache",
+    "ItemNotCached",
     "MMPayload",
     "RenderCall",
     "RenderError",
@@ -477,6 +478,15 @@ def _encode_clip(
     return item, meta
 
 
+class ItemNotCached(LookupError):
+    """An item that :func:`build_generate_request` was asked not to encode is not in its
+    cache."""
+
+
+def _not_cached() -> tuple[bytes, bytes | None]:
+    raise ItemNotCached
+
+
 class ItemCache:
     """Encoded items (base64 of their msgpack, and of their metadata item) by
     ``mm_hash``, the least recently used dropped first past ``max_bytes``.
@@ -586,11 +596,14 @@ def build_generate_request(
     served_model: str,
     raw_items: bool = False,
     item_cache: ItemCache | None = None,
+    encode_missing: bool = True,
 ) -> dict[str, Any]:
     """The ``GenerateRequest`` JSON (a dict) for ``prepared``; with ``raw_items`` the
     items' base64 text stays bytes, for :func:`answer_fragments`; with ``item_cache``
     an item already encoded under its ``mm_hash`` is not encoded again.
 
+    :param encode_missing: ``False``: an item not in ``item_cache`` raises
+        :class:`ItemNotCached` instead of being encoded (the answer is cheap, or that).
     :raises RenderError: the prompt is empty or longer than the context.
     """
     token_ids = list(prepared.input_ids)
@@ -618,7 +631,10 @@ def build_generate_request(
         if call.mm_payload == "tensors":
             encoded = [
                 item_cache.get(
-                    hashes[index], functools.partial(_encode_clip, prepared, index, adapter, dtype)
+                    hashes[index],
+                    functools.partial(_encode_clip, prepared, index, adapter, dtype)
+                    if encode_missing
+                    else _not_cached,
                 )
                 if item_cache is not None
                 else _encode_clip(prepared, index, adapter, dtype)
