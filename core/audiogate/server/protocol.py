@@ -48,6 +48,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from audiogate.budget import BudgetHold
 from audiogate.errors import AudioGateError, MemoryLimitError
 from audiogate.server.admission import ClientAddresses, ConnectionTable, HeadAdmission
+from audiogate.server.drain import Drain
 from audiogate.server.errors import RETRY_AFTER_SECONDS, error_payload
 from audiogate.server.fast_refusal import plain_head
 from audiogate.server.requests import LARGE_BODY_BYTES
@@ -277,12 +278,15 @@ def guarded_h11(
                 # the connection's entry (its h11 state would only raise and be dropped).
                 self.connections.discard(self)
                 self.transport.close()
+                self._unguard()
                 return
             super().connection_lost(exc)
+            self._unguard()
 
         def data_received(self, data: bytes) -> None:
             if self._refused:
-                # Refused: what the client still sends is dropped, never parsed.
+                # Refused (and not yet drained by drain.Drain): what the client still
+                # sends is dropped, never parsed.
                 self._drained += len(data)
                 if self._drained > DRAIN_BYTES:
                     self.transport.abort()
@@ -500,6 +504,13 @@ def guarded_h11(
 
             self.conn.next_event = next_event  # type: ignore[method-assign]
 
+        def _unguard(self) -> None:
+            """Undo :meth:`_guard_next_event`: its closure refers to this protocol, which
+            refers to the h11 state holding it, a cycle only the garbage collector would
+            free (about 15 objects per connection, and their collections, which walk the
+            whole heap in time, under a flood of refused connections)."""
+            vars(self.conn).pop("next_event", None)
+
         def _release(self) -> None:
             if self._inflight is not None and admission is not None:
                 admission.release(self._inflight)
@@ -560,6 +571,7 @@ def guarded_h11(
             self._skipping = True
             if parsed:
                 leftover, _ = self.conn.trailing_data
+                self._unguard()
                 self.conn = h11.Connection(h11.SERVER, self.conn._max_incomplete_event_size)
                 self._guard_next_event()
                 self._skip_from = bytes(leftover)
@@ -611,12 +623,22 @@ def guarded_h11(
             self._linger(_ADDRESS_OVERLOADED if own else _OVERLOADED)
 
         def _linger(self, answer: bytes) -> None:
-            self.transport.write(answer)
+            transport = self.transport
+            transport.write(answer)
             # Half-close after the answer and linger briefly, reading and dropping what
             # the client sends: closing with its request unread would reset the
-            # connection, and the client might never see the answer.
-            if self.transport.can_write_eof():
-                self.transport.write_eof()
-            self.loop.call_later(_LINGER_S, self.transport.close)
+            # connection, and the client might never see the answer. The drain reads
+            # into a buffer of its own, closes when the client does, and hands the loss
+            # back here.
+            if transport.can_write_eof():
+                transport.write_eof()
+            drain = Drain(
+                transport,
+                limit=DRAIN_BYTES,
+                linger_s=_LINGER_S,
+                loop=self.loop,
+                lost=self.connection_lost,
+            )
+            transport.set_protocol(drain)
 
     return GuardedH11Protocol
