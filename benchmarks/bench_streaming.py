@@ -29,14 +29,28 @@ apart; the whole clip starts with its bytes in hand, so its figure has no produc
 issue's target, at most 1.3x, is read on ``prep x``), and the streamed real-time factor
 (audio seconds per second of streaming CPU, producer included).
 
-``--floor`` adds the floor: the CPU that no streaming implementation over this transport
-avoids, measured without the library: the chunks received through an async iterator and
-hashed (SHA-256, as every byte received is; no decode, no DSP), and one round trip to a
-thread (the ``finish()`` that must not run on the event loop). It is printed once in
-ms, and per family as a fraction of the whole clip's CPU (``floor %``; the whole clip
-hashes its bytes too, so part of it is in both). Each figure is the best of ``--runs``
-(other processes only ever add time); run it under ``flock /tmp/bench.lock`` and state
-the load next to any figure.
+``--floor`` adds the floors, printed once in ms and per family as fractions of the
+whole clip's CPU:
+
+* ``floor %``: the CPU that no streaming implementation over this transport avoids,
+  measured without the library: the chunks received through an async iterator and
+  hashed (SHA-256, as every byte received is; no decode, no DSP), and one round trip to
+  a thread (the ``finish()`` that must not run on the event loop); the whole clip
+  hashes its bytes too, so part of it is in both;
+* the **tail floors**, the same stream (the last chunk 20 ms after the others) with no
+  DSP: ``bare``, without the library, a loop that takes the chunks and, after the last,
+  makes one round trip to a kept thread that slept through the pause (the wake-ups no
+  implementation avoids: the thread's and then the loop's); ``transport``
+  (``tfloor %``), :func:`~audiogate.streaming.transport.prepare_stream` itself with a
+  frontend that computes nothing (its ``finish()`` returns a clip made beforehand), so
+  the transport's own tail (the last chunk's admission, the last batch decoded and
+  hashed, the hops, the result) over the bare floor is what the transport adds, and
+  the family's tail over it what its frontend's last batch and ``finish()`` cost.
+
+The last column says which of the issue's targets the family meets at this run
+(``tail``: tail CPU at most 10 % of the whole clip's; ``prep``: prep x at most 1.3).
+Each figure is the best of ``--runs`` (other processes only ever add time); run it
+under ``flock /tmp/bench.lock`` and state the load next to any figure.
 """
 
 from __future__ import annotations
@@ -57,8 +71,13 @@ from audiogate.decode.geometry import SourceFormat
 from audiogate.host import create_host
 from audiogate.pipeline.preflight import preflight
 from audiogate.pipeline.process import process_request
-from audiogate.streaming.frontend import IncrementalClipStream, open_clip_stream
+from audiogate.streaming import transport
+from audiogate.streaming.frontend import IncrementalClipStream, StreamedClip, open_clip_stream
 from audiogate.streaming.transport import prepare_stream
+
+#: The issue's targets: the tail's CPU over the whole clip's, and prep x.
+TAIL_TARGET = 0.10
+PREP_TARGET = 1.3
 
 
 def _pcm16(seconds: float, rate_hz: int) -> bytes:
@@ -158,6 +177,74 @@ def _floor(data: bytes, chunk: int) -> tuple[float, float]:
         return asyncio.run(receive()), asyncio.run(hop(pool))
 
 
+def _tail_floor_bare(data: bytes, chunk: int, pause_s: float) -> tuple[float, float]:
+    """``(wall, CPU)`` from the last chunk (``pause_s`` after the others) to the end of one
+    round trip to a kept thread that slept through the pause: the chunks are taken (not
+    hashed, not decoded); no library code."""
+    last: list[float] = []
+    chunks = _chunks(data, chunk, 0, 0.0, pause_s, last)
+
+    async def run(pool: ThreadPoolExecutor) -> tuple[float, float]:
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(pool, int)  # the thread started (and kept)
+        async for _ in chunks:
+            pass
+        await loop.run_in_executor(pool, int)
+        return time.perf_counter() - last[0], time.process_time() - last[1]
+
+    with ThreadPoolExecutor(1) as pool:
+        return asyncio.run(run(pool))
+
+
+class _IdleStream:
+    """A clip stream that computes nothing (the transport's tail floor): it admits every
+    frame, drops every push and finishes with a clip made beforehand."""
+
+    def __init__(self, done: StreamedClip) -> None:
+        self._done = done
+        self.frames = 0
+        self.held_bytes = 0
+        self.admitted_ahead = 1 << 40
+
+    def admit(self, frames: int) -> None:
+        pass
+
+    def push(self, samples: object) -> None:
+        pass
+
+    def finish(self) -> StreamedClip:
+        return self._done
+
+    def close(self) -> None:
+        pass
+
+
+def _tail_floor_transport(
+    host, policy, data: bytes, fmt: SourceFormat, chunk: int, pause_s: float, runs: int
+) -> tuple[float, float]:
+    """``(wall, CPU)`` of the tail of :func:`prepare_stream` over a frontend that computes
+    nothing (best of ``runs``; the transport's own decode, hash and hops remain)."""
+    stream = open_clip_stream(host, policy, inspect(data, clip_index=0, source_format=fmt))
+    stream.push(np.frombuffer(data, "<i2").astype(np.float32) / np.float32(32768))
+    done = stream.finish()
+    opened = transport.open_clip_stream
+    transport.open_clip_stream = lambda *args, **kwargs: _IdleStream(done)
+    try:
+        tails = [_streamed(host, policy, data, fmt, chunk, 0.0, pause_s) for _ in range(runs + 1)]
+    finally:
+        transport.open_clip_stream = opened
+    return min(t for t, _, _ in tails[1:]), min(c for _, c, _ in tails[1:])
+
+
+def _met(tail_share: float, prep: float) -> str:
+    met = [
+        name
+        for name, ok in (("tail", tail_share <= TAIL_TARGET), ("prep", prep <= PREP_TARGET))
+        if ok
+    ]
+    return ",".join(met) or "-"
+
+
 def _incremental(host, policy, data: bytes, fmt: SourceFormat) -> bool:
     """Whether the family's package streams this policy (its ``open_feature_stream``)."""
     stream = open_clip_stream(host, policy, inspect(data, clip_index=0, source_format=fmt))
@@ -186,7 +273,7 @@ def main() -> None:
         f"load {os.getloadavg()[0]:.2f}"
     )
     pause_s = args.chunk_ms / 1000
-    floor = 0.0
+    floor = tail_floor = 0.0
     if args.floor:
         floors = [_floor(data, chunk) for _ in range(args.runs)]
         receive = min(r for r, _ in floors)
@@ -196,12 +283,24 @@ def main() -> None:
             f"floor: {-(-len(data) // chunk)} chunks received and hashed {receive * 1e3:.2f} ms "
             f"CPU, a thread round trip {hopping * 1e3:.2f} ms CPU; total {floor * 1e3:.2f} ms"
         )
+        bare = [_tail_floor_bare(data, chunk, pause_s) for _ in range(args.runs + 1)][1:]
+        policy = host.default_policy(families[0])
+        tail_wall, tail_floor = _tail_floor_transport(
+            host, policy, data, fmt, chunk, pause_s, args.runs
+        )
+        print(
+            f"tail floor (last chunk {pause_s * 1e3:g} ms after the others, no DSP): bare "
+            f"(a kept thread woken, one round trip) {min(w for w, _ in bare) * 1e3:.2f} ms wall, "
+            f"{min(c for _, c in bare) * 1e3:.2f} ms CPU; transport (prepare_stream, a frontend "
+            f"that computes nothing) {tail_wall * 1e3:.2f} ms wall, {tail_floor * 1e3:.2f} ms CPU"
+        )
     producer = min(_producer(data, chunk, args.rate, args.speed, pause_s) for _ in range(args.runs))
     print(f"producer alone (generator and event loop): {producer * 1e3:.2f} ms CPU")
     print(
         f"{'family':15} {'frontend':12} {'whole ms':>8} {'cpu ms':>7} {'tail ms':>7} "
         f"{'wall %':>6} {'cpu %':>6} {'cpu x':>6} {'prep x':>6} {'rt x':>6}"
-        + (f" {'floor %':>7}" if args.floor else "")
+        + (f" {'floor %':>7} {'tfloor %':>8}" if args.floor else "")
+        + "  met"
     )
     for family in families:
         policy = host.default_policy(family)
@@ -221,7 +320,8 @@ def main() -> None:
             f"{tail * 1e3:7.2f} {tail / whole_wall:6.1%} {tail_cpu / whole_cpu:6.1%} "
             f"{stream_cpu / whole_cpu:6.2f} {(stream_cpu - producer) / whole_cpu:6.2f} "
             f"{args.seconds / stream_cpu:6.0f}"
-            + (f" {floor / whole_cpu:7.1%}" if args.floor else "")
+            + (f" {floor / whole_cpu:7.1%} {tail_floor / whole_cpu:8.1%}" if args.floor else "")
+            + f"  {_met(tail_cpu / whole_cpu, (stream_cpu - producer) / whole_cpu)}"
         )
 
 

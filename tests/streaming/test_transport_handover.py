@@ -7,18 +7,20 @@ crossing chunk. The results are the whole clip's, bit for bit."""
 from __future__ import annotations
 
 import asyncio
+import struct
 import threading
 from collections.abc import AsyncIterator
 from typing import Any
 
 import attrs
+import numpy as np
 import pytest
 from stream_helpers import family_host, noise_pcm16, policy_of, raw_pcm16, same_clip, whole_clip
 
 import audiogate.streaming.transport as transport
 from audiogate.budget import ByteBudget
 from audiogate.decode.geometry import SourceFormat
-from audiogate.errors import DecodeError, LimitError
+from audiogate.errors import DecodeError, LimitError, NonFiniteSampleError
 from audiogate.streaming.frontend import RESERVE_AHEAD_FRAMES, ClipStream, open_clip_stream
 from audiogate.streaming.stage import batch_frames
 from audiogate.testing.audio import wav_bytes
@@ -237,3 +239,111 @@ def test_handed_over_batches_give_the_whole_clip(sizes: list[int]) -> None:
 
     clip = _prepare(data, chunks())
     same_clip(clip, whole_clip(policy_of("qwen2audio"), data, raw_pcm16(RATE)))
+
+
+def test_the_lane_is_let_go_before_the_loop_is_woken(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The thread lets the lane go before it hands the clip to the loop, so the loop's
+    settle finds it idle: nothing more is queued after the last call (no extra round
+    trip in the tail)."""
+    pieces: list[str] = []
+    put = transport._Lane._put
+
+    def counting(lane: Any, item: Any, **kwargs: Any) -> None:
+        work = getattr(item, "_work", None)
+        work = getattr(work, "func", work)
+        pieces.append(getattr(work, "__qualname__", ""))
+        put(lane, item, **kwargs)
+
+    monkeypatch.setattr(transport._Lane, "_put", counting)
+    data = noise_pcm16(batch_frames(RATE) * 3, seed=28).tobytes()
+
+    async def chunks() -> AsyncIterator[bytes]:
+        for start in range(0, len(data), CHUNK_BYTES):
+            if start + CHUNK_BYTES >= len(data):
+                await asyncio.sleep(0.02)  # the thread has caught up, and slept
+            yield data[start : start + CHUNK_BYTES]
+
+    for _ in range(3):
+        pieces.clear()
+        _prepare(data, chunks())
+        assert pieces[-1] == "_Receiver.prepared"
+
+
+@pytest.mark.parametrize("channels", [1, 2])
+def test_a_non_finite_sample_is_named_by_its_frame_in_the_clip(channels: int) -> None:
+    """A NaN in a later batch: the stream's error names the frame the whole clip's decode
+    names (its index in the clip, not in the batch)."""
+    frames = batch_frames(RATE) * 3
+    samples = (noise_pcm16(frames, channels, seed=29) / 40000).astype("<f4")
+    nan_frame = batch_frames(RATE) * 2 + 321
+    samples[nan_frame * channels + channels - 1] = np.nan
+    data = samples.tobytes()
+    source_format = SourceFormat.raw("f32", rate_hz=RATE, channels=channels)
+    with pytest.raises(NonFiniteSampleError) as whole:
+        whole_clip(policy_of("qwen2audio"), data, source_format)
+
+    async def chunks() -> AsyncIterator[bytes]:
+        step = CHUNK_BYTES * 2 * channels
+        for start in range(0, len(data), step):
+            yield data[start : start + step]
+            await asyncio.sleep(0)  # (batches pushed one by one)
+
+    with pytest.raises(NonFiniteSampleError) as streamed:
+        asyncio.run(
+            transport.prepare_stream(
+                family_host(), policy_of("qwen2audio"), chunks(), source_format=source_format
+            )
+        )
+    assert streamed.value.frame == whole.value.frame == nan_frame
+
+
+#: WAV ``fmt`` tag and bits of each in-process encoding.
+_WAV_CODES = {
+    "u8": (1, 8),
+    "pcm16": (1, 16),
+    "pcm24": (1, 24),
+    "pcm32": (1, 32),
+    "f32": (3, 32),
+    "f64": (3, 64),
+    "alaw": (6, 8),
+    "mulaw": (7, 8),
+}
+
+
+def _wav_of(encoding: str, channels: int, frames: int, seed: int) -> bytes:
+    """A WAV of ``frames`` frames of noise in ``encoding`` (floats within [-1, 1])."""
+    tag, bits = _WAV_CODES[encoding]
+    rng = np.random.default_rng(seed)
+    count = frames * channels
+    if tag == 3:
+        dtype = "<f4" if bits == 32 else "<f8"
+        payload = (rng.uniform(-0.9, 0.9, count)).astype(dtype).tobytes()
+    else:
+        payload = rng.integers(0, 256, count * bits // 8, dtype=np.uint8).tobytes()
+    block = channels * bits // 8
+    fmt = struct.pack("<HHIIHH", tag, channels, RATE, RATE * block, block, bits)
+    body = b"WAVE" + b"fmt " + struct.pack("<I", len(fmt)) + fmt
+    body += b"data" + struct.pack("<I", len(payload)) + payload
+    return b"RIFF" + struct.pack("<I", len(body)) + body
+
+
+async def _pieces(data: bytes, size: int) -> AsyncIterator[bytes]:
+    for start in range(0, len(data), size):
+        yield data[start : start + size]
+
+
+@pytest.mark.parametrize("encoding", sorted(_WAV_CODES))
+def test_every_in_process_encoding_decodes_as_the_whole_clip(encoding: str) -> None:
+    """The receiver calls the whole clip's sample functions itself: every encoding a WAV
+    stream may carry gives the whole clip's samples, mono and stereo, in odd chunks."""
+    for channels in (1, 2):
+        data = _wav_of(encoding, channels, batch_frames(RATE) * 2 + 100, seed=30)
+        clip = asyncio.run(
+            transport.prepare_stream(
+                family_host(),
+                policy_of("qwen2audio"),
+                _pieces(data, 1001),
+                source_format=SourceFormat("wav"),
+            )
+        )
+        same_clip(clip, whole_clip(policy_of("qwen2audio"), data, SourceFormat("wav")))

@@ -32,6 +32,7 @@ import asyncio
 import collections
 import contextlib
 import contextvars
+import functools
 import hashlib
 import os
 import queue
@@ -41,13 +42,15 @@ from collections.abc import AsyncIterable, AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any, Final, Generic, Protocol, TypeVar
 
 import attrs
+import numpy as np
 
 from audiogate.budget import ByteBudget
 from audiogate.cancel import NEVER, CancelToken, Checkpoint, cancellable
-from audiogate.decode import DecodeLimits, decode, inspect
+from audiogate.decode import inspect
 from audiogate.decode.geometry import BYTES_PER_SAMPLE, ClipGeometry, SourceFormat
 from audiogate.decode.raw import inspect_raw
-from audiogate.errors import DecodeError, EmptyAudioError
+from audiogate.decode.samples import downmix_encoded, downmix_f32, downmix_pcm16
+from audiogate.errors import DecodeError, EmptyAudioError, NonFiniteSampleError
 from audiogate.host import FamilyHost
 from audiogate.pipeline.prepared import PreparedClip
 from audiogate.policy import MICROS_PER_SECOND, AudioPolicy
@@ -132,16 +135,6 @@ class _CodecWav(Exception):
         self.received = received
 
 
-def _chunk_geometry(header: ClipGeometry, frames: int) -> ClipGeometry:
-    return attrs.evolve(
-        header,
-        frames=frames,
-        duration_us=frames * MICROS_PER_SECOND // header.rate_hz,
-        data_offset=0,
-        data_length=frames * header.frame_bytes,
-    )
-
-
 class _Receiver:
     """Bytes in, complete frames decoded and pushed into the clip's frontend.
 
@@ -182,7 +175,7 @@ class _Receiver:
         self._declared: int | None = None
         self._data_bytes = 0
         self.stream: ClipStream | None = None
-        self._limits: DecodeLimits | None = None
+        self._decoded = 0  # frames decoded and pushed (in the stream's thread)
         self._lock = threading.Lock()
         self._closed = False
         # Batches handed to the stream's thread (:meth:`hand_over`) and not yet taken by
@@ -217,11 +210,6 @@ class _Receiver:
         self._header = header
         self._frame_bytes = header.frame_bytes
         self._batch = min(DECODE_BATCH_FRAMES, batch_frames(header.rate_hz))
-        # The policy's source limits are admission's (on the running length); a chunk's
-        # decode checks only its own shape.
-        self._limits = DecodeLimits(
-            max_rate_hz=max(header.rate_hz, 1), max_channels=header.channels
-        )
         self.stream = open_clip_stream(
             host,
             policy,
@@ -376,21 +364,44 @@ class _Receiver:
         return data, frames
 
     def _decode(self, data: bytes, frames: int) -> None:
-        """Decode ``frames`` frames of ``data`` and push them."""
-        header, stream, limits = self._header, self.stream, self._limits
+        """Decode ``frames`` frames of ``data`` and push them.
+
+        The whole clip's decoder's sample functions (:mod:`audiogate.decode.samples`),
+        called directly: the batch's shape is the transport's own (admission checked
+        the running length), so :func:`~audiogate.decode.decode`'s checks of a clip's
+        geometry would only add Python work (a tenth of it hot, ten times that on a
+        thread woken cold, as the last batch's is)."""
+        header, stream = self._header, self.stream
         assert header is not None
         assert stream is not None
-        assert limits is not None
         # A finished stream has decoded every byte after its header: all are hashed.
         self._digest.update(data)
-        samples = decode(
-            data,
-            _chunk_geometry(header, frames),
-            clip_index=self._open[4],
-            limits=limits,
-            cancel=self._open[3],
-        )
-        stream.push(samples)
+        clip_index, cancel = self._open[4], self._open[3]
+        channels, encoding = header.channels, header.encoding
+        out = np.empty(frames, dtype=np.float32)
+        bad: int | None = None
+        if encoding == "pcm16":
+            pcm = np.frombuffer(data, dtype="<i2", count=frames * channels)
+            downmix_pcm16(pcm, out, channels=channels, clip_index=clip_index, cancel=cancel)
+        elif encoding == "f32":
+            flt = np.frombuffer(data, dtype="<f4", count=frames * channels)
+            bad = downmix_f32(flt, out, channels=channels, clip_index=clip_index, cancel=cancel)
+        else:
+            bad = downmix_encoded(
+                memoryview(data),
+                out,
+                encoding=encoding,
+                data_offset=0,
+                channels=channels,
+                clip_index=clip_index,
+                cancel=cancel,
+            )
+        if bad is not None:
+            # (The frame's index in the clip, as the whole clip's decode names it.)
+            raise NonFiniteSampleError(clip_index=clip_index, frame=self._decoded + bad)
+        self._decoded += frames
+        out.flags.writeable = False
+        stream.push(out)
 
     def finish(self) -> StreamedClip:
         """The last frames decoded and the frontend finished (CPU work: off the loop)."""
@@ -398,6 +409,13 @@ class _Receiver:
             if self._closed:
                 raise RuntimeError("the stream is closed")
             return self._finish()
+
+    def prepared(self, origin: str) -> PreparedClip:
+        """:meth:`finish`, and the clip made of it (in the stream's thread, which has
+        just run ``finish()``: the loop, woken cold after its wait, has less to do)."""
+        return streamed_prepared_clip(
+            self.finish(), sha256=self.sha256, encoded_bytes=self.received, origin=origin
+        )
 
     def _finish(self) -> StreamedClip:
         clip_index = self._open[4]
@@ -458,9 +476,10 @@ class _Call(Generic[_T]):
         self.future: asyncio.Future[_T] = loop.create_future()
         self.finished = False  # (read and written on the loop only)
 
-    def run(self, lane: _Lane) -> None:
+    def run(self, lane: _Lane) -> Callable[[], None]:
         """In a stream thread: the work (not after an earlier work of the lane failed:
-        that error is the outcome), then its outcome handed to the loop."""
+        that error is the outcome); returns what hands its outcome to the loop (called
+        by :meth:`_Lane.drain` once it let the lane go, if this was its last piece)."""
         result: Any = None
         error = lane.error
         if error is None:
@@ -468,6 +487,9 @@ class _Call(Generic[_T]):
                 result = self._context.run(self._work)
             except BaseException as exc:
                 error = exc
+        return functools.partial(self._hand, result, error)
+
+    def _hand(self, result: Any, error: BaseException | None) -> None:
         with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
             self._loop.call_soon_threadsafe(self._resolve, result, error)
 
@@ -498,6 +520,7 @@ class _Posted:
             except BaseException as exc:
                 lane.error = exc
                 lane.stopped = True
+        return None
 
 
 #: Bytes handed to a stream's thread and not yet taken, at most, before the loop waits
@@ -561,14 +584,26 @@ class _Lane:
         _workers(blocking=self._blocking).schedule(self)
 
     def drain(self) -> None:
-        """In a stream thread: run the queued pieces in order until none is left."""
+        """In a stream thread: run the queued pieces in order until none is left.
+
+        A call's outcome is handed to the loop after the lane is let go when it was the
+        last piece, so the loop, woken by it, finds the lane idle (:meth:`settle` then
+        returns at once instead of waiting for one more round trip)."""
         while True:
             with self._lock:
                 if not self._queue:
                     self._scheduled = False
                     return
                 item = self._queue.popleft()
-            item.run(self)
+            hand = item.run(self)
+            if hand is not None:
+                with self._lock:
+                    last = not self._queue
+                    if last:
+                        self._scheduled = False
+                hand()  # (the lane's work is done: only the loop's future is touched)
+                if last:
+                    return
 
     def check(self) -> None:
         """Raise the error of a posted piece, if one failed."""
@@ -861,7 +896,7 @@ async def _receive(
 
 async def _receive_pcm(
     receiver: _Receiver, chunks: AsyncIterator[bytes], call: _StreamCall
-) -> StreamedClip:
+) -> PreparedClip:
     """Feed every chunk to ``receiver`` on the loop, hand each batch to the stream's
     thread without waiting for it (:meth:`_Receiver.hand_over`, :meth:`_Lane.post`: the
     loop pays no wake-up per batch, the thread is woken when the producer makes the task
@@ -883,7 +918,7 @@ async def _receive_pcm(
                     await lane.call(_nothing, cancel)  # a producer faster than the DSP
         cancel.check(Checkpoint.DECODE, clip_index)
         receiver.admit_pending()
-        return await lane.call(receiver.finish, cancel)
+        return await lane.call(functools.partial(receiver.prepared, call.origin), cancel)
     finally:
         forget()
         await lane.settle()
@@ -928,12 +963,9 @@ async def _prepare_pcm(call: _StreamCall, chunks: AsyncIterator[bytes]) -> Prepa
         incremental=call.incremental,
     )
     try:
-        streamed = await _receive_pcm(receiver, chunks, call)
+        return await _receive_pcm(receiver, chunks, call)
     except _CodecWav as codec:
         receiver.close()
         return await _prepare_compressed(call, chunks, codec.received)
     finally:
         receiver.close()
-    return streamed_prepared_clip(
-        streamed, sha256=receiver.sha256, encoded_bytes=receiver.received, origin=call.origin
-    )
