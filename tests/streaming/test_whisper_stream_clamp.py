@@ -111,6 +111,21 @@ def test_frames_go_straight_into_the_features(padding: str, seconds: int) -> Non
     assert features.shape[0] == -(-waveform.shape[0] // 480_000)
 
 
+@pytest.mark.parametrize("padding", ["max_length", "multiple", "windows"])
+def test_a_short_stream_holds_no_window(padding: str) -> None:
+    """Up to 256 frames (2.56 s) an item's frames stay in a buffer of their own (128 kB
+    at 128 mels, not a 1.5 MB window), copied into the features at ``finish``."""
+    waveform = _signal(16_000 * 2, "late", 5)
+    stream = WhisperLogMelStream(n_mels=128, padding=padding)  # type: ignore[arg-type]
+    stream.push(waveform)
+    assert stream._windows.size == 0
+    assert stream.nbytes <= stream.planned_nbytes(stream.samples) < 128 * 3_000 * 4
+    _, features, _ = stream.finish()
+    plan = whisper_plan(waveform.shape[0], n_mels=128, padding=padding)  # type: ignore[arg-type]
+    reference, _ = whisper_log_mel(waveform, plan, clip_index=0, cancel=NEVER)
+    assert np.array_equal(features.view(np.uint32), reference.view(np.uint32))
+
+
 def test_a_wide_window_is_buffered() -> None:
     """Qwen2.5-Omni's 300 s window is not held whole from the first block: its frames
     are buffered per item and copied into the features at ``finish``."""

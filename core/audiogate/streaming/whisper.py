@@ -17,8 +17,8 @@ a), b) == max(x, b)`` for ``b >= a`` and the floor is monotone in the maximum, `
 re-clamps only the blocks that hold a value under the final floor and were clamped with
 a lower one (none, for a clip whose values all stay above it). Where the window is at
 most 30 s (every mode but ``"longest"``, and windows up to :data:`DIRECT_WINDOW_FRAMES`),
-the frames are written straight into the features array, grown by whole windows: no copy
-at ``finish``.
+the frames are written straight into the features array, grown by whole windows, once an
+item passes :data:`BUFFERED_FRAMES` frames: no copy at ``finish``.
 
 What remains for :meth:`WhisperLogMelStream.finish`: a short clip's head frames, the last
 frames whose window reaches past the clip's end (zero padding, or the end reflection in
@@ -88,6 +88,10 @@ _HEAD_FINAL_SAMPLES: Final = HOP * FIRST_INTERIOR_FRAME + _PAD
 #: in a buffer of their own and copies them at ``finish`` (its whole window from the
 #: first block would hold ten times the bytes of a 30 s clip's frames).
 DIRECT_WINDOW_FRAMES: Final = CHUNK_SAMPLES // HOP
+#: Frames an item keeps in a buffer of its own before its window is allocated (2.56 s):
+#: a short stream (a voice agent's turn) holds 128 kB of frames, not a 1.5 MB window,
+#: and copies that little at ``finish``.
+BUFFERED_FRAMES: Final = 256
 _NO_FLOOR: Final = np.float32(-np.inf)
 
 
@@ -149,10 +153,11 @@ class WhisperLogMelStream:
     Frames are written where the clip's features keep them: for a window of at most
     :data:`DIRECT_WINDOW_FRAMES` frames (every mode but ``"longest"``), into the
     features array itself ``[shape=(windows, n_mels, window_frames)]``, grown by whole
-    windows, so ``finish`` copies nothing; otherwise into a buffer per item, copied into
-    the features at ``finish``. Each block is clamped as it is made with the item's
-    running maximum minus 8 when it holds a value under it; ``finish`` re-clamps only
-    the blocks the final maximum changes.
+    windows, once an item passes :data:`BUFFERED_FRAMES` frames (or a second item
+    starts), so ``finish`` copies nothing; otherwise (and before that) into a buffer per
+    item, copied into the features at ``finish``. Each block is clamped as it is made
+    with the item's running maximum minus 8 when it holds a value under it; ``finish``
+    re-clamps only the blocks the final maximum changes.
 
     :param n_mels: 80 or 128.
     :param padding: the mode of :func:`~audiogate.dsp.whisper.whisper_plan`
@@ -182,6 +187,10 @@ class WhisperLogMelStream:
         self._chunk = chunk_samples
         self._window_frames = chunk_samples // HOP
         self._direct = padding != "longest" and self._window_frames <= DIRECT_WINDOW_FRAMES
+        # The direct layout starts once an item passes this many frames (or a second
+        # item starts); until then the frames are buffered as in the other layout.
+        self._buffered_frames = min(BUFFERED_FRAMES, self._window_frames)
+        self._windowed = False
         self._clip_index = clip_index
         self._cancel = cancel
         self._samples = GrowingArray(np.float32)
@@ -228,7 +237,10 @@ class WhisperLogMelStream:
         """:attr:`nbytes` once ``samples`` samples are held (a bound: every frame they
         give streamed)."""
         total = self._samples.capacity_for(samples) * 4
-        if self._direct:
+        frames = max(0, (min(samples, self._chunk) - _PAD) // HOP + 1)
+        if self._direct and (
+            self._windowed or samples > self._chunk or frames > self._buffered_frames
+        ):
             windows = -(-samples // self._chunk)
             if self._padding == "max_length":
                 windows = min(windows, 1)
@@ -279,7 +291,13 @@ class WhisperLogMelStream:
     def _destination(self, index: int, item: _Item, first: int, count: int) -> Any:
         """Where frames ``first .. first + count`` of item ``index`` go
         ``[shape=(n_mels, count)]`` (within one window in the direct layout)."""
-        if not self._direct:
+        if (
+            self._direct
+            and not self._windowed
+            and (index > 0 or first + count > self._buffered_frames)
+        ):
+            self._to_windows()
+        if not self._windowed:
             return item.column_block(first, count)
         window = (index if self._padding == "windows" else 0) + first // self._window_frames
         if window >= self._windows.shape[0]:
@@ -291,6 +309,21 @@ class WhisperLogMelStream:
             self._windows[: old.shape[0]] = old
         column = first % self._window_frames
         return self._windows[window, :, column : column + count]
+
+    def _to_windows(self) -> None:
+        """Start the direct layout: the items' buffered frames copied into their
+        windows (at most :data:`BUFFERED_FRAMES` of one item), the buffers dropped."""
+        self._windowed = True
+        items = len(self._items) if self._padding == "windows" else 1
+        shape = (self._window_capacity_for(items), self._n_mels, self._window_frames)
+        self._windows = np.empty(shape, dtype=np.float32)
+        for index, item in enumerate(self._items):
+            first = 0 if item.head else FIRST_INTERIOR_FRAME
+            if item.next > first:
+                base = index if self._padding == "windows" else 0
+                rows = self._windows[base:]
+                _place(rows, self._window_frames, first, item.columns[:, first : item.next])
+            item.columns = np.empty((self._n_mels, 0), dtype=np.float32)
 
     def _compute(self, item: _Item, first: int, parts: list[Any], out: Any) -> None:
         """Frames ``first ..`` of ``item`` from ``parts`` into ``out``, clamped with the
@@ -339,7 +372,7 @@ class WhisperLogMelStream:
         """The features array ``[shape=plan.feature_shape]`` holding every streamed
         frame: the direct layout's own windows (grown or cut to the plan's), or a new
         array the items' columns are copied into."""
-        if self._direct:
+        if self._windowed:
             features = self._windows
             self._windows = np.empty((0, *features.shape[1:]), dtype=np.float32)
             if features.shape != plan.feature_shape:
