@@ -15,17 +15,21 @@ extract_features` of the concatenated samples, bit for bit:
   whose inputs have arrived is computed. The identity and relabelled rates pass the
   samples through; the native variant's soxr HQ runs as the core's
   :class:`~audiogate.streaming.stage.SourceResampler`, zero-padded to the plan at the end.
-* the log-mel frames: frame ``t`` reads samples ``t·hop .. t·hop + window - 1`` and is
-  computed once they have arrived. The whole clip computes blocks of 256 frames and its
-  mel projections are BLAS products: OpenBLAS gives a one-row product other sums than a
-  product of two rows or more (which agree row for row, whatever the count), so every
-  streamed product has at least two frames, and a clip whose last block is one frame
-  (``T mod 256 = 1``) gets that frame computed alone at ``finish``.
+* the log-mel frames: frame ``t`` reads samples ``t·hop .. t·hop + window - 1``. The
+  whole clip computes blocks of :data:`~audiogate_phi4mm.logmel.BLOCK_FRAMES` (256) frames
+  from frame 0, and its mel projections are BLAS products whose sums depend on the
+  product's shape and on a row's place in it: OpenBLAS's kernels treat the rows past the
+  last multiple of their unroll apart, and which rows those are differs between CPUs
+  (with AVX-512 a row of a 64-row product sums differently from the same row of a
+  198-row one; without it only one-row products did). So the stream computes exactly the
+  whole clip's blocks, each once all of its samples have arrived, and the last,
+  incomplete one at ``finish``: the same products with the same shapes, on any CPU.
 
 Left for ``finish``: the source batch still gathering (under a quarter of a second,
 :func:`~audiogate.streaming.stage.batch_frames`), the resampler's last outputs
-(the decimator's last products, whose windows reach past the clip's end), the frames
-after the last complete block of :data:`STREAM_BLOCK_FRAMES`, and that one-frame block.
+(the decimator's last products, whose windows reach past the clip's end) and the
+frames of the clip's last block (fewer than :data:`STREAM_BLOCK_FRAMES`: up to 2.56 s of
+audio at 16 kHz).
 
 Not streamed (``None``: the core accumulates the clip): the mlx backend, a rate the
 frontend refuses, and resamplers of other plugins.
@@ -87,8 +91,9 @@ __all__ = [
     "open_resample_stream",
 ]
 
-#: Frames computed together while streaming (fewer wait for more samples).
-STREAM_BLOCK_FRAMES: Final = 32
+#: Frames computed together while streaming: the whole clip's blocks (see above), so
+#: that every mel product has the whole clip's shape.
+STREAM_BLOCK_FRAMES: Final = BLOCK_FRAMES
 
 
 class DecimateStream:
@@ -263,21 +268,19 @@ class Phi4MMLogMelStream(FramedSink):
         self._clip_index = clip_index
         self._cancel = cancel
 
-    def _compute(self, first: int, stop: int) -> None:
-        """Frames ``first .. stop`` as products of as even sizes as :data:`BLOCK_FRAMES`
-        allows (one frame alone only when ``stop - first == 1``)."""
-        count = stop - first
-        if count <= 0:
+    def _compute(self, stop: int) -> None:
+        """The whole clip's blocks from the first not yet computed to frame ``stop`` (a
+        block boundary, or the clip's last frame at ``finish``)."""
+        first = self._rows.done
+        if stop <= first:
             return
         rows = self._rows.grow(stop)
         frontend = self._frontend
         scratch = thread_scratch(("phi4mm.log_mel", frontend), lambda: _Scratch(frontend))
         wave = self._waveform.view()
-        pieces = -(-count // BLOCK_FRAMES)
-        for piece in range(pieces):
+        for lo in range(first, stop, BLOCK_FRAMES):
             self._cancel.check(Checkpoint.FEATURE, self._clip_index)
-            lo = first + count * piece // pieces
-            hi = first + count * (piece + 1) // pieces
+            hi = min(lo + BLOCK_FRAMES, stop)
             origin = lo * frontend.hop_samples
             length = (hi - lo - 1) * frontend.hop_samples + frontend.window_samples
             _log_mel_block(
@@ -288,7 +291,7 @@ class Phi4MMLogMelStream(FramedSink):
                 scratch=scratch,
                 out=rows[lo:hi],
             )
-        self._rows.done = max(self._rows.done, stop)
+        self._rows.done = stop
 
     def push(self, samples: npt.NDArray[np.float32]) -> None:
         """Append samples ``[shape=(k,)]``; frame what became complete."""
@@ -296,8 +299,9 @@ class Phi4MMLogMelStream(FramedSink):
             return
         self._waveform.extend(samples)
         ready = frame_count(len(self._waveform), self._frontend)
-        if ready - self._rows.done >= STREAM_BLOCK_FRAMES:
-            self._compute(self._rows.done, ready)
+        complete = ready - ready % STREAM_BLOCK_FRAMES
+        if complete > self._rows.done:
+            self._compute(complete)
 
     def finish(
         self, *, samples: int, frames: int
@@ -313,15 +317,7 @@ class Phi4MMLogMelStream(FramedSink):
                 f"samples, the plan has {samples} samples and {frames} frames"
             )
         self._cancel.check(Checkpoint.FEATURE, self._clip_index)
-        # The whole clip's last block is a single frame: its one-row product sums apart.
-        alone = frames % BLOCK_FRAMES == 1
-        end = frames - 1 if alone else frames
-        first = self._rows.done
-        if end - first == 1 and first > 0:
-            first -= 1  # never a one-row product elsewhere (the frame before is redone)
-        self._compute(min(first, end), end)
-        if alone:
-            self._compute(frames - 1, frames)
+        self._compute(frames)
         features = self._rows.take(frames)
         return waveform, readonly(features)
 

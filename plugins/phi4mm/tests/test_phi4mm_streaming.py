@@ -184,8 +184,8 @@ def test_a_one_frame_last_block_is_its_own_product(
     host: FamilyHost, remote: AudioPolicy, seed: int
 ) -> None:
     # OpenBLAS sums a one-row mel product differently from the same row in a larger one
-    # (one or two of 80 values for these signals): the stream computes frame 256 of a
-    # 257-frame clip alone, as the whole clip does, though it streamed it with others.
+    # (one or two of 80 values for these signals; on AVX-512 kernels other tails differ
+    # too): the stream computes frame 256 of a 257-frame clip alone, as the whole clip does.
     assert_stream_matches_whole_clip(
         host, remote, 16_000, noise_samples(400 + 160 * BLOCK_FRAMES, seed), [160]
     )
