@@ -351,21 +351,30 @@ class WhisperLogMelStream:
         waveform = self._samples.view()
         for index, item in enumerate(self._items):
             start, known = self._item_bounds(index)
-            if not item.head and known >= _HEAD_FINAL_SAMPLES:
-                clip = waveform[start : start + known]
-                head = padded_segment(clip, known, -_PAD, HOP * (FIRST_INTERIOR_FRAME - 1) + _PAD)
-                out = self._destination(index, item, 0, FIRST_INTERIOR_FRAME)
-                self._compute(item, 0, [framed(head, 0, FIRST_INTERIOR_FRAME)], out)
-                item.head = True
             # Interior while 160t + 200 <= known samples of the item.
             ready = (known - _PAD) // HOP + 1 if known >= _PAD else 0
             if limit is not None:
                 ready = min(ready, limit)
             while ready - item.next >= (STREAM_BLOCK_FRAMES if whole_blocks else 1):
-                count = min(BLOCK_FRAMES, ready - item.next, self._room(item.next))
-                frames = framed(waveform, start + HOP * item.next - _PAD, count)
-                out = self._destination(index, item, item.next, count)
-                self._compute(item, item.next, [frames], out)
+                parts: list[Any] = []
+                first = item.next
+                # The head frames go with the first interior block (one kernel call):
+                # final once the item has interior frames.
+                head = not item.head and known >= _HEAD_FINAL_SAMPLES
+                if head:
+                    clip = waveform[start : start + known]
+                    stop = HOP * (FIRST_INTERIOR_FRAME - 1) + _PAD
+                    parts.append(framed(padded_segment(clip, known, -_PAD, stop), 0, first))
+                    first = 0
+                count = min(
+                    BLOCK_FRAMES - len(parts) * FIRST_INTERIOR_FRAME,
+                    ready - item.next,
+                    self._room(item.next),
+                )
+                parts.append(framed(waveform, start + HOP * item.next - _PAD, count))
+                out = self._destination(index, item, first, item.next + count - first)
+                self._compute(item, first, parts, out)
+                item.head = item.head or head
                 item.next += count
 
     def _features(self, plan: WhisperPlan) -> npt.NDArray[np.float32]:
