@@ -8,7 +8,7 @@ What is computed as samples arrive: every *interior* frame (its 400-sample windo
 inside one item's samples: frames ``t >= 2`` with ``160t + 200 <= n`` for the ``n`` item
 samples received so far), in blocks of :data:`STREAM_BLOCK_FRAMES` (up to
 :data:`~audiogate.dsp.whisper.BLOCK_FRAMES`), and the two head frames (they read the
-reflection of samples 1..200) once the item has 520 samples, into the scaled log domain
+reflection of samples 1..200) with the first interior block, into the scaled log domain
 ``log10(mel) / 4 + 1``, with the item's running maximum. These frames do not depend on
 the clip's final length or padding. An item is the whole clip, except in ``"windows"``
 mode, where each 30 s window is its own item. Each block is clamped as it is made to the
