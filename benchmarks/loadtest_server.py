@@ -728,12 +728,18 @@ def sweep(args: argparse.Namespace) -> int:
                 # The same ratio within each round (its points minutes apart at most):
                 # their spread says how far the verdict stands from the noise.
                 ratios = sorted(r[i]["goodput"] / max(q["goodput"] for q in r[:i]) for r in rounds)
+                # Per second of server CPU: apart from what other work took of CPU 0 (a
+                # shared machine's noise), not the target itself.
+                per_cpu = (p["goodput"] / p["cpu_per_s"]) / max(
+                    q["goodput"] / q["cpu_per_s"] for q in points if q["c"] < p["c"]
+                )
                 print(
                     f"c={p['c']:.0f}: goodput {p['goodput'] / lower:.0%} of the peak below "
                     f"({'held' if held else 'MISSED'}), p99 {p['p99_ms'] / knee['p99_ms']:.2f}x "
                     f"the knee's (c={knee['c']:.0f}) ({'held' if tail else 'MISSED'}); "
                     f"within each round {', '.join(f'{x:.0%}' for x in ratios)} "
-                    f"(median {statistics.median(ratios):.0%})"
+                    f"(median {statistics.median(ratios):.0%}); per server CPU second "
+                    f"{per_cpu:.0%}"
                 )
                 failed |= not (held and tail)
         if any(gauges.values()):
