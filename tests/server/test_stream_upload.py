@@ -264,13 +264,18 @@ def _send_until_refused(served: Served, sock: socket.socket, pieces: Iterator[by
     stop at the refusal: bytes sent after it would reach a closed socket, whose reset
     can discard the answer before the client reads it."""
     sent = 0
+    # Uploads before this stream count in the same series (a whole-body upload to the
+    # sources route is a stream too): without this base, a piece would read as taken
+    # before the server had seen it, and the next would be sent past the refusal.
+    received = "audiogate_server_stream_bytes_total"
+    base = served.value(received, transport="upload")
 
     def ended() -> bool:
         refused = ("audiogate_server_streams_total", "upload", "refused")
         return served.value(refused[0], transport=refused[1], outcome=refused[2]) > 0
 
     def taken(size: int) -> bool:
-        return served.value("audiogate_server_stream_bytes_total", transport="upload") >= size
+        return served.value(received, transport="upload") >= base + size
 
     for piece in pieces:
         _send_chunk(sock, piece)
