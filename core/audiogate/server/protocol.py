@@ -39,10 +39,9 @@ import json
 import logging
 import resource
 from collections.abc import Callable
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import h11
-from h11._readers import ContentLengthReader
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from audiogate.budget import BudgetHold
@@ -52,6 +51,9 @@ from audiogate.server.drain import Drain
 from audiogate.server.errors import RETRY_AFTER_SECONDS, error_payload
 from audiogate.server.fast_refusal import plain_head
 from audiogate.server.requests import LARGE_BODY_BYTES
+
+if TYPE_CHECKING:
+    from h11._readers import ContentLengthReader
 
 __all__ = [
     "COLLECTED_BODY",
@@ -97,6 +99,23 @@ COLLECTED_BODY: Final = "audiogate.collected_body"
 #: The route whose large bodies wait for a place in the large-body lane unread
 #: (:class:`~audiogate.server.requests.LargeBodyLane`): those are not collected.
 _LANE_PATH: Final = "/v1/audio/prepare"
+
+
+def _body_reader() -> type[ContentLengthReader] | None:
+    """h11's reader of a ``Content-Length`` body, whose private ``_length`` and
+    ``_remaining`` the collection reads and ends; ``None`` where an h11 release lacks them
+    (bodies then go as uvicorn reads them)."""
+    try:
+        from h11._readers import ContentLengthReader as reader
+    except ImportError:
+        return None
+    probe = reader(1)
+    if not (hasattr(probe, "_length") and hasattr(probe, "_remaining")):
+        return None
+    return reader
+
+
+_CONTENT_LENGTH_READER: Final[type[ContentLengthReader] | None] = _body_reader()
 
 
 def connection_cap(requested: int) -> int:
@@ -376,7 +395,11 @@ def guarded_h11(
             for it (the bytes that came with the head are taken along)."""
             assert admission is not None
             reader = self.conn._reader
-            if not isinstance(reader, ContentLengthReader) or reader._remaining <= 0:
+            if (
+                _CONTENT_LENGTH_READER is None
+                or not isinstance(reader, _CONTENT_LENGTH_READER)
+                or reader._remaining <= 0
+            ):
                 return
             server = admission.server
             length = reader._length
@@ -445,7 +468,8 @@ def guarded_h11(
                 assert self._body_hold is not None
                 self._body_hold.shrink(extra)
             reader = self.conn._reader
-            assert isinstance(reader, ContentLengthReader)
+            assert _CONTENT_LENGTH_READER is not None
+            assert isinstance(reader, _CONTENT_LENGTH_READER)
             reader._remaining = 0
             body = pieces[0] if len(pieces) == 1 else b"".join(pieces)
             self.cycle.body = body  # type: ignore[assignment]
