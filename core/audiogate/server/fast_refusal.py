@@ -12,6 +12,9 @@ of a head, is ``None`` and h11 reads it as before. The connection protocol
 (:mod:`audiogate.server.protocol`) asks :class:`~audiogate.server.admission.HeadAdmission`
 about a plain head first: refused, it is answered from it (the same 429 bytes and
 metrics as from h11's parse); admitted, h11 parses it as usual.
+
+A flood repeats one head byte for byte: the heads read are kept by their bytes
+(:data:`KEPT_HEADS`), and a head read before costs a lookup, not its parsing.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from typing import Final
 import attrs
 import h11
 
-__all__ = ["PlainHead", "plain_head"]
+__all__ = ["KEPT_HEADS", "PlainHead", "plain_head"]
 
 _END: Final = b"\r\n\r\n"
 _REQUEST_LINE: Final = re.compile(rb"POST (/[\x21-\x7e]*) HTTP/1\.1")
@@ -35,6 +38,10 @@ _FIELD: Final = re.compile(
 _DIGITS: Final = re.compile(rb"[0-9]{1,18}")
 #: Fields whose presence makes a head unusual here (h11 reads it).
 _UNUSUAL: Final = frozenset({b"transfer-encoding", b"expect", b"upgrade"})
+#: Distinct plain heads kept by their bytes (all forgotten when full: a client varying its
+#: heads costs their parsing, as without the cache, and at most this many heads' memory).
+KEPT_HEADS: Final = 256
+_kept: dict[bytes, PlainHead] = {}
 
 
 @attrs.frozen
@@ -42,7 +49,8 @@ class PlainHead:
     """A whole plain ``POST`` head (HTTP/1.1), as h11 would have parsed it.
 
     :ivar target: the request target (path and query), as sent.
-    :ivar headers: the field lines in order, names lower-case, values stripped.
+    :ivar headers: the field lines in order, names lower-case, values stripped (shared by
+        every read of the same head: read only).
     :ivar length: ``Content-Length`` in bytes, ``None`` when absent.
     :ivar closes: whether ``Connection`` names ``close``.
     :ivar size: bytes of the head, its blank line included (its body starts there).
@@ -74,6 +82,23 @@ def plain_head(data: bytes, conn: h11.Connection, max_size: int) -> PlainHead | 
     end = data.find(_END, 0, max_size)
     if end < 0 or conn.trailing_data[0]:
         return None
+    size = end + len(_END)
+    raw = data[:size]
+    head = _kept.get(raw)
+    if head is None:
+        head = _parse(raw, end)
+        if head is None:
+            return None
+        if len(_kept) >= KEPT_HEADS:
+            _kept.clear()
+        _kept[raw] = head
+    if len(data) - size > (head.length or 0):  # pipelined: h11 reads it
+        return None
+    return head
+
+
+def _parse(data: bytes, end: int) -> PlainHead | None:
+    """The plain head of ``data``, whose blank line starts at ``end``; else ``None``."""
     lines = data[:end].split(b"\r\n")
     line = _REQUEST_LINE.fullmatch(lines[0])
     if line is None:
@@ -99,7 +124,6 @@ def plain_head(data: bytes, conn: h11.Connection, max_size: int) -> PlainHead | 
         elif name in _UNUSUAL:
             return None
         headers.append((name, value))
-    size = end + len(_END)
-    if hosts != 1 or len(data) - size > (length or 0):  # pipelined: h11 reads it
+    if hosts != 1:
         return None
-    return PlainHead(line[1], headers, length, closes, size)
+    return PlainHead(line[1], headers, length, closes, end + len(_END))
