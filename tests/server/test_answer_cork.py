@@ -92,3 +92,14 @@ def test_without_a_tcp_socket_nothing_is_corked() -> None:
     cycle = Cycle(log, None)
     asyncio.run(_answer(log)(scope={}, receive=None, send=cycle.send))  # type: ignore[arg-type]
     assert not [entry for entry in log if entry[0] == "cork"]
+
+
+def test_a_connection_closed_before_its_answer_still_gives_its_bytes_back() -> None:
+    # The client left while its request was prepared: uvloop's socket stand-in raises at
+    # the cork. The answer is not corked, and on_sent (the request's budget) still runs
+    # (make soak: the body budget was left held by every such request).
+    log: list[Any] = []
+    cycle = Cycle(log, Sock(log, closed_after=0))
+    asyncio.run(_answer(log)({"type": "http"}, None, cycle.send))  # type: ignore[arg-type]
+    assert ("sent",) in log
+    assert not any(entry[0] == "cork" for entry in log)

@@ -132,8 +132,10 @@ class FragmentsResponse(Response):
         self.headers["content-length"] = str(self.nbytes)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        corked = cork(send)
+        corked = None
         try:
+            # Inside the try: whatever happens, on_sent gives the request's bytes back.
+            corked = cork(send)
             start = {"type": "http.response.start", "status": self.status_code}
             await send({**start, "headers": self.raw_headers})
             pieces = send_pieces(self.fragments)
@@ -206,12 +208,14 @@ def cork(send: Send) -> Any:
     extra_info = getattr(transport, "get_extra_info", None)
     if option is None or extra_info is None:
         return None
-    sock = extra_info("socket")
-    if sock is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
-        return None
+    # The client may be gone already: uvloop's socket stand-in raises ValueError once
+    # its descriptor is closed.
     try:
+        sock = extra_info("socket")
+        if sock is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
+            return None
         sock.setsockopt(socket.IPPROTO_TCP, option, 1)
-    except OSError:
+    except (OSError, ValueError):
         return None
     return sock
 
