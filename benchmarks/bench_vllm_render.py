@@ -64,8 +64,8 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _tree_rss(pid: int) -> int:
-    """Resident bytes of ``pid`` and its descendants."""
+def _process_tree(pid: int) -> list[int]:
+    """``pid`` and its descendants (from ``/proc``)."""
     children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -74,10 +74,19 @@ def _tree_rss(pid: int) -> int:
             except OSError:
                 continue
             children.setdefault(int(fields[1]), []).append(int(entry))
-    total, stack = 0, [pid]
+    tree: list[int] = []
+    stack = [pid]
     while stack:
         current = stack.pop()
+        tree.append(current)
         stack.extend(children.get(current, []))
+    return tree
+
+
+def _tree_rss(pid: int) -> int:
+    """Resident bytes of ``pid`` and its descendants."""
+    total = 0
+    for current in _process_tree(pid):
         try:
             for line in Path(f"/proc/{current}/status").read_text().splitlines():
                 if line.startswith("VmRSS:"):
@@ -90,18 +99,8 @@ def _tree_rss(pid: int) -> int:
 def _tree_cpu_s(pid: int) -> float:
     """User + system CPU seconds of ``pid`` and its descendants so far (threads included;
     waited-for children too)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            children.setdefault(int(fields[1]), []).append(int(entry))
-    ticks, stack = 0, [pid]
-    while stack:
-        current = stack.pop()
-        stack.extend(children.get(current, []))
+    ticks = 0
+    for current in _process_tree(pid):
         try:
             fields = Path(f"/proc/{current}/stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
