@@ -53,6 +53,7 @@ from audiogate_granitespeech.melbank import BINS, htk_mel_bank
 
 __all__ = [
     "BLOCK_FRAMES",
+    "HEAD_FRAMES",
     "LOG_FLOOR",
     "LogMel",
     "batch_frames",
@@ -60,11 +61,14 @@ __all__ = [
     "clip_interior_frames",
     "granite_log_mel",
     "hann_window_torch",
+    "interior_block",
     "working_bytes",
 ]
 
 #: Frames per vectorised block; the cancellation token is polled before each block.
 BLOCK_FRAMES: Final = 256
+#: Frames that read the reflection of the clip's start (``160 t - 200 < 0``).
+HEAD_FRAMES: Final = 2
 #: ``log10`` of the reference's float32 floor ``1e-10``, correctly rounded: -10.0, the
 #: value of a silent frame before the clamp.
 LOG_FLOOR: Final = np.float32(np.log10(np.float64(np.float32(1e-10))))
@@ -318,6 +322,24 @@ def batch_frames(
         )
         _run(_framed(segment, count), out, clip_index=clip_index, cancel=cancel)
     return out
+
+
+def interior_block(
+    waveform: npt.NDArray[np.float32], first: int, out: npt.NDArray[np.float32]
+) -> None:
+    """Unclamped log-mel frames ``first .. first + len(out) - 1`` into ``out``
+    ``[shape=(count, 80)]``, straight from the clip's samples (no padded copy): every
+    frame from :data:`HEAD_FRAMES` on whose window ends inside ``waveform``.
+
+    :raises ValueError: a frame reads a sample outside ``waveform``.
+    """
+    count = out.shape[0]
+    start = HOP * first - HALF_WINDOW
+    if first < HEAD_FRAMES or start + HOP * (count - 1) + WIN_LENGTH > waveform.shape[0]:
+        raise ValueError(f"frames {first}..{first + count - 1} are not inside the samples")
+    for lo in range(0, count, BLOCK_FRAMES):
+        hi = min(lo + BLOCK_FRAMES, count)
+        _log_mel_block(_framed(waveform[start + HOP * lo :], hi - lo), out[lo:hi])
 
 
 def clip_interior_frames(

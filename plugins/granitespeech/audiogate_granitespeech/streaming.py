@@ -5,16 +5,17 @@ SourceResampler`, or the identity at 16 kHz) in the core's source batches
 (:class:`~audiogate.streaming.scaffold.BatchedFeatureStream`, which also checks the plan,
 zero-pads to librosa's length and keeps the byte accounting). Every frame whose 400-sample
 window lies inside the samples received so far (``160 t + 200 <= n``, frames 0 and 1
-through the reflection of samples 1..200) is computed with the whole-clip kernel
-(:func:`~audiogate_granitespeech.logmel.batch_frames`) in blocks of
-:data:`STREAM_BLOCK_FRAMES`, with the running maximum, into one buffer in the features'
+through the reflection of samples 1..200, the others straight from the samples,
+:func:`~audiogate_granitespeech.logmel.interior_block`) is computed with the whole-clip
+kernel once :data:`STREAM_BLOCK_FRAMES` are ready (every source batch), with the running
+maximum, into one buffer in the features'
 layout (two frames a row); each block is clamped to the running maximum minus 8 when one
 of its values is under it, and scaled to ``x / 4 + 1``. Those frames do not depend on the
 clip's final length.
 
 What remains for ``finish()``: the resampler's tail and librosa's zero padding to the
-planned length, the last frames (their windows read the reflected end of the clip, at
-most two plus the last block's remainder) clamped and scaled with the final maximum,
+planned length, the frames the last samples complete, the last frames (their windows
+read the reflected end of the clip, at most two) clamped and scaled with the final maximum,
 and the re-clamp of the streamed blocks the final maximum changes (a value under the
 final floor, clamped with a lower one: the scaling is monotone, so the clamp commutes
 with it); the buffer is handed over without a copy. Each frame goes through the same
@@ -50,7 +51,12 @@ from audiogate_granitespeech.geometry import (
     granite_geometry,
     interior_frames,
 )
-from audiogate_granitespeech.logmel import batch_frames, clamp_and_scale
+from audiogate_granitespeech.logmel import (
+    HEAD_FRAMES,
+    batch_frames,
+    clamp_and_scale,
+    interior_block,
+)
 
 if TYPE_CHECKING:
     from audiogate.pipeline.plans import ClipPlan
@@ -62,8 +68,9 @@ __all__ = [
     "open_feature_stream",
 ]
 
-#: Interior frames are computed once this many are ready (0.64 s of audio).
-STREAM_BLOCK_FRAMES: Final = 64
+#: Interior frames are computed once this many are ready (0.16 s of audio): every source
+#: batch (half a second) computes its frames, so ``finish()`` has only the clip's end left.
+STREAM_BLOCK_FRAMES: Final = 16
 
 
 def _scaled(value: np.float32) -> np.float32:
@@ -134,15 +141,19 @@ class GraniteLogMelSink:
             return
         self._cancel.check(Checkpoint.FEATURE, self._clip_index)
         block = self._rows.grow(ready)[first:ready]
-        batch_frames(
-            waveform,
-            total_samples=waveform.shape[0],
-            first=first,
-            stop=ready,
-            clip_index=self._clip_index,
-            cancel=self._cancel,
-            out=block,
-        )
+        head = min(max(HEAD_FRAMES - first, 0), ready - first)
+        if head:  # frames 0 and 1 read the reflection of samples 1..200
+            batch_frames(
+                waveform,
+                total_samples=waveform.shape[0],
+                first=first,
+                stop=first + head,
+                clip_index=self._clip_index,
+                cancel=self._cancel,
+                out=block[:head],
+            )
+        if head < block.shape[0]:  # the others read the samples themselves
+            interior_block(waveform, first + head, block[head:])
         self._rows.done = ready
         self._peak = max(self._peak, np.float32(block.max()))
         floor = np.float32(self._peak - np.float32(8.0))
