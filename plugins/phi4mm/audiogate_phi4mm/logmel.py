@@ -57,6 +57,8 @@ __all__ = [
     "PREEMPHASIS",
     "block_count",
     "log_mel",
+    "mel_rows",
+    "power_rows",
     "working_bytes",
 ]
 
@@ -233,6 +235,24 @@ def _log_mel_block(
     out: npt.NDArray[np.float32],
 ) -> None:
     """Log-mel of the ``len(out)`` frames of ``region`` (their samples) into ``out``."""
+    power = scratch.power[: out.shape[0]]
+    power_rows(region, frontend=frontend, window=window, scratch=scratch, out=power)
+    mel_rows(power, bands=bands, scratch=scratch, out=out)
+
+
+def power_rows(
+    region: npt.NDArray[np.float32],
+    *,
+    frontend: Frontend,
+    window: npt.NDArray[np.float64],
+    scratch: _Scratch,
+    out: npt.NDArray[np.float32],
+) -> None:
+    """Power spectra of the ``len(out)`` frames of ``region`` into ``out``
+    ``[shape=(count, 257)]`` (at most :data:`BLOCK_FRAMES` rows; the columns past
+    ``frontend.kept_bins`` are left as they are: zero). Each row depends only on its
+    frame's samples (elementwise steps and one FFT per row), so any split of a block's
+    frames gives the same rows."""
     count = out.shape[0]
     win, hop = frontend.window_samples, frontend.hop_samples
     length = region.shape[0]
@@ -253,7 +273,7 @@ def _log_mel_block(
     # numpy's pocketfft, as the original calls it, into the block's buffer.
     spectrum = scratch.spectrum[:count]
     np.fft.rfft(padded, axis=1, out=spectrum)
-    power = scratch.power[:count]
+    power = out
     if scratch.magnitude64 is None or scratch.narrow is None:
         # The original's complex64 cast and float32 |S| ("F->f"): the cast happens in
         # numpy's iterator buffer (the same rounding as a complex64 array), no extra pass.
@@ -267,7 +287,20 @@ def _log_mel_block(
         np.abs(narrow, out=magnitude64, dtype=np.float64)
         power[:, :kept] = magnitude64
     np.square(power, out=power)
-    mel = scratch.mel[:count]
+
+
+def mel_rows(
+    power: npt.NDArray[np.float32],
+    *,
+    bands: tuple[_Band, ...],
+    scratch: _Scratch,
+    out: npt.NDArray[np.float32],
+) -> None:
+    """``ln(max(power @ bank, 1))`` of one block's power spectra ``[shape=(count, 257)]``
+    into ``out`` ``[shape=(count, 80)]``. The band products are BLAS ``sgemm`` calls,
+    whose sums depend on the product's shape and a row's place in it: a block's rows
+    must go through in the whole clip's block (the same ``count``, from its first row)."""
+    mel = scratch.mel[: power.shape[0]]
     for band in bands:
         np.matmul(power[:, band.low : band.high], band.weights, out=mel[:, band.first : band.last])
     np.maximum(mel, _MEL_FLOOR_ROW, out=mel)

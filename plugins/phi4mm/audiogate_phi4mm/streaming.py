@@ -15,21 +15,25 @@ extract_features` of the concatenated samples, bit for bit:
   whose inputs have arrived is computed. The identity and relabelled rates pass the
   samples through; the native variant's soxr HQ runs as the core's
   :class:`~audiogate.streaming.stage.SourceResampler`, zero-padded to the plan at the end.
-* the log-mel frames: frame ``t`` reads samples ``t·hop .. t·hop + window - 1``. The
-  whole clip computes blocks of :data:`~audiogate_phi4mm.logmel.BLOCK_FRAMES` (256) frames
-  from frame 0, and its mel projections are BLAS products whose sums depend on the
-  product's shape and on a row's place in it: OpenBLAS's kernels treat the rows past the
-  last multiple of their unroll apart, and which rows those are differs between CPUs
-  (with AVX-512 a row of a 64-row product sums differently from the same row of a
-  198-row one; without it only one-row products did). So the stream computes exactly the
-  whole clip's blocks, each once all of its samples have arrived, and the last,
-  incomplete one at ``finish``: the same products with the same shapes, on any CPU.
+* the log-mel frames: frame ``t`` reads samples ``t·hop .. t·hop + window - 1``. Its
+  power spectrum (pre-emphasis, window, FFT, ``|S|²``: elementwise steps and one FFT
+  per row) depends on nothing else, so it is computed as soon as those samples have
+  arrived, into the stream's buffer of one block's spectra. The mel projection is not:
+  the whole clip projects blocks of :data:`~audiogate_phi4mm.logmel.BLOCK_FRAMES` (256)
+  frames from frame 0 with BLAS products, whose sums depend on the product's shape and
+  on a row's place in it (OpenBLAS's kernels treat the rows past the last multiple of
+  their unroll apart, and which rows those are differs between CPUs: with AVX-512 a row
+  of a 64-row product sums differently from the same row of a 198-row one; without it
+  only one-row products did). So the stream projects exactly the whole clip's blocks,
+  each once its last spectrum is in, and the last, incomplete one at ``finish``: the
+  same products with the same shapes, on any CPU.
 
-Left for ``finish``: the source batch still gathering (under a quarter of a second,
-:func:`~audiogate.streaming.stage.batch_frames`), the resampler's last outputs
-(the decimator's last products, whose windows reach past the clip's end) and the
-frames of the clip's last block (fewer than :data:`STREAM_BLOCK_FRAMES`: up to 2.56 s of
-audio at 16 kHz).
+Left for ``finish``: the source batch still gathering (under half a second,
+:func:`~audiogate.streaming.stage.batch_frames`), the resampler's last outputs (the
+decimator's last products, whose windows reach past the clip's end), the spectra of
+the frames they complete (fewer than :data:`STREAM_SPECTRA_FRAMES` otherwise), and the
+mel projection and log of the clip's last block (its spectra were computed as they
+came: under 256 rows of small products).
 
 Not streamed (``None``: the core accumulates the clip): the mlx backend, a rate the
 frontend refuses, and resamplers of other plugins.
@@ -60,11 +64,12 @@ from audiogate_phi4mm.geometry import Frontend, frame_count, frontend_for
 from audiogate_phi4mm.logmel import (
     BLOCK_FRAMES,
     _bank_bands,
-    _log_mel_block,
     _scaled_window,
     _Scratch,
+    mel_rows,
+    power_rows,
 )
-from audiogate_phi4mm.melbank import MEL_FILTERS, BankName
+from audiogate_phi4mm.melbank import FFT_BINS, MEL_FILTERS, BankName
 from audiogate_phi4mm.resample import (
     ALGORITHM,
     BLOCK_OUTPUTS,
@@ -81,6 +86,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "STREAM_BLOCK_FRAMES",
+    "STREAM_SPECTRA_FRAMES",
     "DecimateStream",
     "ExactResampleStream",
     "IdentityStream",
@@ -91,9 +97,12 @@ __all__ = [
     "open_resample_stream",
 ]
 
-#: Frames computed together while streaming: the whole clip's blocks (see above), so
-#: that every mel product has the whole clip's shape.
+#: Frames whose mel products run together while streaming: the whole clip's blocks
+#: (see above), so that every mel product has the whole clip's shape.
 STREAM_BLOCK_FRAMES: Final = BLOCK_FRAMES
+#: Spectra are computed once this many frames are ready (0.16 s at 16 kHz; every source
+#: batch, half a second, computes its frames').
+STREAM_SPECTRA_FRAMES: Final = 16
 
 
 class DecimateStream:
@@ -249,6 +258,12 @@ class ExactResampleStream:
 class Phi4MMLogMelStream(FramedSink):
     """The normalized waveform and its SpeechLib log-mel frames, computed as it arrives.
 
+    A frame's power spectrum depends only on its samples, so each is computed as soon as
+    they have arrived (at least :data:`STREAM_SPECTRA_FRAMES` at a time), into the
+    stream's buffer of one block's spectra; the mel projection (BLAS products, see the
+    module) runs on the whole clip's blocks of :data:`STREAM_BLOCK_FRAMES` rows, each
+    once its last spectrum is in, and on the clip's last block at ``finish``.
+
     :param frontend: the framing of the effective rate.
     :param bank: the mel bank (``"speechlib"``, or ``"native"`` for the native variant).
     """
@@ -267,41 +282,62 @@ class Phi4MMLogMelStream(FramedSink):
         self._window_weights = _scaled_window(frontend.window_samples)
         self._clip_index = clip_index
         self._cancel = cancel
+        # The power spectra of the current block's frames (the columns past the kept
+        # bins stay zero, as in the whole clip's scratch); frames 0 .. spectra are done.
+        self._power = np.zeros((STREAM_BLOCK_FRAMES, FFT_BINS), dtype=np.float32)
+        self._spectra = 0
+
+    @property
+    def nbytes(self) -> int:
+        """The waveform's, the rows' and the block's spectra's buffers."""
+        return super().nbytes + int(self._power.nbytes)
+
+    def planned_nbytes(self, samples: int) -> int:
+        """:attr:`nbytes` once the waveform holds ``samples`` samples (a bound)."""
+        return super().planned_nbytes(samples) + int(self._power.nbytes)
+
+    def _scratch(self) -> _Scratch:
+        frontend = self._frontend
+        return thread_scratch(("phi4mm.log_mel", frontend), lambda: _Scratch(frontend))
 
     def _compute(self, stop: int) -> None:
-        """The whole clip's blocks from the first not yet computed to frame ``stop`` (a
-        block boundary, or the clip's last frame at ``finish``)."""
-        first = self._rows.done
-        if stop <= first:
-            return
-        rows = self._rows.grow(stop)
+        """The power spectra of frames ``spectra .. stop``, and the log-mel of every
+        block they complete."""
         frontend = self._frontend
-        scratch = thread_scratch(("phi4mm.log_mel", frontend), lambda: _Scratch(frontend))
+        hop, win = frontend.hop_samples, frontend.window_samples
         wave = self._waveform.view()
-        for lo in range(first, stop, BLOCK_FRAMES):
+        scratch = self._scratch()
+        while self._spectra < stop:
             self._cancel.check(Checkpoint.FEATURE, self._clip_index)
-            hi = min(lo + BLOCK_FRAMES, stop)
-            origin = lo * frontend.hop_samples
-            length = (hi - lo - 1) * frontend.hop_samples + frontend.window_samples
-            _log_mel_block(
-                wave[origin : origin + length],
+            lo = self._spectra
+            block = lo - lo % STREAM_BLOCK_FRAMES
+            hi = min(stop, block + STREAM_BLOCK_FRAMES)
+            origin = lo * hop
+            power_rows(
+                wave[origin : origin + (hi - lo - 1) * hop + win],
                 frontend=frontend,
-                bands=self._bands,
                 window=self._window_weights,
                 scratch=scratch,
-                out=rows[lo:hi],
+                out=self._power[lo - block : hi - block],
             )
-        self._rows.done = stop
+            self._spectra = hi
+            if hi - block == STREAM_BLOCK_FRAMES:
+                self._mel(block, hi, scratch)
+
+    def _mel(self, lo: int, hi: int, scratch: _Scratch) -> None:
+        """The log-mel of the block of frames ``lo .. hi`` (its spectra are in)."""
+        rows = self._rows.grow(hi)
+        mel_rows(self._power[: hi - lo], bands=self._bands, scratch=scratch, out=rows[lo:hi])
+        self._rows.done = hi
 
     def push(self, samples: npt.NDArray[np.float32]) -> None:
-        """Append samples ``[shape=(k,)]``; frame what became complete."""
+        """Append samples ``[shape=(k,)]``; compute the spectra of the frames complete."""
         if samples.shape[0] == 0:
             return
         self._waveform.extend(samples)
         ready = frame_count(len(self._waveform), self._frontend)
-        complete = ready - ready % STREAM_BLOCK_FRAMES
-        if complete > self._rows.done:
-            self._compute(complete)
+        if ready - self._spectra >= STREAM_SPECTRA_FRAMES:
+            self._compute(ready)
 
     def finish(
         self, *, samples: int, frames: int
@@ -316,9 +352,12 @@ class Phi4MMLogMelStream(FramedSink):
                 f"phi4mm clip {self._clip_index}: the stream resampled {waveform.shape[0]} "
                 f"samples, the plan has {samples} samples and {frames} frames"
             )
-        self._cancel.check(Checkpoint.FEATURE, self._clip_index)
         self._compute(frames)
+        if self._rows.done < frames:  # the clip's last, incomplete block
+            self._cancel.check(Checkpoint.FEATURE, self._clip_index)
+            self._mel(self._rows.done, frames, self._scratch())
         features = self._rows.take(frames)
+        self._power = np.empty((0, FFT_BINS), dtype=np.float32)
         return waveform, readonly(features)
 
 
