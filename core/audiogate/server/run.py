@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import math
 import signal
@@ -44,6 +45,7 @@ __all__ = [
     "ServeOptions",
     "ServerThread",
     "build_app",
+    "freeze_start_up_objects",
     "parse_size",
     "serve",
     "server_registry",
@@ -232,6 +234,20 @@ def _interrupt_on_sigterm() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+def freeze_start_up_objects() -> int:
+    """Collect, then move every object alive now (the model's policy, its tokenizer,
+    modules) out of the garbage collector's reach for the process's life (``gc.freeze``);
+    returns how many were frozen.
+
+    A full collection walks every tracked object: with a tokenizer loaded it stopped the
+    loop 80 to 120 ms, against about 9 ms with the start-up objects frozen (5 s clips,
+    ``-c 64``, where the requests in flight promote enough survivors for about one full
+    collection every 6 s; issue #33). What start-up leaves is never garbage anyway."""
+    gc.collect()
+    gc.freeze()
+    return gc.get_freeze_count()
+
+
 def serve(options: ServeOptions, *, host: FamilyHost | None = None) -> int:
     """Run the server until interrupted (SIGINT/SIGTERM); returns the exit code.
 
@@ -244,6 +260,7 @@ def serve(options: ServeOptions, *, host: FamilyHost | None = None) -> int:
         app = build_app(options, host=host)
     sys.setswitchinterval(SERVER_SWITCH_INTERVAL_S)  # why: see the constant
     keep_freed_memory()  # why: see audiogate.server.malloc
+    freeze_start_up_objects()  # why: see its docstring
     server = uvicorn.Server(_config(app, options))
     # After uvicorn.Config, which configures uvicorn's loggers.
     bind = _BindErrors(server)
