@@ -15,12 +15,15 @@ Scenarios::
 The overload sweep (issue #33) runs c = 1, 8, 32, 64, 128 against one server per clip
 length (1 s and 5 s) and prints, per point, goodput (200s per second), refusals per
 second, p50/p99 of the 200s and server CPU per success; then it measures the server CPU
-of one refusal directly (a flood of requests all refused from their heads). The server is
+of one refusal directly (a flood of requests all refused from their heads, less the idle
+server's own CPU over as long). The goodput verdict is read on the ratio of the medians;
+the median of the ratios within each round is printed beside it. The server is
 pinned to CPU 0 and the client processes to CPU 1 (``sched_setaffinity``, as ``taskset``)::
 
     python benchmarks/loadtest_server.py --sweep               # the table in docs/performance.md
     python benchmarks/loadtest_server.py --sweep --clips 1   # each point the median of
-                                                             # 5 interleaved rounds
+                                                             # 6 rounds, alternately
+                                                             # c = 1 .. 128 and 128 .. 1
 
 The server's own cost (issue #35) runs c = 8 against one server per clip length, cache
 on, and splits the server CPU per answer into preparation (``AudioGate.prepare`` of the
@@ -205,6 +208,17 @@ class ServerProcess:
         """User + system CPU time of the server process so far."""
         fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def exact_cpu_seconds(self) -> float:
+        """CPU time of the server's threads so far, in nanoseconds' resolution
+        (``schedstat``; a thread that ended is not counted)."""
+        total = 0
+        for task in Path(f"/proc/{self.process.pid}/task").iterdir():
+            try:
+                total += int((task / "schedstat").read_text().split()[0])
+            except OSError:
+                continue  # the thread ended
+        return total / 1e9
 
     def thread_cpu_seconds(self) -> Counter[str]:
         """User + system CPU time so far of the main thread (the event loop's) and of
@@ -588,19 +602,35 @@ FLOOD_CONNECTIONS = 16
 FLOOD_SETTLE_S = 0.3
 #: The sweep's rounds by default (each point: its median). At 8 s per point one
 #: round's goodput moves by 10 to 20 % between rounds even on a quiet machine (5 s
-#: clips at c = 8: 294, 349 and 321 answers/s, 2026-12-02 08:2x UTC), more than the
-#: margin to 90 % of the peak; the sweep also prints each round's own ratio.
-SWEEP_ROUNDS = 5
+#: clips at c = 8: 294, 349 and 321 answers/s, 2026-12-02 08:2x UTC; c = 1: 402 to 539
+#: in one sweep), more than the margin to 90 % of the peak; the sweep also prints each
+#: round's own ratio. The rounds alternate their order (c = 1 .. 128, then 128 .. 1), so
+#: that a drift over a round weighs on the low and the high concurrencies alike: 6 rounds,
+#: as many each way, about 6 min for one clip length at 8 s per point.
+SWEEP_ROUNDS = 6
+#: Seconds the refusal server's idle CPU is read over (its timers, the held upload's):
+#: the rate is taken off each flood's CPU, which is then the refusals' own.
+IDLE_S = 2.0
+
+
+def sweep_order(round_index: int) -> tuple[int, ...]:
+    """The concurrencies of one sweep round in the order they run: ascending in even
+    rounds, descending in odd ones."""
+    return SWEEP_CONCURRENCY if round_index % 2 == 0 else SWEEP_CONCURRENCY[::-1]
 
 
 def refusal_cost(
     model: str, bodies: dict[float, bytes], *, count: int
-) -> dict[tuple[float, str], tuple[float, Counter[int]]]:
+) -> tuple[dict[tuple[float, str], tuple[float, float, Counter[int]]], float]:
     """Server CPU seconds per refusal, by clip length of ``bodies``, on kept-alive
     connections and on one connection each: a server with ``--max-requests-per-client
     1``, one upload held open (the client's one request in flight), then ``count``
     whole requests (head and body), each refused from its head (a kept-alive refusal
-    drains its body: up to ``protocol.DRAIN_BYTES``)."""
+    drains its body: up to ``protocol.DRAIN_BYTES``).
+
+    Each cost is given twice: all the server's CPU over the flood, and that less the
+    idle server's own over as long (read over :data:`IDLE_S` before the floods; returned
+    too, in CPU seconds per second)."""
     server = ServerProcess(
         model,
         1,
@@ -614,21 +644,28 @@ def refusal_cost(
         head = f"POST {PREPARE} HTTP/1.1\r\nHost: loadtest\r\nContent-Length: 1000\r\n\r\n"
         hold.sendall(head.encode() + b"{")
         time.sleep(0.5)
+        cpu = server.exact_cpu_seconds()
+        started = time.perf_counter()
+        time.sleep(IDLE_S)
+        idle = (server.exact_cpu_seconds() - cpu) / (time.perf_counter() - started)
         for seconds, body in bodies.items():
             for keep_alive in (True, False):
-                cpu = server.cpu_seconds()
+                cpu = server.exact_cpu_seconds()
+                started = time.perf_counter()
                 with concurrent.futures.ProcessPoolExecutor(1) as pool:
                     statuses = pool.submit(
                         _flood_process, port, body, count, FLOOD_CONNECTIONS, keep_alive
                     ).result()
                 time.sleep(FLOOD_SETTLE_S)  # the last connections' closing counted too
-                cpu = server.cpu_seconds() - cpu
+                cpu = server.exact_cpu_seconds() - cpu
+                own = max(cpu - idle * (time.perf_counter() - started), 0.0)
+                refused = max(statuses.get(429, 0), 1)
                 name = "kept-alive connection" if keep_alive else "a connection each"
-                costs[seconds, name] = (cpu / max(statuses.get(429, 0), 1), statuses)
+                costs[seconds, name] = (cpu / refused, own / refused, statuses)
         hold.close()
     finally:
         server.stop()
-    return costs
+    return costs, idle
 
 
 def sweep(args: argparse.Namespace) -> int:
@@ -644,27 +681,31 @@ def sweep(args: argparse.Namespace) -> int:
     failed = False
     clips = args.clips or SWEEP_CLIPS
     flooded = {seconds: request_body(seconds, seed=0) for seconds in clips}
-    costs = refusal_cost("gemma-3n-e4b-it", flooded, count=args.refusals)
-    for (seconds, name), (cost, statuses) in costs.items():
+    costs, idle = refusal_cost("gemma-3n-e4b-it", flooded, count=args.refusals)
+    print(f"idle refusal server: {idle * 1e3:.1f} ms of CPU per second (taken off below)")
+    for (seconds, name), (gross, cost, statuses) in costs.items():
         verdict = "held" if cost <= REFUSAL_CPU_LIMIT_S else "MISSED"
         print(
             f"refusal from the head, {seconds:g} s clips, {name}: {cost * 1e3:.3f} ms of "
-            f"server CPU each ({len(flooded[seconds])} B bodies; answers {dict(statuses)}; "
+            f"server CPU each ({gross * 1e3:.3f} with the idle server's; "
+            f"{len(flooded[seconds])} B bodies; answers {dict(statuses)}; "
             f"limit {REFUSAL_CPU_LIMIT_S * 1e3:.1f} ms: {verdict})"
         )
         # The issue's bound holds for every refused request: kept alive or on a
         # connection of its own, with its body skipped or drained (a 5 s clip's 214 kB).
         failed |= cost > REFUSAL_CPU_LIMIT_S
     for seconds in clips:
-        refusal_s = costs[seconds, "kept-alive connection"][0]
+        refusal_s = costs[seconds, "kept-alive connection"][1]
         bodies = [request_body(seconds, seed=i) for i in range(4)]
         server = ServerProcess("gemma-3n-e4b-it", args.workers, [], cpus=SERVER_CPUS)
         try:
-            # Rounds of every concurrency in turn, so that the machine's drift over the
-            # sweep falls on all points alike; each point is its median round by goodput.
-            rounds = [
-                [
-                    sweep_point(
+            # Rounds of every concurrency in turn, alternately up and down, so that the
+            # machine's drift over the sweep falls on all points alike; each point is its
+            # median round by goodput. Each round's points are kept in ascending order.
+            rounds = []
+            for index in range(args.rounds):
+                measured = {
+                    c: sweep_point(
                         server,
                         bodies,
                         c,
@@ -672,10 +713,9 @@ def sweep(args: argparse.Namespace) -> int:
                         warmup_s=args.warmup,
                         processes=args.client_processes,
                     )
-                    for c in SWEEP_CONCURRENCY
-                ]
-                for _ in range(args.rounds)
-            ]
+                    for c in sweep_order(index)
+                }
+                rounds.append([measured[c] for c in SWEEP_CONCURRENCY])
             points = [_median_point([r[i] for r in rounds]) for i in range(len(SWEEP_CONCURRENCY))]
             with httpx.Client(base_url=server.url, timeout=30.0) as client:
                 deadline = time.monotonic() + 10
@@ -688,7 +728,7 @@ def sweep(args: argparse.Namespace) -> int:
             server.stop()
         print(
             f"\n{seconds:g} s clips (load average {os.getloadavg()[0]:.1f}; median of "
-            f"{args.rounds} rounds)"
+            f"{args.rounds} rounds, alternately c = 1 .. 128 and 128 .. 1)"
         )
         print(
             "    c  goodput/s  refusals/s  p50 ms  p99 ms  server CPU ms: per answer"
@@ -735,10 +775,11 @@ def sweep(args: argparse.Namespace) -> int:
                 )
                 print(
                     f"c={p['c']:.0f}: goodput {p['goodput'] / lower:.0%} of the peak below "
-                    f"({'held' if held else 'MISSED'}), p99 {p['p99_ms'] / knee['p99_ms']:.2f}x "
-                    f"the knee's (c={knee['c']:.0f}) ({'held' if tail else 'MISSED'}); "
-                    f"within each round {', '.join(f'{x:.0%}' for x in ratios)} "
-                    f"(median {statistics.median(ratios):.0%}); per server CPU second "
+                    f"(ratio of the medians: {'held' if held else 'MISSED'}), p99 "
+                    f"{p['p99_ms'] / knee['p99_ms']:.2f}x the knee's (c={knee['c']:.0f}) "
+                    f"({'held' if tail else 'MISSED'}); within each round "
+                    f"{', '.join(f'{x:.0%}' for x in ratios)} (median of the within-round "
+                    f"ratios {statistics.median(ratios):.0%}); per server CPU second "
                     f"{per_cpu:.0%}"
                 )
                 failed |= not (held and tail)
