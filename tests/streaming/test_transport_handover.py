@@ -265,7 +265,7 @@ def test_the_lane_is_let_go_before_the_loop_is_woken(monkeypatch: pytest.MonkeyP
 
     for _ in range(3):
         pieces.clear()
-        _prepare(data, chunks())
+        _prepare(data, chunks(), inline_tail=False)  # (the thread's tail)
         assert pieces[-1] == "_Receiver.prepared"
 
 

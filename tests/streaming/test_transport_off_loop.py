@@ -115,7 +115,12 @@ def test_batches_and_finish_run_in_a_thread_while_the_loop_serves_others(
         ticker = asyncio.create_task(_ticking(probes, stop))
         try:
             clip = await transport.prepare_stream(
-                family_host(), policy, _chunks(data), source_format=raw_pcm16(RATE), budget=budget
+                family_host(),
+                policy,
+                _chunks(data),
+                source_format=raw_pcm16(RATE),
+                budget=budget,
+                inline_tail=False,  # (an idle thread's tail: test_transport_tail.py)
             )
         finally:
             stop.set()
@@ -168,6 +173,7 @@ def test_cancelled_while_a_batch_is_in_its_thread(
                 source_format=raw_pcm16(RATE),
                 budget=budget,
                 cancel=token,
+                inline_tail=False,
             )
         )
         while not (probes and probes[0].entered.is_set()):

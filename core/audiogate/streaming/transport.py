@@ -55,7 +55,12 @@ from audiogate.host import FamilyHost
 from audiogate.pipeline.prepared import PreparedClip
 from audiogate.policy import MICROS_PER_SECOND, AudioPolicy
 from audiogate.streaming.deadlines import StreamDeadlines, paced
-from audiogate.streaming.frontend import ClipStream, StreamedClip, open_clip_stream
+from audiogate.streaming.frontend import (
+    AccumulatingClipStream,
+    ClipStream,
+    StreamedClip,
+    open_clip_stream,
+)
 from audiogate.streaming.stage import batch_frames
 
 if TYPE_CHECKING:
@@ -123,6 +128,12 @@ DECODE_BATCH_FRAMES: Final = 32768
 #: than its parts (its temporaries fault in fresh pages, and evict the caches finish()
 #: then reads).
 MAX_MERGED_BATCHES: Final = 4
+#: A stream's tail runs on the event loop itself (no thread woken, none waited for) when
+#: its thread is idle at the end and at most this many batches are not yet decoded (a
+#: real-time stream's: the last one, and the chunk that began another): the loop is then
+#: held for that batch's DSP and ``finish()`` (0.1 to 1 ms warm, two to four times that
+#: after a pause), about what a thread running them would hold the GIL for.
+INLINE_TAIL_BATCHES: Final = 2
 
 
 class _CodecWav(Exception):
@@ -316,6 +327,17 @@ class _Receiver:
                 return False
             self._drain_due = True
             return True
+
+    def tail_inline_ok(self) -> bool:
+        """On the loop at the stream's end: whether its tail (the frames not yet
+        decoded, and ``finish()``) is short enough to run on the loop itself: an
+        incremental frontend (an accumulating one runs the whole clip's stages in
+        ``finish()``) and at most :data:`INLINE_TAIL_BATCHES` batches not yet decoded."""
+        stream = self.stream
+        if stream is None or isinstance(stream, AccumulatingClipStream) or self._closed:
+            return False
+        frames = (self._ready_bytes + len(self._pending)) // self._frame_bytes
+        return frames <= INLINE_TAIL_BATCHES * self._batch
 
     @property
     def handed_bytes(self) -> int:
@@ -605,6 +627,21 @@ class _Lane:
                 if last:
                     return
 
+    def claim(self) -> bool:
+        """On the loop: take the lane for work run inline, if no thread has it (the
+        posted pieces not yet taken are dropped: the inline work must do theirs)."""
+        with self._lock:
+            if self._scheduled:
+                return False
+            self._queue.clear()
+            self._scheduled = True
+            return True
+
+    def release(self) -> None:
+        """Let the lane go after :meth:`claim`."""
+        with self._lock:
+            self._scheduled = False
+
     def check(self) -> None:
         """Raise the error of a posted piece, if one failed."""
         if self.error is not None:
@@ -639,22 +676,33 @@ class _Lane:
                 first.exception()  # retrieved: the thread's error is the cancellation's
             raise
 
-    async def settle(self) -> None:
+    async def settle(self, cancel: CancelToken = NEVER) -> None:
         """Drop the pieces not started and wait until the one running (if any) is done,
-        so the caller releases the stream's reservation only once no thread uses it."""
+        so the caller releases the stream's reservation only once no thread uses it.
+
+        Cancelled meanwhile (the awaiting task, any number of times), it cancels
+        ``cancel`` (the piece stops at its next checkpoint), still waits, and then
+        raises the cancellation."""
         with self._lock:
             self._queue.clear()
             if not self._scheduled:
                 return
         call = _Call(_nothing, self._loop)
         self._put(call)
-        with contextlib.suppress(BaseException):
-            await call.future
-        if not call.finished:
-            call.future = self._loop.create_future()  # (the first went with the task)
-            with contextlib.suppress(BaseException):
-                # (Cancelled again meanwhile: the receiver's close() waits on its lock.)
+        cancelled: asyncio.CancelledError | None = None
+        while not call.finished:
+            try:
                 await call.future
+            except asyncio.CancelledError as exc:
+                cancelled = exc
+                with contextlib.suppress(BaseException):
+                    cancel.cancel()
+                if not call.finished:
+                    call.future = self._loop.create_future()  # (the first went with it)
+            except BaseException:
+                pass  # (a posted piece's error: the caller had it, or has another)
+        if cancelled is not None:
+            raise cancelled
 
 
 def _nothing() -> None:
@@ -792,6 +840,7 @@ async def prepare_stream(
     origin: str = "stream",
     decoders: DecoderPool | None = None,
     deadlines: StreamDeadlines | None = None,
+    inline_tail: bool = True,
 ) -> PreparedClip:
     """Prepare one clip from byte chunks as they arrive.
 
@@ -810,6 +859,10 @@ async def prepare_stream(
         one, :func:`audiogate.decode.isolation.default_pool`).
     :param deadlines: cut a stream that stalls or is too slow
         (:func:`~audiogate.streaming.deadlines.paced`; ``StreamTimeoutError``).
+    :param inline_tail: a raw PCM or WAV stream whose thread is idle at the end (it
+        caught up) runs its last batch and ``finish()`` on the event loop, not in the
+        thread (:data:`INLINE_TAIL_BATCHES`; docs/streaming.md, "Latency"); ``False``:
+        always in the thread.
     :returns: the clip, as the whole-clip path prepares the same bytes.
     :raises LimitError: at the chunk that crosses a limit (the whole clip's error).
     :raises MemoryLimitError: the stream's bytes do not fit ``budget``.
@@ -832,6 +885,7 @@ async def prepare_stream(
         incremental=incremental,
         origin=origin,
         decoders=decoders,
+        inline_tail=inline_tail,
     )
     iterator = aiter(chunks)
     try:
@@ -859,6 +913,7 @@ class _StreamCall:
     incremental: bool
     origin: str
     decoders: DecoderPool | None
+    inline_tail: bool
 
 
 class _Feeding(Protocol[_Done_co]):
@@ -891,7 +946,7 @@ async def _receive(
         cancel.check(Checkpoint.DECODE, clip_index)
         return await lane.call(receiver.finish, cancel)
     finally:
-        await lane.settle()
+        await lane.settle(cancel)
 
 
 async def _receive_pcm(
@@ -901,7 +956,8 @@ async def _receive_pcm(
     thread without waiting for it (:meth:`_Receiver.hand_over`, :meth:`_Lane.post`: the
     loop pays no wake-up per batch, the thread is woken when the producer makes the task
     wait, and takes every batch handed over by then; a batch's error is raised at the
-    next chunk) and await ``finish()`` there."""
+    next chunk) and await ``finish()`` there, or run it on the loop when the thread is
+    idle and little is left (:meth:`_Receiver.tail_inline_ok`: no thread to wake)."""
     cancel, clip_index = call.cancel, call.clip_index
     lane = _Lane(asyncio.get_running_loop())
     feed = receiver.feed
@@ -918,10 +974,22 @@ async def _receive_pcm(
                     await lane.call(_nothing, cancel)  # a producer faster than the DSP
         cancel.check(Checkpoint.DECODE, clip_index)
         receiver.admit_pending()
+        if call.inline_tail and receiver.tail_inline_ok() and lane.claim():
+            try:
+                lane.check()
+                return receiver.prepared(call.origin)
+            finally:
+                lane.release()
         return await lane.call(functools.partial(receiver.prepared, call.origin), cancel)
+    except asyncio.CancelledError:
+        # As an awaited call's (_Lane.call): a batch in a thread stops at its next
+        # checkpoint, so settle() below waits for less.
+        with contextlib.suppress(BaseException):
+            cancel.cancel()
+        raise
     finally:
         forget()
-        await lane.settle()
+        await lane.settle(cancel)
 
 
 async def _prepare_compressed(
