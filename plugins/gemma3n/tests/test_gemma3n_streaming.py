@@ -24,7 +24,13 @@ from audiogate.testing.streaming import (
     whole_clip_plan,
 )
 from audiogate_gemma3n.features import extract_features
-from audiogate_gemma3n.resample import SINC, linear_resample, resample, sinc_resample
+from audiogate_gemma3n.resample import (
+    SINC,
+    linear_resample,
+    resample,
+    sinc_kernel,
+    sinc_resample,
+)
 from audiogate_gemma3n.streaming import (
     STREAM_BLOCK_FRAMES,
     Gemma3nFeatureStream,
@@ -101,6 +107,41 @@ def test_sinc_products_keep_the_whole_clips_rows() -> None:
         parts = [stream.push(chunk) for chunk in chunks(x, [rate // 50])]
         parts.append(stream.finish())
         assert np.array_equal(bits(np.concatenate(parts)), bits(whole))
+
+
+@pytest.mark.parametrize("rate", [8_000, 22_050, 44_100, 48_000])
+def test_blas_sums_a_products_rows_as_the_sinc_stream_assumes(rate: int) -> None:
+    # SincResampleStream computes a phase's rows in groups of 4 inside the whole clip's
+    # 8,192-row products, and a product's last rows at finish (redoing the group before
+    # a one-row remainder): exact only while the BLAS sums a row of ``view @ taps`` the
+    # same in a product from any multiple of 4 to the product's end as in the whole
+    # product. If this fails, this BLAS build rounds rows by their place otherwise: the
+    # stream must run the whole clip's own products (same first row and length).
+    kernel = sinc_kernel(rate, 16_000)
+    band = kernel.taps.shape[1]
+    x = noise_samples(8_192 * kernel.in_step + band, rate)
+    for phase in sorted({0, kernel.out_step - 1}):
+        taps = kernel.taps[phase]
+        start = int(kernel.offsets[phase])
+        for rows in (8_192, 1_001, 1_002, 1_003, 5, 1):
+            view = np.lib.stride_tricks.as_strided(
+                x[start:],
+                shape=(rows, band),
+                strides=(kernel.in_step * x.strides[0], x.strides[0]),
+                writeable=False,
+            )
+            whole = view @ taps
+            for first in sorted(
+                {*range(0, min(rows, 64), 4), *range(rows - rows % 4 - 64, rows, 4)}
+            ):
+                if first < 0:
+                    continue
+                stop = first + (rows - first) // 4 * 4
+                if stop > first:  # a streamed product of whole groups
+                    assert np.array_equal(bits(view[first:stop] @ taps), bits(whole[first:stop]))
+                if rows - first == 1 and first:  # finish: the group before, redone
+                    first -= 4
+                assert np.array_equal(bits(view[first:] @ taps), bits(whole[first:]))
 
 
 @settings(

@@ -4,6 +4,8 @@ bit, at the stage itself (every field of the features record: the peaks, the wav
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from audiogate.errors import PluginError
@@ -11,11 +13,13 @@ from audiogate.host import FamilyHost
 from audiogate.policy import AudioPolicy
 from audiogate.testing.streaming import (
     assert_stream_matches_whole_clip,
+    chunks,
     noise_samples,
     open_stream,
     standard_chunkings,
     whole_clip_plan,
 )
+from audiogate_granitespeech.geometry import interior_frames
 from audiogate_granitespeech.streaming import STREAM_BLOCK_FRAMES, GraniteFeatureStream
 
 #: 16 kHz lengths around the 400-sample window, the 160-sample hop, odd frame counts
@@ -49,3 +53,36 @@ def test_a_plan_of_another_clip_is_refused(host: FamilyHost, policy: AudioPolicy
     assert stream.nbytes == 0
     with pytest.raises(RuntimeError):
         stream.push(noise_samples(10, 0))
+
+
+def test_every_batch_computes_its_frames(
+    host: FamilyHost, policy: AudioPolicy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 3 s at 16 kHz in 20 ms chunks: every interior frame is computed before finish()
+    # (not only whole blocks of 64), which computes only the two frames of the end.
+    import audiogate_granitespeech.streaming as streaming
+
+    samples = 48_000
+    stream = open_stream(host, policy, 16_000)
+    assert isinstance(stream, GraniteFeatureStream)
+    for chunk in chunks(noise_samples(samples, 5), [320]):
+        stream.push(chunk)
+    sink = stream._sink
+    assert sink is not None
+    assert sink._rows.done == interior_frames(samples) == 299
+    computed: list[int] = []
+    batch_frames, interior_block = streaming.batch_frames, streaming.interior_block
+
+    def count_batch(waveform: Any, **kwargs: Any) -> Any:
+        computed.append(kwargs["stop"] - kwargs["first"])
+        return batch_frames(waveform, **kwargs)
+
+    def count_interior(waveform: Any, first: int, out: Any) -> None:
+        computed.append(out.shape[0])
+        interior_block(waveform, first, out)
+
+    monkeypatch.setattr(streaming, "batch_frames", count_batch)
+    monkeypatch.setattr(streaming, "interior_block", count_interior)
+    stream.finish(whole_clip_plan(host, policy, 16_000, samples))
+    assert computed == [2]  # frames 299 and 300 read the reflected end
+    stream.close()

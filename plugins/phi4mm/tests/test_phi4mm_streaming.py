@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import attrs
 import numpy as np
 import pytest
@@ -193,3 +195,40 @@ def test_a_one_frame_last_block_is_its_own_product(
 
 def test_a_cancelled_stream_stops_at_its_next_batch(host: FamilyHost, remote: AudioPolicy) -> None:
     assert_cancel_stops_the_stream(host, remote, 48_000)
+
+
+def test_spectra_are_computed_as_their_frames_arrive(
+    host: FamilyHost, remote: AudioPolicy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 3 s at 16 kHz: 298 frames, one whole 256-frame block and 42 more. Every complete
+    # frame's spectrum is in before finish(), which only projects the last block.
+    import audiogate_phi4mm.streaming as streaming
+
+    samples = 48_000
+    x = noise_samples(samples, 3)
+    stream = _stream(host, remote, 16_000)
+    for chunk in chunks(x, [320]):
+        stream.push(chunk)
+    sink = stream._sink
+    assert sink is not None
+    assert (sink._spectra, sink._rows.done) == (298, 256)
+    assert sink.nbytes >= sink._power.nbytes == BLOCK_FRAMES * 257 * 4
+    spectra: list[int] = []
+    mels: list[int] = []
+    power_rows, mel_rows = streaming.power_rows, streaming.mel_rows
+
+    def count_power(region: object, **kwargs: Any) -> None:
+        spectra.append(kwargs["out"].shape[0])
+        power_rows(region, **kwargs)
+
+    def count_mel(power: Any, **kwargs: Any) -> None:
+        mels.append(power.shape[0])
+        mel_rows(power, **kwargs)
+
+    monkeypatch.setattr(streaming, "power_rows", count_power)
+    monkeypatch.setattr(streaming, "mel_rows", count_mel)
+    _, features = stream.finish(whole_clip_plan(host, remote, 16_000, samples))
+    assert (spectra, mels) == ([], [298 - BLOCK_FRAMES])
+    assert features.features.shape == (298, 80)
+    stream.close()
+    assert stream.nbytes == 0
