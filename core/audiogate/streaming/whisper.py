@@ -13,18 +13,22 @@ reflection of samples 1..200) with the first interior block, into the scaled log
 the clip's final length or padding. An item is the whole clip, except in ``"windows"``
 mode, where each 30 s window is its own item. Each block is clamped as it is made to the
 item's running maximum minus 8 when one of its values is under it; since ``max(max(x,
-a), b) == max(x, b)`` for ``b >= a`` and the floor is monotone in the maximum, ``finish``
-re-clamps only the blocks that hold a value under the final floor and were clamped with
-a lower one (none, for a clip whose values all stay above it). Where the window is at
+a), b) == max(x, b)`` for ``b >= a`` and the floor is monotone in the maximum, only the
+blocks that hold a value under a risen floor and were clamped with a lower one need a
+re-clamp: the push that raised the floor re-clamps them (up to :data:`SETTLE_FRAMES`),
+and ``finish`` those the last batch's (or its own frames') maximum changes, or that a
+push left (none, for a clip whose maximum stops rising early). Where the window is at
 most 30 s (every mode but ``"longest"``, and windows up to :data:`DIRECT_WINDOW_FRAMES`),
 the frames are written straight into the features array, grown by whole windows, once an
 item passes :data:`BUFFERED_FRAMES` frames: no copy at ``finish``.
 
-What remains for :meth:`WhisperLogMelStream.finish`: a short clip's head frames, the last
-frames whose window reaches past the clip's end (zero padding, or the end reflection in
-``"longest"`` mode), the interior frames of the last incomplete block, the copy of the
-buffered frames (``"longest"`` and Qwen2.5-Omni's 300 s window), the re-clamp of the
-blocks the final maximum changes, the constant frames of the padding, and the mask.
+What remains for :meth:`WhisperLogMelStream.finish`: the frames the pushes left, in as
+few kernel calls as blocks allow (one, at most :data:`~audiogate.dsp.whisper.BLOCK_FRAMES`
+frames, for the usual tail): the interior frames of the last incomplete block, the last
+frames whose window reaches past the clip's end (zero padding, or the end reflection,
+copied by slices) and a short clip's head frames; the copy of the buffered frames
+(``"longest"`` and Qwen2.5-Omni's 300 s window); the re-clamp of the blocks the final
+maximum changes; the constant frames of the padding; and the mask.
 Every frame's value is computed by the same kernel
 (:func:`audiogate.dsp.whisper.log_mel_block`) on the same samples as the whole-clip
 path, and the kernel treats frames independently, so the result is bit-identical
@@ -93,6 +97,12 @@ DIRECT_WINDOW_FRAMES: Final = CHUNK_SAMPLES // HOP
 #: and copies that little at ``finish``.
 BUFFERED_FRAMES: Final = 256
 _NO_FLOOR: Final = np.float32(-np.inf)
+#: The most frames a push re-clamps when the item's running floor rises (10 s of frames,
+#: some 50 us), or four times the frames made since a push last re-clamped if more;
+#: more wait for ``finish`` (a clip whose maximum keeps rising would otherwise re-clamp
+#: all its frames at every push). The pushes' re-clamps thus cost at most four passes
+#: over the frames, and 1,024 frames per rise of the floor.
+SETTLE_FRAMES: Final = 1024
 
 
 def _scaled_floor(peak: np.float32) -> np.float32:
@@ -105,15 +115,27 @@ def _scaled_floor(peak: np.float32) -> np.float32:
 class _Item:
     """What one item streamed: its head frames, its interior frames ``[FIRST_INTERIOR_FRAME,
     next)``, its running peak, and per computed block ``(first frame, frames, floor it
-    was clamped with, its smallest value before the clamp)``: ``finish`` re-clamps only
-    the blocks that hold a value under the item's final floor and were clamped with a
-    lower one (``max(max(x, a), b) == max(x, b)`` for ``b >= a``).
+    was clamped with, its smallest value before the clamp)``: a push that raises the
+    floor, and ``finish``, re-clamp only the blocks that hold a value under it and were
+    clamped with a lower one (``max(max(x, a), b) == max(x, b)`` for ``b >= a``);
+    ``blocks[:sound]`` are clamped as the floor ``settled`` asks.
 
     ``columns`` (the buffered layout only): the frames ``[shape=(n_mels, capacity)]``,
     column ``t`` frame ``t``, grown four times at each step up to ``limit`` columns.
     """
 
-    __slots__ = ("blocks", "columns", "floor", "head", "limit", "next", "peak")
+    __slots__ = (
+        "blocks",
+        "columns",
+        "floor",
+        "head",
+        "limit",
+        "next",
+        "peak",
+        "settled",
+        "settled_at",
+        "sound",
+    )
 
     def __init__(self, n_mels: int, limit: int | None) -> None:
         self.next = FIRST_INTERIOR_FRAME
@@ -121,6 +143,11 @@ class _Item:
         self.peak = _NO_FLOOR
         self.floor = _NO_FLOOR  # the scaled floor of ``peak``
         self.blocks: list[tuple[int, int, np.float32, np.float32]] = []
+        # Every block of ``blocks[:sound]`` is clamped as the floor ``settled`` asks
+        # (re-clamped in the pushes when the running floor rises).
+        self.settled = _NO_FLOOR
+        self.sound = 0
+        self.settled_at = FIRST_INTERIOR_FRAME  # ``next`` at the last re-clamp in a push
         self.columns = np.empty((n_mels, 0), dtype=np.float32)
         self.limit = limit
 
@@ -198,8 +225,11 @@ class WhisperLogMelStream:
         # The direct layout's features: windows [0, capacity), of which the items'
         # frames fill what they have computed.
         self._windows = np.empty((0, n_mels, self._window_frames), dtype=np.float32)
-        #: Frames re-clamped by the last finish (0 when no block needed it).
+        #: Frames of the pushes' blocks re-clamped by the last finish (0 when none
+        #: needed it).
         self.reclamped_frames = 0
+        #: Frames re-clamped by the pushes (when the running floor rose).
+        self.settled_frames = 0
         self._finished = False
 
     @property
@@ -279,7 +309,41 @@ class WhisperLogMelStream:
         if self._finished:
             raise RuntimeError("WhisperLogMelStream.push() after finish()")
         self._samples.extend(samples)
-        self._advance(whole_blocks=True)
+        self._advance()
+        for index, item in enumerate(self._items):
+            if item.floor > item.settled:
+                self._settle(index, item)
+            else:
+                item.sound = len(item.blocks)
+
+    def _settle(self, index: int, item: _Item) -> None:
+        """Re-clamp with the item's risen running floor the blocks clamped with a lower
+        one that hold a value under it, unless they span more than
+        :data:`SETTLE_FRAMES` (then ``finish`` does, once the floor is final)."""
+        floor = item.floor
+        stale = [
+            position
+            for position, (_, _, used, minimum) in enumerate(item.blocks)
+            if used < floor and not minimum >= floor
+        ]
+        calm = item.next - item.settled_at
+        if sum(item.blocks[position][1] for position in stale) > max(SETTLE_FRAMES, 4 * calm):
+            return
+        if stale:
+            if self._windowed:
+                base = index if self._padding == "windows" else 0
+                rows, window_frames = self._windows[base:], self._window_frames
+            else:
+                rows, window_frames = item.columns[None], item.columns.shape[1]
+            floor_row = np.full(BLOCK_FRAMES, floor)
+            for position in stale:
+                first, count, _, minimum = item.blocks[position]
+                _clamp(rows, window_frames, first, count, floor_row)
+                item.blocks[position] = (first, count, floor, minimum)
+                self.settled_frames += count
+            item.settled_at = item.next
+        item.settled = floor
+        item.sound = len(item.blocks)
 
     def _room(self, first: int) -> int:
         """Frames from ``first`` a block may span: up to the window's end where frames
@@ -342,7 +406,8 @@ class WhisperLogMelStream:
             used = floor
         item.blocks.append((first, count, used, minimum))
 
-    def _advance(self, *, whole_blocks: bool) -> None:
+    def _advance(self) -> None:
+        """Compute the complete blocks of interior frames the items' samples allow."""
         received = len(self._samples)
         items = 1 if self._padding != "windows" else max(1, -(-received // self._chunk))
         while len(self._items) < items:
@@ -355,7 +420,7 @@ class WhisperLogMelStream:
             ready = (known - _PAD) // HOP + 1 if known >= _PAD else 0
             if limit is not None:
                 ready = min(ready, limit)
-            while ready - item.next >= (STREAM_BLOCK_FRAMES if whole_blocks else 1):
+            while ready - item.next >= STREAM_BLOCK_FRAMES:
                 parts: list[Any] = []
                 first = item.next
                 # The head frames go with the first interior block (one kernel call):
@@ -426,7 +491,6 @@ class WhisperLogMelStream:
         )
         if self._direct and plan.window_frames != self._window_frames:
             raise RuntimeError(f"planned windows of {plan.window_frames} frames")
-        self._advance(whole_blocks=False)
         waveform = self._samples.view()
         features = self._features(plan)
         mask = np.zeros((plan.windows, plan.window_frames), dtype=np.bool_)
@@ -451,47 +515,92 @@ class WhisperLogMelStream:
         window_frames: int,
     ) -> None:
         lo, hi = interior_frames(clip.shape[0], computed)
-        # Every interior frame up to hi was streamed, and the head where it was final.
+        # The pushes streamed the interior frames [FIRST_INTERIOR_FRAME, next), next <=
+        # hi, and the head with the first of them.
         if (
-            (hi > lo and streamed.next != hi)
+            (hi > lo and not FIRST_INTERIOR_FRAME <= streamed.next <= hi)
             or (hi == lo and streamed.next > FIRST_INTERIOR_FRAME)
             or (streamed.head and lo != FIRST_INTERIOR_FRAME)
         ):
             raise RuntimeError(
                 f"streamed frames up to {streamed.next}, the plan's interior is {lo}..{hi}"
             )
-        # What finish computes, straight into the features: the head (a short clip's),
-        # and the tail (the clip's end is known now).
+        # What finish computes, straight into the features, in as few kernel calls as
+        # the blocks allow: the head (a short clip's), the interior frames the pushes
+        # left (under a block), and the tail (the clip's end is known now).
         sources: list[tuple[int, int, Any]] = []
         if lo and not streamed.head:
             head = padded_segment(clip, padded, -_PAD, HOP * (lo - 1) + _PAD)
             sources.append((0, lo, framed(head, 0, lo)))
+        begin = max(lo, streamed.next)
+        if hi > begin:
+            sources.append((begin, hi, framed(clip, HOP * begin - _PAD, hi - begin)))
         if computed > hi:
-            tail = padded_segment(clip, padded, HOP * hi - _PAD, HOP * (computed - 1) + _PAD)
+            tail = _end_segment(clip, padded, HOP * hi - _PAD, HOP * (computed - 1) + _PAD)
             sources.append((hi, computed, framed(tail, 0, computed - hi)))
-        for first, stop, frames in sources:
-            start = first
-            while start < stop:
-                row, column = divmod(start, window_frames)
-                count = min(BLOCK_FRAMES, stop - start, window_frames - column)
-                out = rows[row, :, column : column + count]
-                self._compute(streamed, start, [frames[start - first : start - first + count]], out)
-                start += count
+        streamed_blocks = len(streamed.blocks)
+        start = sources[0][0] if sources else computed
+        while start < computed:
+            row, column = divmod(start, window_frames)
+            stop = min(start + BLOCK_FRAMES, computed, start - column + window_frames)
+            parts = [
+                frames[max(start, first) - first : min(stop, end) - first]
+                for first, end, frames in sources
+                if max(start, first) < min(stop, end)
+            ]
+            out = rows[row, :, column : column + stop - start]
+            self._cancel.check(Checkpoint.FEATURE, self._clip_index)
+            peak = log_mel_block(parts, out)
+            streamed.peak = max(streamed.peak, peak)
+            # Clamped below with the final floor, with every block that needs it.
+            streamed.blocks.append((start, stop - start, _NO_FLOOR, np.float32(out.min())))
+            start = stop
         peak = streamed.peak
         if computed < rows.shape[0] * window_frames:
             peak = max(peak, LOG_FLOOR)
         # The global step, as the whole-clip kernel applies it (scaled domain): only the
-        # blocks with a value under the final floor that were clamped with a lower one.
+        # blocks with a value under the final floor that were clamped with a lower one
+        # (those the pushes left, and those made here).
         floor = _scaled_floor(peak)
         constant = max((LOG_FLOOR + np.float32(4.0)) * np.float32(0.25), floor)
-        floor_row = np.full(min(window_frames, BLOCK_FRAMES), floor)
-        for first, count, used, minimum in streamed.blocks:
+        floor_row: npt.NDArray[np.float32] | None = None
+        checked = streamed.sound if floor == streamed.settled else 0
+        for position in range(checked, len(streamed.blocks)):
+            first, count, used, minimum = streamed.blocks[position]
             if used < floor and not minimum >= floor:
+                if floor_row is None:
+                    floor_row = np.full(min(window_frames, BLOCK_FRAMES), floor)
                 _clamp(rows, window_frames, first, count, floor_row)
-                self.reclamped_frames += count
+                if position < streamed_blocks:  # (not one made here)
+                    self.reclamped_frames += count
         for row in range(rows.shape[0]):
             head_frames = min(window_frames, max(0, computed - row * window_frames))
-            rows[row, :, head_frames:] = constant
+            if head_frames < window_frames:
+                rows[row, :, head_frames:] = constant
+
+
+def _end_segment(
+    clip: npt.NDArray[np.float32], padded: int, start: int, stop: int
+) -> npt.NDArray[np.float32]:
+    """:func:`~audiogate.dsp.whisper.padded_segment` for ``start >= 0`` (the tail
+    frames'), by slices: the clip's samples, zeros up to ``padded``, and the reflection
+    of samples ``padded - 2``.. behind ``padded``."""
+    reflected = 2 * (padded - 1) - (stop - 1)  # the smallest reflected index
+    if start < 0 or start > padded or clip.shape[0] > padded or reflected < 0:
+        return padded_segment(clip, padded, start, stop)
+    out = np.zeros(stop - start, dtype=np.float32)
+    inside = min(stop, padded, clip.shape[0])
+    if inside > start:
+        out[: inside - start] = clip[start:inside]
+    if stop > padded:
+        # Padded index i >= padded reads 2 * (padded - 1) - i: [reflected, padded - 1),
+        # backwards; the clip's samples there, zeros past its end.
+        mirror = np.zeros(padded - 1 - reflected, dtype=np.float32)
+        known = min(padded - 1, clip.shape[0])
+        if known > reflected:
+            mirror[: known - reflected] = clip[reflected:known]
+        out[padded - start :] = mirror[::-1]
+    return out
 
 
 def _clamp(
