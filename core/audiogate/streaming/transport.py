@@ -130,9 +130,12 @@ DECODE_BATCH_FRAMES: Final = 32768
 MAX_MERGED_BATCHES: Final = 4
 #: A stream's tail runs on the event loop itself (no thread woken, none waited for) when
 #: its thread is idle at the end and at most this many batches are not yet decoded (a
-#: real-time stream's: the last one, and the chunk that began another): the loop is then
-#: held for that batch's DSP and ``finish()`` (0.1 to 1 ms warm, two to four times that
-#: after a pause), about what a thread running them would hold the GIL for.
+#: real-time stream's: the last one, and the chunk that began another). The loop is then
+#: held for that batch's DSP and ``finish()``: 1 to 2.2 ms after a pause on a shared
+#: 2-vCPU VM (0.1 to 1 ms warm), where a thread running them delays the loop's other
+#: coroutines by 0.1 to 0.8 ms (the GIL's share) but costs 0.2 to 0.5 ms more CPU and
+#: wall time in the tail (docs/streaming.md, "Latency"); ``inline_tail=False`` chooses
+#: the thread.
 INLINE_TAIL_BATCHES: Final = 2
 
 
