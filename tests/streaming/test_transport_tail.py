@@ -12,12 +12,15 @@ import threading
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+import numpy as np
 import pytest
 from stream_helpers import family_host, noise_pcm16, policy_of, raw_pcm16, same_clip, whole_clip
 
 import audiogate.streaming.transport as transport
 from audiogate.budget import ByteBudget
 from audiogate.cancel import CancelToken
+from audiogate.decode.geometry import SourceFormat
+from audiogate.errors import NonFiniteSampleError
 from audiogate.streaming.frontend import AccumulatingClipStream, IncrementalClipStream
 from audiogate.streaming.stage import batch_frames
 
@@ -277,4 +280,42 @@ def test_a_cancellation_while_settling_is_not_swallowed(monkeypatch: pytest.Monk
             await task
 
     asyncio.run(main())
+    assert budget.held == 0
+
+
+def test_a_batch_that_failed_in_the_thread_is_the_inline_tails_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The thread's last batch fails (a NaN) after the last chunk was taken: the tail,
+    run on the loop because the thread is idle, raises that error (once), not one of
+    the closed stream's."""
+    lanes = _lanes(monkeypatch)
+    samples = np.zeros(BATCH * 2, dtype="<f4")
+    samples[BATCH + 7] = np.nan
+    data = samples.tobytes()
+    chunk = RATE // 50 * 4  # 20 ms of mono f32
+    budget = ByteBudget(1 << 30, limit="stream bytes")
+
+    async def chunks() -> AsyncIterator[bytes]:
+        for start in range(0, len(data), chunk):
+            yield data[start : start + chunk]
+        # The last batch was handed over with the last chunk: the thread takes it once
+        # the producer waits, fails, and lets the lane go.
+        for _ in range(int(_GUARD_S * 1000)):
+            await asyncio.sleep(0.001)
+            if lanes[0].error is not None and not lanes[0]._scheduled:
+                return
+        raise AssertionError("the thread never failed")
+
+    with pytest.raises(NonFiniteSampleError) as raised:
+        asyncio.run(
+            transport.prepare_stream(
+                family_host(),
+                policy_of("qwen2audio"),
+                chunks(),
+                source_format=SourceFormat.raw("f32", rate_hz=RATE, channels=1),
+                budget=budget,
+            )
+        )
+    assert raised.value is lanes[0].error
     assert budget.held == 0
