@@ -58,9 +58,8 @@ def test_finish_makes_the_frames_left_in_one_kernel_call(
     """The interior frames of the last incomplete block and the tail's frames: one call."""
     waveform = _early_peak(16_000 * 30 - 1_234, 2)
     stream = WhisperLogMelStream(n_mels=128, padding=padding)  # type: ignore[arg-type]
-    stream.push(waveform[:-11_000])
-    stream.push(waveform[-11_000:-3_000])
-    stream.push(waveform[-3_000:])  # (its frames, and the last block's, left for finish)
+    stream.push(waveform[:-3_000])
+    stream.push(waveform[-3_000:])  # (under a block: left for finish)
     calls: list[int] = []
     kernel = whisper_stream.log_mel_block
 
@@ -73,19 +72,7 @@ def test_finish_makes_the_frames_left_in_one_kernel_call(
     reference, _ = whisper_log_mel(waveform, plan, clip_index=0, cancel=NEVER)
     assert np.array_equal(features.view(np.uint32), reference.view(np.uint32))
     assert len(calls) == 1
-    assert calls[0] > 3_000 // 160  # the last push's frames with the tail's
-
-
-def test_a_push_makes_the_frames_of_the_samples_before_it() -> None:
-    """A push's own samples wait for the next push or ``finish``: the last batch's
-    frames are made with the tail's, in one kernel call (the cold thread's first)."""
-    waveform = _early_peak(16_000 * 3, 4)
-    stream = WhisperLogMelStream(n_mels=128, padding="max_length")
-    stream.push(waveform[:16_000])
-    assert stream.streamed_frames == 0
-    stream.push(waveform[16_000:])
-    assert 0 < stream.streamed_frames <= (16_000 - 200) // 160 + 1
-    _stream(waveform, "max_length")
+    assert calls[0] > 3_000 // 160  # interior frames with the tail's
 
 
 def test_a_rising_clip_leaves_its_re_clamps_to_finish() -> None:

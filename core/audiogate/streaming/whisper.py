@@ -6,29 +6,25 @@ makes for their final length, whatever the chunking.
 
 What is computed as samples arrive: every *interior* frame (its 400-sample window lies
 inside one item's samples: frames ``t >= 2`` with ``160t + 200 <= n`` for the ``n`` item
-samples received before the last push: a push computes the frames of the samples before
-it, so its own wait for the next push or ``finish``, where the last batch's frames are
-made with the tail's in one kernel call, the first of a thread woken cold), in blocks of
-:data:`STREAM_BLOCK_FRAMES` (up to :data:`~audiogate.dsp.whisper.BLOCK_FRAMES`), and the
-two head frames (they read the reflection of samples 1..200) with the first interior
-block, into the scaled log domain ``log10(mel) / 4 + 1``, with the item's running
-maximum. These frames do not depend on the clip's final length or padding. An item is
-the whole clip, except in ``"windows"`` mode, where each 30 s window is its own item.
-Each block is clamped as it is made to the item's running maximum minus 8 when one of
-its values is under it; since ``max(max(x, a), b) == max(x, b)`` for ``b >= a`` and the
-floor is monotone in the maximum, only the blocks that hold a value under a risen floor
-and were clamped with a lower one need a re-clamp: the push that raised the floor
-re-clamps them (up to :data:`SETTLE_FRAMES`), and ``finish`` those the last batch's (or
-its own frames') maximum changes, or that a push left (none, for a clip whose maximum
-stops rising early). Where the window is at most 30 s (every mode but ``"longest"``, and
-windows up to :data:`DIRECT_WINDOW_FRAMES`), the frames are written straight into the
-features array, grown by whole windows, once an item passes :data:`BUFFERED_FRAMES`
-frames: no copy at ``finish``.
+samples received so far), in blocks of :data:`STREAM_BLOCK_FRAMES` (up to
+:data:`~audiogate.dsp.whisper.BLOCK_FRAMES`), and the two head frames (they read the
+reflection of samples 1..200) with the first interior block, into the scaled log domain
+``log10(mel) / 4 + 1``, with the item's running maximum. These frames do not depend on
+the clip's final length or padding. An item is the whole clip, except in ``"windows"``
+mode, where each 30 s window is its own item. Each block is clamped as it is made to the
+item's running maximum minus 8 when one of its values is under it; since ``max(max(x,
+a), b) == max(x, b)`` for ``b >= a`` and the floor is monotone in the maximum, only the
+blocks that hold a value under a risen floor and were clamped with a lower one need a
+re-clamp: the push that raised the floor re-clamps them (up to :data:`SETTLE_FRAMES`),
+and ``finish`` those the last batch's (or its own frames') maximum changes, or that a
+push left (none, for a clip whose maximum stops rising early). Where the window is at
+most 30 s (every mode but ``"longest"``, and windows up to :data:`DIRECT_WINDOW_FRAMES`),
+the frames are written straight into the features array, grown by whole windows, once an
+item passes :data:`BUFFERED_FRAMES` frames: no copy at ``finish``.
 
 What remains for :meth:`WhisperLogMelStream.finish`: the frames the pushes left, in as
 few kernel calls as blocks allow (one, at most :data:`~audiogate.dsp.whisper.BLOCK_FRAMES`
-frames, for the usual tail): the interior frames of the last push's samples and of the
-last incomplete block before them, the last
+frames, for the usual tail): the interior frames of the last incomplete block, the last
 frames whose window reaches past the clip's end (zero padding, or the end reflection,
 copied by slices) and a short clip's head frames; the copy of the buffered frames
 (``"longest"`` and Qwen2.5-Omni's 300 s window); the re-clamp of the blocks the final
@@ -225,7 +221,6 @@ class WhisperLogMelStream:
         self._clip_index = clip_index
         self._cancel = cancel
         self._samples = GrowingArray(np.float32)
-        self._known = 0  # samples whose frames the pushes compute (those before the last)
         self._items: list[_Item] = []
         # The direct layout's features: windows [0, capacity), of which the items'
         # frames fill what they have computed.
@@ -297,26 +292,24 @@ class WhisperLogMelStream:
         """Frames computed so far (before :meth:`finish`)."""
         return sum(item.done for item in self._items)
 
-    def _item_bounds(self, index: int, received: int) -> tuple[int, int]:
-        """``(start, known samples)`` of item ``index`` in the first ``received``."""
+    def _item_bounds(self, index: int) -> tuple[int, int]:
+        """``(start, known samples)`` of item ``index`` so far."""
+        received = len(self._samples)
         if self._padding != "windows":
             return 0, received
         start = index * self._chunk
         return start, max(0, min(self._chunk, received - start))
 
     def push(self, samples: npt.ArrayLike) -> None:
-        """Append mono 16 kHz samples ``[shape=(k,)]`` and compute the interior frames of
-        complete blocks that the samples before them give (and the head frames once they
-        are final): these samples' frames wait for the next push or :meth:`finish`.
+        """Append mono 16 kHz samples ``[shape=(k,)]`` and compute every interior frame
+        of complete blocks now available (and the head frames once they are final).
 
         :raises RuntimeError: after :meth:`finish`.
         """
         if self._finished:
             raise RuntimeError("WhisperLogMelStream.push() after finish()")
-        received = self._known
         self._samples.extend(samples)
-        self._known = len(self._samples)
-        self._advance(received)
+        self._advance()
         for index, item in enumerate(self._items):
             if item.floor > item.settled:
                 self._settle(index, item)
@@ -413,16 +406,16 @@ class WhisperLogMelStream:
             used = floor
         item.blocks.append((first, count, used, minimum))
 
-    def _advance(self, received: int) -> None:
-        """Compute the complete blocks of interior frames the first ``received`` samples
-        allow."""
+    def _advance(self) -> None:
+        """Compute the complete blocks of interior frames the items' samples allow."""
+        received = len(self._samples)
         items = 1 if self._padding != "windows" else max(1, -(-received // self._chunk))
         while len(self._items) < items:
             self._items.append(_Item(self._n_mels, self._item_limit()))
         limit = self._item_limit()
         waveform = self._samples.view()
         for index, item in enumerate(self._items):
-            start, known = self._item_bounds(index, received)
+            start, known = self._item_bounds(index)
             # Interior while 160t + 200 <= known samples of the item.
             ready = (known - _PAD) // HOP + 1 if known >= _PAD else 0
             if limit is not None:
