@@ -245,6 +245,12 @@ def guarded_h11(
 
     class GuardedH11Protocol(H11Protocol):
         _head_timer: asyncio.TimerHandle | None = None
+        #: When the head awaited is due (loop time; ``None``: none is awaited). The head
+        #: timer is armed once and, firing before this, re-armed for what is left: a
+        #: kept-alive connection's requests move this, not a timer each.
+        _head_due: float | None = None
+        #: Reading was paused for bytes that came while a refusal's answer was due.
+        _paused = False
         _refused = False
         _refusal: str | None = None
         _peer = ""
@@ -286,7 +292,7 @@ def guarded_h11(
             self._arm_head_timer()
 
         def connection_lost(self, exc: Exception | None) -> None:
-            self._cancel_head_timer()
+            self._stop_head_timer()
             if self._pieces is not None:
                 self._end_collection()  # the app sees the disconnect
             self._release_body()
@@ -357,7 +363,7 @@ def guarded_h11(
             # From here the connection is a WebSocket's (/v1/realtime): no head timer (it
             # would close the socket), and it stays in the table, counted against the
             # caps as a busy connection, until its socket closes.
-            self._cancel_head_timer()
+            self._stop_head_timer()
             self._release()
             super().handle_websocket_upgrade(event)
             upgraded = self.transport.get_protocol()
@@ -380,7 +386,7 @@ def guarded_h11(
         def send_400_response(self, msg: str) -> None:
             message = self._refusal or f"malformed HTTP request: {msg}"
             self._refusal = None
-            self._cancel_head_timer()
+            self._stop_head_timer()
             if self.conn.our_state in (h11.IDLE, h11.SEND_RESPONSE):
                 self.transport.write(
                     raw_error(400, "Bad Request", "BadRequestError", message, reason="waveform")
@@ -541,16 +547,33 @@ def guarded_h11(
             self._inflight = None
 
         def _arm_head_timer(self) -> None:
-            self._cancel_head_timer()
-            self._head_timer = self.loop.call_later(header_timeout_s, self._head_timed_out)
+            """A head is due within ``header_timeout_s`` from now (a timer set only when
+            none is)."""
+            due = self.loop.time() + header_timeout_s
+            self._head_due = due
+            if self._head_timer is None:
+                self._head_timer = self.loop.call_at(due, self._head_timed_out)
 
         def _cancel_head_timer(self) -> None:
+            """No head is awaited now (the timer, if set, then finds nothing due)."""
+            self._head_due = None
+
+        def _stop_head_timer(self) -> None:
+            """No head is awaited any more: the timer goes too (it holds this protocol)."""
+            self._head_due = None
             if self._head_timer is not None:
                 self._head_timer.cancel()
                 self._head_timer = None
 
         def _head_timed_out(self) -> None:
             self._head_timer = None
+            due = self._head_due
+            if due is None:
+                return
+            if due > self.loop.time():  # moved on since the timer was set
+                self._head_timer = self.loop.call_at(due, self._head_timed_out)
+                return
+            self._head_due = None
             if self.transport.is_closing():
                 return
             started, _ = self.conn.trailing_data
@@ -566,7 +589,7 @@ def guarded_h11(
         def _evict(self) -> None:
             """Closed to admit a newer connection (already out of the table): it waited
             longest for a request head."""
-            self._cancel_head_timer()
+            self._stop_head_timer()
             self.transport.abort()  # its descriptor is free for the new one at once
 
         def _refuse_request(
@@ -609,16 +632,19 @@ def guarded_h11(
             if self._skip:
                 return
             # The body is skipped. The connection's next request is read once the refusal
-            # is answered (the next bytes wait in the socket; nothing is held here but
-            # them).
+            # is answered. Reading goes on meanwhile (its client waits for the answer:
+            # usually nothing comes), and pauses only when bytes do come, kept until then
+            # (one read's worth at most; the next bytes wait in the socket).
             self._cancel_head_timer()
             end = start + taken
             rest = data[end:] if end < len(data) else b""
             if self._answer_due is None:
                 self._read_again(rest)
                 return
-            self.transport.pause_reading()
-            self._after_skip = rest
+            if rest:
+                self.transport.pause_reading()
+                self._paused = True
+            self._after_skip = (self._after_skip or b"") + rest
 
         def _answer_refusal(self) -> None:
             answer, self._answer_due = self._answer_due, None
@@ -635,7 +661,9 @@ def guarded_h11(
                 return
             table.waiting(self)
             self._arm_head_timer()
-            self.transport.resume_reading()
+            if self._paused:
+                self._paused = False
+                self.transport.resume_reading()
             if rest:  # the next request, pipelined
                 super().data_received(rest)
 
