@@ -48,6 +48,7 @@ __all__ = [
     "per_clip_sample_cap",
     "plan_clip",
     "preflight",
+    "preflight_one",
 ]
 
 FLOAT32_BYTES: Final = 4
@@ -220,7 +221,6 @@ def preflight(
         raise LimitError("clip count", actual=len(clips), maximum=policy.max_clips)
 
     limits = decode_limits(policy)
-    truncating = policy.overflow == "truncate"
     plans: list[ClipPlan] = []
     encoded = source_samples = duration_us = normalized = frames = 0
     largest_decode = 0
@@ -256,19 +256,10 @@ def preflight(
                 limits=limits,
                 cancel=cancel,
             )
-        if not truncating:
-            source_samples, duration_us = _charge_source(
-                policy, geometry, source_samples, duration_us, index
-            )
-        clip_plan = plan_clip(host, policy, geometry, index=index)
-        resample, kept = clip_plan.resample, clip_plan.normalized_samples
-        if truncating:
-            # The source frames the kept samples span: ceil(kept · in / out), at most all.
-            spanned = -(-kept * geometry.rate_hz // resample.output_rate_hz)
-            source_samples, duration_us = _charge_source(
-                policy, _prefix(geometry, spanned), source_samples, duration_us, index
-            )
-        normalized += kept
+        clip_plan, source_samples, duration_us = _plan_charged(
+            host, policy, geometry, index, source_samples, duration_us
+        )
+        normalized += clip_plan.normalized_samples
         _check(
             normalized,
             policy.max_normalized_samples_per_request,
@@ -282,10 +273,93 @@ def preflight(
         largest_decode = max(
             largest_decode, decoded.frames * FLOAT32_BYTES + decode_working_bytes(decoded)
         )
-        largest_resample_work = max(largest_resample_work, resample.working_bytes)
+        largest_resample_work = max(largest_resample_work, clip_plan.resample.working_bytes)
         plans.append(clip_plan)
         cancel.check(Checkpoint.ACQUISITION, index)
 
+    return _request_plan(policy, plans, encoded, normalized, largest_decode + largest_resample_work)
+
+
+def preflight_one(
+    host: FamilyHost, policy: AudioPolicy, geometry: ClipGeometry, *, nbytes: int
+) -> RequestPlan:
+    """:func:`preflight` of a request of one clip whose header ``geometry`` is recorded
+    (``nbytes`` encoded bytes): the same checks in the same order, the same plan and
+    the same errors, without the request's walk (a stream's admission at its running
+    length, and the final plan in its ``finish()``: one call, a third of the CPU).
+
+    :raises LimitError: a budget is exceeded.
+    :raises DecodeError: the header is outside the policy.
+    :raises FeatureError: too short for the family.
+    :raises EmptyAudioError: ``nbytes`` is 0.
+    """
+    if policy.max_clips < 1:
+        raise LimitError("clip count", actual=1, maximum=policy.max_clips)
+    if nbytes == 0:
+        raise EmptyAudioError(clip_index=0, detail="no encoded bytes")
+    _check(nbytes, policy.max_encoded_bytes_per_clip, "encoded bytes per clip", 0)
+    _check(
+        nbytes,
+        policy.max_encoded_bytes_per_request,
+        "encoded bytes per request",
+        0,
+        kind=MemoryLimitError,
+    )
+    check_limits(geometry, decode_limits(policy), clip_index=0)
+    clip_plan, _, _ = _plan_charged(host, policy, geometry, 0, 0, 0)
+    normalized = clip_plan.normalized_samples
+    _check(
+        normalized, policy.max_normalized_samples_per_request, "normalized samples per request", 0
+    )
+    _check(
+        clip_plan.features.frames, policy.max_frames_per_request, "feature frames per request", 0
+    )
+    decoded = clip_plan.decode_geometry
+    largest = (
+        decoded.frames * FLOAT32_BYTES
+        + decode_working_bytes(decoded)
+        + clip_plan.resample.working_bytes
+    )
+    return _request_plan(policy, [clip_plan], nbytes, normalized, largest)
+
+
+def _plan_charged(
+    host: FamilyHost,
+    policy: AudioPolicy,
+    geometry: ClipGeometry,
+    index: int,
+    source_samples: int,
+    duration_us: int,
+) -> tuple[ClipPlan, int, int]:
+    """One clip's plan, its source frames and duration charged to the request's totals
+    (before the plan; in truncate mode after it, for the part kept): ``(plan, source
+    samples, duration in µs)``."""
+    truncating = policy.overflow == "truncate"
+    if not truncating:
+        source_samples, duration_us = _charge_source(
+            policy, geometry, source_samples, duration_us, index
+        )
+    clip_plan = plan_clip(host, policy, geometry, index=index)
+    if truncating:
+        # The source frames the kept samples span: ceil(kept · in / out), at most all.
+        kept, rate = clip_plan.normalized_samples, clip_plan.resample.output_rate_hz
+        spanned = -(-kept * geometry.rate_hz // rate)
+        source_samples, duration_us = _charge_source(
+            policy, _prefix(geometry, spanned), source_samples, duration_us, index
+        )
+    return clip_plan, source_samples, duration_us
+
+
+def _request_plan(
+    policy: AudioPolicy,
+    plans: Sequence[ClipPlan],
+    encoded: int,
+    normalized: int,
+    largest_clip_work: int,
+) -> RequestPlan:
+    """The request's byte checks after its clips' (waveform result, working and prepared
+    result bytes), and its plan. ``largest_clip_work``: the largest decoded source and
+    its scratch plus the largest resampler scratch, in bytes."""
     result_bytes = normalized * FLOAT32_BYTES
     _check(
         result_bytes,
@@ -300,7 +374,7 @@ def preflight(
         ((p.resample.output_samples - p.normalized_samples) * FLOAT32_BYTES for p in plans),
         default=0,
     )
-    working = largest_decode + largest_resample_work + truncated_extra + result_bytes
+    working = largest_clip_work + truncated_extra + result_bytes
     _check(
         working,
         policy.max_waveform_working_bytes_per_request,

@@ -1,8 +1,9 @@
 """Admission of a clip as it arrives: the whole-clip checks on the running length.
 
-A stream's clip is admitted by the same code as a whole clip: :func:`~audiogate.pipeline.
-preflight.preflight` over a clip whose header is the stream's (its declared or parsed
-format) at the number of frames received so far, read from that recorded header alone
+A stream's clip is admitted by the same code as a whole clip: the preflight of a
+one-clip request (:func:`~audiogate.pipeline.preflight.preflight_one`: the checks of
+:func:`~audiogate.pipeline.preflight.preflight` without the request's walk) over the
+stream's header (its declared or parsed format) at the number of frames received so far
 (no sample is read). Every limit the preflight checks (source duration and frames, the
 duration cap in normalized samples, feature frames, the request's samples, frames and
 bytes, the waveform working and result bytes, the prepared result bytes) grows with the
@@ -17,15 +18,12 @@ from __future__ import annotations
 import threading
 from typing import Final
 
-import attrs
-
-from audiogate.acquire.clip import EncodedClip, StoredHeader
 from audiogate.decode.decoder import check_limits
 from audiogate.decode.geometry import ClipGeometry
 from audiogate.errors import LimitError
 from audiogate.host import FamilyHost
 from audiogate.pipeline.plans import RequestPlan
-from audiogate.pipeline.preflight import decode_limits, preflight
+from audiogate.pipeline.preflight import decode_limits, preflight_one
 from audiogate.policy import MICROS_PER_SECOND, AudioPolicy
 
 __all__ = ["StreamAdmission"]
@@ -34,7 +32,6 @@ __all__ = ["StreamAdmission"]
 #: policy admitting more (a truncating one) leaves the stream unbounded by admission,
 #: and the stream keeps only what the clip's plan decodes.
 _SEARCH_LIMIT: Final = 1 << 40
-_NO_DIGEST: Final = "0" * 64
 
 
 #: The last admitted length of recent (host, policy, header) triples: a server's streams
@@ -43,10 +40,6 @@ _NO_DIGEST: Final = "0" * 64
 _BOUNDS: dict[tuple[int, int, int, ClipGeometry], tuple[FamilyHost, AudioPolicy, int | None]] = {}
 _BOUNDS_MAX: Final = 64
 _BOUNDS_LOCK: Final = threading.Lock()
-
-
-def _unreadable() -> bytes:
-    raise AssertionError("admission reads no samples")
 
 
 class StreamAdmission:
@@ -68,6 +61,7 @@ class StreamAdmission:
         self._policy = policy
         self._header = header
         self._clip_index = clip_index
+        self._frame_bytes = header.frame_bytes
         empty = self.geometry(0)
         check_limits(empty, decode_limits(policy), clip_index=clip_index)
         key = (id(host), id(policy), clip_index, empty)
@@ -82,34 +76,38 @@ class StreamAdmission:
                 _BOUNDS[key] = (host, policy, self.max_frames)
 
     def geometry(self, frames: int) -> ClipGeometry:
-        """The header at ``frames`` frames."""
-        return attrs.evolve(
-            self._header,
-            frames=frames,
-            duration_us=frames * MICROS_PER_SECOND // self._header.rate_hz,
-            data_length=frames * self._header.frame_bytes,
-            exact=True,
-        )
-
-    def _clip(self, frames: int) -> EncodedClip:
-        geometry = self.geometry(frames)
-        stored = StoredHeader(
-            nbytes=geometry.data_offset + geometry.data_length,
-            geometry=geometry,
-            read=_unreadable,
-        )
-        return EncodedClip(
-            stored_header=stored, stored_sha256=_NO_DIGEST, ordinal=self._clip_index + 1
+        """The header at ``frames`` frames (``attrs.evolve`` of it, built directly)."""
+        h = self._header
+        return ClipGeometry(
+            h.container,
+            h.encoding,
+            h.rate_hz,
+            h.channels,
+            frames,
+            frames * MICROS_PER_SECOND // h.rate_hz,
+            h.data_offset,
+            frames * self._frame_bytes,
+            True,
+            h.prefix,
+            h.padding_frames,
         )
 
     def plan(self, frames: int) -> RequestPlan:
-        """The whole clip's admission at ``frames`` frames (its plan, or its error).
+        """The whole clip's admission at ``frames`` frames (its plan, or its error):
+        :func:`~audiogate.pipeline.preflight.preflight_one` of the header at that length
+        (what :func:`~audiogate.pipeline.preflight.preflight` makes of the clip, without
+        the request's walk).
 
         :raises LimitError: a limit is crossed.
         :raises FeatureError: too short for the family.
         :raises EmptyAudioError: no bytes at all.
         """
-        return preflight(self._host, self._policy, [self._clip(frames)])
+        return preflight_one(
+            self._host,
+            self._policy,
+            self.geometry(frames),
+            nbytes=self._header.data_offset + frames * self._frame_bytes,
+        )
 
     def _refused(self, frames: int) -> bool:
         try:
