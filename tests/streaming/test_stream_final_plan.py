@@ -10,6 +10,7 @@ from typing import Any
 
 import attrs
 import numpy as np
+import pluggy
 import pytest
 from stream_helpers import FAMILIES, family_host, policy_of, raw_pcm16
 
@@ -147,3 +148,24 @@ def test_the_final_plan_builds_no_request(monkeypatch: pytest.MonkeyPatch) -> No
     assert done.plan == preflight(
         host, policy, [EncodedClip(data=data, source_format=raw_pcm16(16_000), ordinal=1)]
     )
+
+
+def test_a_family_of_stages_is_planned_without_an_empty_pluggy_call(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The host skips pluggy's call of a hook no plugin function implements for the
+    family (every shipped family answers its plans by stages)."""
+    empty: list[str] = []
+    call = pluggy.HookCaller.__call__
+
+    def counted(self: pluggy.HookCaller, **kwargs: object) -> object:
+        if not self.get_hookimpls():
+            empty.append(self.name)
+        return call(self, **kwargs)
+
+    monkeypatch.setattr(pluggy.HookCaller, "__call__", counted)
+    host = family_host()
+    policy = policy_of("qwen2audio")
+    admission = StreamAdmission(host, policy, _stream_header("raw", 16_000, 1))
+    assert admission.plan(16_000).clips[0].features.frames > 0
+    assert empty == []
