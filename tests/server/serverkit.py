@@ -5,6 +5,7 @@ builders and metric readers. (A uniquely named module: every test folder has a
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import functools
@@ -26,6 +27,7 @@ pytest.importorskip("transformers")
 from audiogate import Checkpoint, create_host, hookimpl
 from audiogate.acquire import AcquisitionPolicy
 from audiogate.api import AudioGate, load_tokenizer
+from audiogate.budget import ByteBudget
 from audiogate.cancel import CancelToken
 from audiogate.metrics import REJECTION_REASONS, AudioMetrics
 from audiogate.server import ServerLimits, ServerThread, ServerWorker, create_app
@@ -82,6 +84,51 @@ class Blocker:
             cancel.check(Checkpoint.FEATURE, clip_index)
         if self.fail is not None:
             raise self.fail
+
+
+class LoopbackTransport(asyncio.Transport):
+    """A transport for a connection guard driven by hand: keeps what is written, and
+    counts the pauses and resumes of reading."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.written = bytearray()
+        self.closing = False
+        self.pauses = 0
+        self.resumes = 0
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return {"peername": ("127.0.0.1", 5000), "sockname": ("127.0.0.1", 80)}.get(name, default)
+
+    def write(self, data: Any) -> None:
+        self.written += data
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+    def close(self) -> None:
+        self.closing = True
+
+    def abort(self) -> None:
+        self.closing = True
+
+    def pause_reading(self) -> None:
+        self.pauses += 1
+
+    def resume_reading(self) -> None:
+        self.resumes += 1
+
+    def can_write_eof(self) -> bool:
+        return False
+
+
+@attrs.define
+class GuardServer:
+    """What the connection guard reads of the app's server."""
+
+    bodies: ByteBudget = attrs.Factory(lambda: ByteBudget(64 << 20, limit="inflight_body_bytes"))
+    max_body_bytes: int = 8 << 20
+    body_idle_timeout_s: float = 30.0
 
 
 def metric_samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

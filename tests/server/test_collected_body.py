@@ -10,6 +10,7 @@ import asyncio
 from typing import Any
 
 import attrs
+from serverkit import GuardServer, LoopbackTransport
 from uvicorn.config import Config
 from uvicorn.server import ServerState
 
@@ -20,54 +21,11 @@ from audiogate.server.requests import LARGE_BODY_BYTES
 RENDER = "/v1/chat/completions/render"
 
 
-class Transport(asyncio.Transport):
-    """A loopback transport that keeps what is written."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.written = bytearray()
-        self.closing = False
-        self.reading = True
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return {"peername": ("127.0.0.1", 5000), "sockname": ("127.0.0.1", 80)}.get(name, default)
-
-    def write(self, data: Any) -> None:
-        self.written += data
-
-    def is_closing(self) -> bool:
-        return self.closing
-
-    def close(self) -> None:
-        self.closing = True
-
-    def abort(self) -> None:
-        self.closing = True
-
-    def pause_reading(self) -> None:
-        self.reading = False
-
-    def resume_reading(self) -> None:
-        self.reading = True
-
-    def can_write_eof(self) -> bool:
-        return False
-
-
-@attrs.define
-class Server:
-    """What the guard reads of the app's server."""
-
-    bodies: ByteBudget
-    max_body_bytes: int = 8 << 20
-    body_idle_timeout_s: float = 30.0
-
-
 @attrs.define
 class Admission:
     """Admits every request (as HeadAdmission does when there is room)."""
 
-    server: Server
+    server: GuardServer
     inflight: int = 0
 
     def admit(self, method: bytes, target: bytes, headers: Any, peer: str) -> tuple[str, None]:
@@ -135,7 +93,7 @@ def body(length: int, fill: int = 0x61) -> bytes:
 class Harness:
     """One connection of the guard over a fake transport, on a running loop."""
 
-    def __init__(self, server: Server) -> None:
+    def __init__(self, server: GuardServer) -> None:
         self.seen = Seen()
         self.admission = Admission(server)
         config = Config(app=recording_app(self.seen), lifespan="off", access_log=False)
@@ -146,7 +104,7 @@ class Harness:
         )
         self.state = ServerState()
         self.protocol = protocol_class(config=config, server_state=self.state, app_state={})
-        self.transport = Transport()
+        self.transport = LoopbackTransport()
         self.protocol.connection_made(self.transport)
 
     async def feed(self, data: bytes, pieces: int = 1) -> None:
@@ -163,7 +121,7 @@ class Harness:
         await asyncio.gather(*self.state.tasks)
 
 
-def run(server: Server, scenario: Any) -> Harness:
+def run(server: GuardServer, scenario: Any) -> Harness:
     async def main() -> Harness:
         harness = Harness(server)
         await scenario(harness)
@@ -184,7 +142,7 @@ def test_a_body_sent_in_many_pieces_reaches_the_app_as_one_message() -> None:
         held.append(budget.held)  # collected so far, held in the body budget
         await h.feed(payload[-5000:])
 
-    h = run(Server(budget), scenario)
+    h = run(GuardServer(budget), scenario)
     assert h.seen.messages == [[(payload, False)]]
     assert held == [len(payload) - 5000]
     assert budget.held == 0  # the app took nothing over: given back once answered
@@ -199,7 +157,7 @@ def test_the_app_takes_the_collected_bytes_over() -> None:
     async def scenario(h: Harness) -> None:
         await h.feed(head(len(payload)) + payload, pieces=7)
 
-    h = run(Server(budget), scenario)
+    h = run(GuardServer(budget), scenario)
     # The app ran at the head: the bytes that came with it were held already.
     assert h.seen.collected[0] is not None
     assert h.seen.messages == [[(payload, False)]]
@@ -215,7 +173,7 @@ def test_a_client_gone_half_way_is_seen_by_the_app_and_its_bytes_given_back() ->
         assert budget.held == 200_000
         h.protocol.connection_lost(None)
 
-    h = run(Server(budget), scenario)
+    h = run(GuardServer(budget), scenario)
     assert h.seen.messages == [["disconnect"]]
     assert budget.held == 0
 
@@ -231,7 +189,7 @@ def test_a_request_pipelined_after_the_body_is_served_next() -> None:
         await h.feed(first[150_000:] + head(len(second)) + second[:10_000])
         await h.feed(second[10_000:], pieces=5)
 
-    h = run(Server(budget), scenario)
+    h = run(GuardServer(budget), scenario)
     assert h.seen.messages == [[(first, False)], [(second, False)]]
     assert h.transport.written.count(b"HTTP/1.1 200") == 2
     assert h.transport.written.endswith(b"\r\n\r\n70000")
@@ -248,7 +206,7 @@ def test_a_body_over_the_cap_or_waiting_for_the_lane_is_read_as_uvicorn_reads_it
         await h.settle()
         await h.feed(head(len(large), "/v1/audio/prepare") + large, pieces=20)
 
-    h = run(Server(budget, max_body_bytes=200_000), scenario)
+    h = run(GuardServer(budget, max_body_bytes=200_000), scenario)
     assert h.seen.collected == [None, None]
     for messages, payload in zip(h.seen.messages, (over, large), strict=True):
         assert len(messages) > 1  # in the pieces it arrived in
@@ -263,7 +221,7 @@ def test_a_body_that_does_not_fit_the_budget_is_read_as_uvicorn_reads_it() -> No
     async def scenario(h: Harness) -> None:
         await h.feed(head(len(payload)) + payload, pieces=10)
 
-    h = run(Server(budget), scenario)
+    h = run(GuardServer(budget), scenario)
     messages = h.seen.messages[0]
     assert len(messages) > 1
     assert b"".join(m[0] for m in messages) == payload
@@ -279,7 +237,7 @@ def test_a_slow_body_goes_on_in_pieces_after_the_window() -> None:
         await asyncio.sleep(0.15)  # past the window (half the 0.2 s idle timeout)
         await h.feed(payload[40_000:], pieces=3)
 
-    h = run(Server(budget, body_idle_timeout_s=0.2), scenario)
+    h = run(GuardServer(budget, body_idle_timeout_s=0.2), scenario)
     messages = h.seen.messages[0]
     assert messages[0] == (payload[:40_000], True)  # what was collected, at the window
     assert b"".join(m[0] for m in messages) == payload

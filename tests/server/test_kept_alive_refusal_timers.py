@@ -9,10 +9,10 @@ import asyncio
 from typing import Any
 
 import attrs
+from serverkit import GuardServer, LoopbackTransport
 from uvicorn.config import Config
 from uvicorn.server import ServerState
 
-from audiogate.budget import ByteBudget
 from audiogate.errors import QueueFullError
 from audiogate.server.protocol import REFUSED_READ_PAUSE_S, guarded_h11
 
@@ -24,51 +24,11 @@ REQUEST = (
 ).encode() + BODY
 
 
-class Transport(asyncio.Transport):
-    def __init__(self) -> None:
-        super().__init__()
-        self.written = bytearray()
-        self.closing = False
-        self.pauses = 0
-        self.resumes = 0
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return {"peername": ("127.0.0.1", 5000), "sockname": ("127.0.0.1", 80)}.get(name, default)
-
-    def write(self, data: Any) -> None:
-        self.written += data
-
-    def is_closing(self) -> bool:
-        return self.closing
-
-    def close(self) -> None:
-        self.closing = True
-
-    def abort(self) -> None:
-        self.closing = True
-
-    def pause_reading(self) -> None:
-        self.pauses += 1
-
-    def resume_reading(self) -> None:
-        self.resumes += 1
-
-    def can_write_eof(self) -> bool:
-        return False
-
-
-@attrs.define
-class Server:
-    bodies: ByteBudget = attrs.Factory(lambda: ByteBudget(64 << 20, limit="inflight_body_bytes"))
-    max_body_bytes: int = 8 << 20
-    body_idle_timeout_s: float = 30.0
-
-
 @attrs.define
 class Refusing:
     """Refuses every request from its head (a full queue)."""
 
-    server: Server = attrs.Factory(Server)
+    server: GuardServer = attrs.Factory(GuardServer)
 
     def refusal(self, method: bytes, target: bytes, headers: Any, peer: str) -> QueueFullError:
         return QueueFullError("the audio queue is full (8 jobs waiting); retry later")
@@ -84,7 +44,7 @@ async def _never(scope: Any, receive: Any, send: Any) -> None:
     raise AssertionError("every request is refused from its head")
 
 
-async def _connection() -> tuple[Any, Transport, list[str]]:
+async def _connection() -> tuple[Any, LoopbackTransport, list[str]]:
     """A guarded connection refusing every request, and the names of the callbacks its
     loop was asked to time."""
     loop = asyncio.get_running_loop()
@@ -103,18 +63,18 @@ async def _connection() -> tuple[Any, Transport, list[str]]:
         admission=Refusing(),  # type: ignore[arg-type]
     )
     protocol = protocol_class(config=config, server_state=ServerState(), app_state={})
-    transport = Transport()
+    transport = LoopbackTransport()
     protocol.connection_made(transport)
     return protocol, transport, timed
 
 
-async def _answered(transport: Transport, count: int) -> None:
+async def _answered(transport: LoopbackTransport, count: int) -> None:
     while transport.written.count(b"HTTP/1.1 429") < count:
         await asyncio.sleep(REFUSED_READ_PAUSE_S / 4)
 
 
 def test_refusals_on_a_kept_alive_connection_set_one_head_timer_and_never_pause() -> None:
-    async def main() -> tuple[Transport, list[str]]:
+    async def main() -> tuple[LoopbackTransport, list[str]]:
         protocol, transport, timed = await _connection()
         for count in range(1, 4):
             protocol.data_received(REQUEST)
@@ -131,7 +91,7 @@ def test_refusals_on_a_kept_alive_connection_set_one_head_timer_and_never_pause(
 
 
 def test_bytes_before_the_answer_pause_reading_and_are_read_after_it() -> None:
-    async def main() -> Transport:
+    async def main() -> LoopbackTransport:
         protocol, transport, _ = await _connection()
         protocol.data_received(REQUEST)
         protocol.data_received(REQUEST)  # sent again before the 429: kept, reading paused
