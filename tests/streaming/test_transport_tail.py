@@ -21,6 +21,8 @@ from audiogate.budget import ByteBudget
 from audiogate.cancel import CancelToken
 from audiogate.decode.geometry import SourceFormat
 from audiogate.errors import NonFiniteSampleError
+from audiogate.pipeline.prepared import PreparedClip
+from audiogate.policy import AudioPolicy
 from audiogate.streaming.frontend import AccumulatingClipStream, IncrementalClipStream
 from audiogate.streaming.stage import batch_frames
 
@@ -86,6 +88,17 @@ def _caught_up(data: bytes, lanes: list[Any]) -> AsyncIterator[bytes]:
     return chunks()
 
 
+def _prepare_caught_up(
+    policy: AudioPolicy, data: bytes, lanes: list[Any], **options: Any
+) -> PreparedClip:
+    """``prepare_stream`` of ``data`` as 16 kHz PCM16 from :func:`_caught_up`'s producer."""
+    return asyncio.run(
+        transport.prepare_stream(
+            family_host(), policy, _caught_up(data, lanes), source_format=raw_pcm16(RATE), **options
+        )
+    )
+
+
 @pytest.mark.parametrize("family", ["qwen2audio", "gemma3n", "granitespeech"])
 @pytest.mark.parametrize("extra", [0, 123, BATCH - 1])
 def test_an_idle_threads_tail_runs_on_the_loop(
@@ -97,15 +110,7 @@ def test_an_idle_threads_tail_runs_on_the_loop(
     data = noise_pcm16(BATCH * 3 + extra, seed=31).tobytes()
     budget = ByteBudget(1 << 30, limit="stream bytes")
     loop_thread = threading.get_ident()
-    clip = asyncio.run(
-        transport.prepare_stream(
-            family_host(),
-            policy,
-            _caught_up(data, lanes),
-            source_format=raw_pcm16(RATE),
-            budget=budget,
-        )
-    )
+    clip = _prepare_caught_up(policy, data, lanes, budget=budget)
     same_clip(clip, whole_clip(policy, data, raw_pcm16(RATE)))
     assert budget.held == 0
     assert where.threads("finish") == {loop_thread}
@@ -120,15 +125,7 @@ def test_inline_tail_false_keeps_the_tail_in_the_thread(monkeypatch: pytest.Monk
     lanes = _lanes(monkeypatch)
     data = noise_pcm16(BATCH * 3 + 77, seed=32).tobytes()
     loop_thread = threading.get_ident()
-    asyncio.run(
-        transport.prepare_stream(
-            family_host(),
-            policy_of("qwen2audio"),
-            _caught_up(data, lanes),
-            source_format=raw_pcm16(RATE),
-            inline_tail=False,
-        )
-    )
+    _prepare_caught_up(policy_of("qwen2audio"), data, lanes, inline_tail=False)
     assert where.threads("finish")
     assert loop_thread not in where.threads("finish")
     assert loop_thread not in where.threads("push")
@@ -144,15 +141,7 @@ def test_an_accumulating_streams_finish_stays_in_the_thread(
     policy = policy_of("qwen2audio")
     data = noise_pcm16(BATCH * 2 + 5, seed=33).tobytes()
     loop_thread = threading.get_ident()
-    clip = asyncio.run(
-        transport.prepare_stream(
-            family_host(),
-            policy,
-            _caught_up(data, lanes),
-            source_format=raw_pcm16(RATE),
-            incremental=False,
-        )
-    )
+    clip = _prepare_caught_up(policy, data, lanes, incremental=False)
     same_clip(clip, whole_clip(policy, data, raw_pcm16(RATE)))
     assert where.threads("finish")
     assert loop_thread not in where.threads("finish")
