@@ -18,6 +18,8 @@ from __future__ import annotations
 import threading
 from typing import Final
 
+import attrs
+
 from audiogate.decode.decoder import check_limits
 from audiogate.decode.geometry import ClipGeometry
 from audiogate.errors import LimitError
@@ -76,20 +78,13 @@ class StreamAdmission:
                 _BOUNDS[key] = (host, policy, self.max_frames)
 
     def geometry(self, frames: int) -> ClipGeometry:
-        """The header at ``frames`` frames (``attrs.evolve`` of it, built directly)."""
-        h = self._header
-        return ClipGeometry(
-            h.container,
-            h.encoding,
-            h.rate_hz,
-            h.channels,
-            frames,
-            frames * MICROS_PER_SECOND // h.rate_hz,
-            h.data_offset,
-            frames * self._frame_bytes,
-            True,
-            h.prefix,
-            h.padding_frames,
+        """The header at ``frames`` frames."""
+        return attrs.evolve(
+            self._header,
+            frames=frames,
+            duration_us=frames * MICROS_PER_SECOND // self._header.rate_hz,
+            data_length=frames * self._frame_bytes,
+            exact=True,
         )
 
     def plan(self, frames: int) -> RequestPlan:
