@@ -12,6 +12,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from unittest import mock
 
 import attrs
 import httpx
@@ -303,7 +304,11 @@ def test_a_request_still_running_at_shutdown_gets_a_counted_503(tmp_path: Path) 
 def _start_failure(options, caplog) -> str:
     from audiogate.server import run as run_module
 
-    with caplog.at_level(logging.ERROR, logger="audiogate.server"):
+    # (Not gc.freeze() of the test process: what it holds would never be collected.)
+    with (
+        mock.patch.object(run_module, "freeze_start_up_objects", return_value=0),
+        caplog.at_level(logging.ERROR, logger="audiogate.server"),
+    ):
         assert run_module.serve(options) == run_module.START_FAILURE_EXIT == 2
     (message,) = [r.getMessage() for r in caplog.records if r.name == "audiogate.server"]
     return message
