@@ -103,6 +103,11 @@ _NO_FLOOR: Final = np.float32(-np.inf)
 #: all its frames at every push). The pushes' re-clamps thus cost at most four passes
 #: over the frames, and 1,024 frames per rise of the floor.
 SETTLE_FRAMES: Final = 1024
+#: The frames a wide window's running floor holds before the pushes fill its padding
+#: (:meth:`WhisperLogMelStream._prefill`).
+PREFILL_STEADY_FRAMES: Final = 256
+#: The padding constant's least value, ``(log10(1e-10) + 4) / 4``.
+_PAD_CONSTANT: Final = (LOG_FLOOR + np.float32(4.0)) * np.float32(0.25)
 
 
 def _scaled_floor(peak: np.float32) -> np.float32:
@@ -213,7 +218,19 @@ class WhisperLogMelStream:
         self._padding: Padding = padding
         self._chunk = chunk_samples
         self._window_frames = chunk_samples // HOP
-        self._direct = padding != "longest" and self._window_frames <= DIRECT_WINDOW_FRAMES
+        # One window (``"max_length"``) streams into the features at any width:
+        # Qwen2.5-Omni's 300 s window (15.4 MB at 128 mels) once it passes
+        # :data:`BUFFERED_FRAMES`, its padding filled in the pushes (:meth:`_prefill`).
+        self._direct = padding != "longest" and (
+            self._window_frames <= DIRECT_WINDOW_FRAMES or padding == "max_length"
+        )
+        # The window whose columns ``[pad_from, window_frames)`` hold ``pad_value``
+        # (the padding constant of its item's running floor), and ``next`` of that
+        # item when the value last changed.
+        self._pad_window = -1
+        self._pad_from = self._window_frames
+        self._pad_value = _NO_FLOOR
+        self._pad_since = 0
         # The direct layout starts once an item passes this many frames (or a second
         # item starts); until then the frames are buffered as in the other layout.
         self._buffered_frames = min(BUFFERED_FRAMES, self._window_frames)
@@ -230,6 +247,10 @@ class WhisperLogMelStream:
         self.reclamped_frames = 0
         #: Frames re-clamped by the pushes (when the running floor rose).
         self.settled_frames = 0
+        #: Padding frames the pushes filled (:meth:`_prefill`), and those the last
+        #: finish filled.
+        self.prefilled_frames = 0
+        self.padded_frames = 0
         self._finished = False
 
     @property
@@ -315,6 +336,28 @@ class WhisperLogMelStream:
                 self._settle(index, item)
             else:
                 item.sound = len(item.blocks)
+        if self._windowed and self._window_frames > DIRECT_WINDOW_FRAMES:
+            self._prefill(len(self._items) - 1, self._items[-1])
+
+    def _prefill(self, index: int, item: _Item) -> None:
+        """Fill the columns of item ``index``'s current window from its next frame on
+        with the padding constant of its running floor, once that floor has held for
+        :data:`PREFILL_STEADY_FRAMES` frames: ``finish`` then writes only the columns
+        left, where the final constant is the same (a wide window's padding is most of
+        its bytes: 13.8 MB for 30 s in Qwen2.5-Omni's 300 s window). A floor that rises
+        after the fill costs one more fill, here or at ``finish``."""
+        window = (index if self._padding == "windows" else 0) + item.next // self._window_frames
+        if window >= self._windows.shape[0]:
+            return
+        value = max(_PAD_CONSTANT, item.floor)
+        if window != self._pad_window or value != self._pad_value:
+            self._pad_window, self._pad_value = window, value
+            self._pad_from, self._pad_since = self._window_frames, item.next
+        column = item.next % self._window_frames
+        if self._pad_from > column and item.next - self._pad_since >= PREFILL_STEADY_FRAMES:
+            self._windows[window, :, column : self._pad_from] = value
+            self.prefilled_frames += self._pad_from - column
+            self._pad_from = column
 
     def _settle(self, index: int, item: _Item) -> None:
         """Re-clamp with the item's risen running floor the blocks clamped with a lower
@@ -494,12 +537,19 @@ class WhisperLogMelStream:
         waveform = self._samples.view()
         features = self._features(plan)
         mask = np.zeros((plan.windows, plan.window_frames), dtype=np.bool_)
-        self.reclamped_frames = 0
+        self.reclamped_frames = self.padded_frames = 0
+        # The prefilled columns of a window are the features' (the direct layout's).
+        prefilled = (self._pad_window, self._pad_from, self._pad_value) if self._windowed else None
         for index, item in enumerate(plan.items):
             streamed = self._items[index] if index < len(self._items) else _Item(self._n_mels, None)
             clip = waveform[item.start : item.start + item.samples]
             rows = features[item.window : item.window + item.windows]
-            self._finish_item(clip, item.padded, item.computed, streamed, rows, plan.window_frames)
+            filled = None
+            if prefilled is not None and item.window <= prefilled[0] < item.window + item.windows:
+                filled = (prefilled[0] - item.window, prefilled[1], prefilled[2])
+            self._finish_item(
+                clip, item.padded, item.computed, streamed, rows, plan.window_frames, filled
+            )
             ones = min(item.padded // HOP, -(-item.samples // HOP))
             mask[item.window : item.window + item.windows].reshape(-1)[:ones] = True
         self._items.clear()
@@ -513,7 +563,10 @@ class WhisperLogMelStream:
         streamed: _Item,
         rows: npt.NDArray[np.float32],
         window_frames: int,
+        filled: tuple[int, int, np.float32] | None = None,
     ) -> None:
+        """``filled``: ``(row, first column, value)``: that row's columns from the first
+        hold ``value`` (:meth:`_prefill`)."""
         lo, hi = interior_frames(clip.shape[0], computed)
         # The pushes streamed the interior frames [FIRST_INTERIOR_FRAME, next), next <=
         # hi, and the head with the first of them.
@@ -562,7 +615,7 @@ class WhisperLogMelStream:
         # blocks with a value under the final floor that were clamped with a lower one
         # (those the pushes left, and those made here).
         floor = _scaled_floor(peak)
-        constant = max((LOG_FLOOR + np.float32(4.0)) * np.float32(0.25), floor)
+        constant = max(_PAD_CONSTANT, floor)
         floor_row: npt.NDArray[np.float32] | None = None
         checked = streamed.sound if floor == streamed.settled else 0
         for position in range(checked, len(streamed.blocks)):
@@ -575,8 +628,12 @@ class WhisperLogMelStream:
                     self.reclamped_frames += count
         for row in range(rows.shape[0]):
             head_frames = min(window_frames, max(0, computed - row * window_frames))
-            if head_frames < window_frames:
-                rows[row, :, head_frames:] = constant
+            stop = window_frames
+            if filled is not None and filled[0] == row and filled[2] == constant:
+                stop = max(head_frames, filled[1])
+            if head_frames < stop:
+                rows[row, :, head_frames:stop] = constant
+                self.padded_frames += stop - head_frames
 
 
 def _end_segment(
