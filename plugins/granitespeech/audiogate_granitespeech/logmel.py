@@ -62,6 +62,7 @@ __all__ = [
     "granite_log_mel",
     "hann_window_torch",
     "interior_block",
+    "log_mel_block",
     "working_bytes",
 ]
 
@@ -152,7 +153,7 @@ def result_bytes(geometry: GraniteGeometry) -> int:
     return geometry.frames * N_MELS * 4
 
 
-def _log_mel_block(frames: npt.NDArray[np.float32], out: npt.NDArray[np.float32]) -> None:
+def log_mel_block(frames: npt.NDArray[np.float32], out: npt.NDArray[np.float32]) -> None:
     """Unclamped float32 ``log10(max(mel, 1e-10))`` of ``frames`` ``[shape=(count, 400)]``
     into ``out`` ``[shape=(count, 80)]``."""
     scratch = thread_scratch("granitespeech.log_mel", _BlockScratch)
@@ -209,7 +210,7 @@ def _run(
     def block(index: int) -> None:
         start = index * BLOCK_FRAMES
         stop = min(frames.shape[0], start + BLOCK_FRAMES)
-        _log_mel_block(frames[start:stop], out[start:stop])
+        log_mel_block(frames[start:stop], out[start:stop])
 
     run_blocks(
         _blocks(frames.shape[0]),
@@ -339,7 +340,7 @@ def interior_block(
         raise ValueError(f"frames {first}..{first + count - 1} are not inside the samples")
     for lo in range(0, count, BLOCK_FRAMES):
         hi = min(lo + BLOCK_FRAMES, count)
-        _log_mel_block(_framed(waveform[start + HOP * lo :], hi - lo), out[lo:hi])
+        log_mel_block(_framed(waveform[start + HOP * lo :], hi - lo), out[lo:hi])
 
 
 def clip_interior_frames(

@@ -45,17 +45,21 @@ from audiogate.streaming.scaffold import (
 from audiogate_granitespeech.features import GraniteSpeechClipFeatures
 from audiogate_granitespeech.geometry import (
     FEATURE_DIM,
+    HALF_WINDOW,
     HOP,
     N_MELS,
     SAMPLE_RATE_HZ,
+    WIN_LENGTH,
     granite_geometry,
     interior_frames,
 )
 from audiogate_granitespeech.logmel import (
+    BLOCK_FRAMES,
     HEAD_FRAMES,
     batch_frames,
     clamp_and_scale,
     interior_block,
+    log_mel_block,
 )
 
 if TYPE_CHECKING:
@@ -75,11 +79,33 @@ STREAM_BLOCK_FRAMES: Final = 16
 
 def _scaled(value: np.float32) -> np.float32:
     """``value / 4 + 1`` in float32, as :func:`~audiogate_granitespeech.logmel.
-    clamp_and_scale` computes it."""
-    out = np.array([value], dtype=np.float32)
-    out *= np.float32(0.25)
-    out += np.float32(1.0)
-    return np.float32(out[0])
+    clamp_and_scale` computes it (float32 scalar operations round as the array's)."""
+    return np.float32(np.float32(value * np.float32(0.25)) + np.float32(1.0))
+
+
+def _end_frames(
+    waveform: npt.NDArray[np.float32], first: int, out: npt.NDArray[np.float32]
+) -> bool:
+    """The frames ``first ..`` (``len(out)`` of them) whose windows read the clip's
+    reflected end, into ``out``: the samples copied into one small block (no index
+    arrays, no block pool), the whole clip's kernel on it. ``False`` (nothing written)
+    where a window also reads the clip's start or reflects past it: the caller takes
+    :func:`~audiogate_granitespeech.logmel.batch_frames`."""
+    count, samples = out.shape[0], waveform.shape[0]
+    start = HOP * first - HALF_WINDOW
+    stop = HOP * (first + count - 1) + HALF_WINDOW  # one past the last sample read
+    mirror = 2 * (samples - 1) - (stop - 1)  # the reflected end's lowest source index
+    if first < HEAD_FRAMES or start < 0 or mirror < 0 or stop <= samples or count > BLOCK_FRAMES:
+        return False
+    segment = np.empty(stop - start, dtype=np.float32)
+    inside = samples - start
+    segment[:inside] = waveform[start:]
+    segment[inside:] = waveform[mirror : samples - 1][::-1]  # x[N - 1 + k] = x[N - 1 - k]
+    frames = np.empty((count, WIN_LENGTH), dtype=np.float32)
+    for index in range(count):
+        frames[index] = segment[HOP * index : HOP * index + WIN_LENGTH]
+    log_mel_block(frames, out)
+    return True
 
 
 class GraniteLogMelSink:
@@ -101,8 +127,8 @@ class GraniteLogMelSink:
         self._samples = GrowingArray(np.float32)
         self._rows = FrameRows(N_MELS)
         # Per streamed block: (first frame, frames, floor it was clamped with, its
-        # smallest unclamped value).
-        self._blocks: list[tuple[int, int, np.float32, np.float32]] = []
+        # smallest unclamped value), the float32 values as Python floats (exact).
+        self._blocks: list[tuple[int, int, float, float]] = []
         self._peak = np.float32(-np.inf)
         self._clip_index = clip_index
         self._cancel = cancel
@@ -164,7 +190,7 @@ class GraniteLogMelSink:
             used = floor
         block *= np.float32(0.25)
         block += np.float32(1.0)
-        self._blocks.append((first, ready - first, used, smallest))
+        self._blocks.append((first, ready - first, float(used), float(smallest)))
 
     def finish(
         self, clip_plan: ClipPlan
@@ -197,15 +223,17 @@ class GraniteLogMelSink:
         peak = self._peak
         tail = self._rows.grow(geometry.frames)[first : geometry.frames]
         if first < geometry.frames:
-            batch_frames(
-                waveform,
-                total_samples=geometry.samples,
-                first=first,
-                stop=geometry.frames,
-                clip_index=self._clip_index,
-                cancel=self._cancel,
-                out=tail,
-            )
+            self._cancel.check(Checkpoint.FEATURE, self._clip_index)
+            if not _end_frames(waveform, first, tail):
+                batch_frames(
+                    waveform,
+                    total_samples=geometry.samples,
+                    first=first,
+                    stop=geometry.frames,
+                    clip_index=self._clip_index,
+                    cancel=self._cancel,
+                    out=tail,
+                )
             peak = max(peak, np.float32(tail.max()))
         floor = np.float32(peak - np.float32(8.0))
         clamp_and_scale(tail, floor)
@@ -213,8 +241,9 @@ class GraniteLogMelSink:
         scaled = _scaled(floor)
         logs = self._rows.take(geometry.frames)
         self.reclamped_frames = 0
+        bound = float(floor)  # (exact: the blocks' floats compare as their float32s)
         for start, count, used, smallest in self._blocks:
-            if used < floor and not smallest >= floor:
+            if used < bound and not smallest >= bound:
                 part = logs[start : start + count]
                 np.maximum(part, scaled, out=part)
                 self.reclamped_frames += count

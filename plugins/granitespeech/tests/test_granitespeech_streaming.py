@@ -70,19 +70,27 @@ def test_every_batch_computes_its_frames(
     sink = stream._sink
     assert sink is not None
     assert sink._rows.done == interior_frames(samples) == 299
-    computed: list[int] = []
+    computed: list[tuple[str, int]] = []
     batch_frames, interior_block = streaming.batch_frames, streaming.interior_block
+    log_mel_block = streaming.log_mel_block
 
     def count_batch(waveform: Any, **kwargs: Any) -> Any:
-        computed.append(kwargs["stop"] - kwargs["first"])
+        computed.append(("batch", kwargs["stop"] - kwargs["first"]))
         return batch_frames(waveform, **kwargs)
 
     def count_interior(waveform: Any, first: int, out: Any) -> None:
-        computed.append(out.shape[0])
+        computed.append(("interior", out.shape[0]))
         interior_block(waveform, first, out)
+
+    def count_end(frames: Any, out: Any) -> None:
+        computed.append(("end", out.shape[0]))
+        log_mel_block(frames, out)
 
     monkeypatch.setattr(streaming, "batch_frames", count_batch)
     monkeypatch.setattr(streaming, "interior_block", count_interior)
+    monkeypatch.setattr(streaming, "log_mel_block", count_end)
     stream.finish(whole_clip_plan(host, policy, 16_000, samples))
-    assert computed == [2]  # frames 299 and 300 read the reflected end
+    # Frames 299 and 300 read the reflected end: one kernel call on their samples (not
+    # batch_frames' index arrays and block pool).
+    assert computed == [("end", 2)]
     stream.close()
