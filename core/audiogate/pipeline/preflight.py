@@ -320,7 +320,7 @@ def preflight_one(
         + decode_working_bytes(decoded)
         + clip_plan.resample.working_bytes
     )
-    return _request_plan(policy, [clip_plan], nbytes, normalized, largest)
+    return _request_plan(policy, (clip_plan,), nbytes, normalized, largest)
 
 
 def _plan_charged(
@@ -360,6 +360,24 @@ def _request_plan(
     """The request's byte checks after its clips' (waveform result, working and prepared
     result bytes), and its plan. ``largest_clip_work``: the largest decoded source and
     its scratch plus the largest resampler scratch, in bytes."""
+    # One pass over the clips for every sum and maximum below (no generator per total:
+    # a stream's final plan runs this once, after a pause, when each costs several µs).
+    truncated_extra: int | None = None
+    feature_bytes = feature_working = stacked = padded = 0
+    every_stacked = True
+    for p in plans:
+        extra = (p.resample.output_samples - p.normalized_samples) * FLOAT32_BYTES
+        if truncated_extra is None or extra > truncated_extra:
+            truncated_extra = extra
+        features = p.features
+        feature_bytes += features.feature_bytes
+        feature_working = max(feature_working, features.working_bytes)
+        collated = features.detail.get(COLLATED_BYTES)
+        if isinstance(collated, int):
+            stacked += int(collated)
+        else:
+            every_stacked = False
+        padded = max(padded, _array_bytes(features.feature_shape))
     result_bytes = normalized * FLOAT32_BYTES
     _check(
         result_bytes,
@@ -370,19 +388,16 @@ def _request_plan(
     # Peak while one clip is in flight: its decoded source and resampler scratch, plus
     # every retained normalized waveform (an untruncated resample output is retained as is;
     # a truncated one is copied, so count its full length once more).
-    truncated_extra = max(
-        ((p.resample.output_samples - p.normalized_samples) * FLOAT32_BYTES for p in plans),
-        default=0,
-    )
-    working = largest_clip_work + truncated_extra + result_bytes
+    working = largest_clip_work + (truncated_extra or 0) + result_bytes
     _check(
         working,
         policy.max_waveform_working_bytes_per_request,
         "waveform working bytes per request",
         kind=MemoryLimitError,
     )
-    feature_bytes = sum(p.features.feature_bytes for p in plans)
-    prepared = feature_bytes + _collated_bytes(plans)
+    # The collated batch: the sum of what each clip adds where the family says it
+    # (stacked rows, :data:`COLLATED_BYTES`), else every clip padded to the largest.
+    prepared = feature_bytes + (stacked if every_stacked else len(plans) * padded)
     _check(
         prepared,
         policy.max_prepared_result_bytes_per_request,
@@ -395,7 +410,7 @@ def _request_plan(
         encoded_bytes=encoded,
         waveform_result_bytes=result_bytes,
         waveform_working_bytes=working,
-        feature_working_bytes=max(p.features.working_bytes for p in plans),
+        feature_working_bytes=feature_working,
         prepared_result_bytes=prepared,
     )
 
@@ -404,15 +419,6 @@ def _request_plan(
 #: stacks its clips' rows in the collated batch (Audio Flamingo 3's and GLM-ASR's 30 s
 #: windows) gives the bytes one clip adds to it.
 COLLATED_BYTES: Final = "collated_bytes"
-
-
-def _collated_bytes(plans: Sequence[ClipPlan]) -> int:
-    """Bytes of the request's collated batch: the sum of what each clip adds where the
-    family says it (stacked rows), else every clip padded to the largest."""
-    stacked = [p.features.detail.get(COLLATED_BYTES) for p in plans]
-    if all(isinstance(b, int) for b in stacked):
-        return sum(int(b) for b in stacked if b is not None)
-    return len(plans) * max(_array_bytes(p.features.feature_shape) for p in plans)
 
 
 def _array_bytes(shape: tuple[int, ...]) -> int:

@@ -36,6 +36,9 @@ __all__ = ["StreamAdmission"]
 _SEARCH_LIMIT: Final = 1 << 40
 
 
+#: The header's fields :meth:`StreamAdmission.geometry` sets at a length.
+_AT_LENGTH: Final = frozenset({"frames", "duration_us", "data_length", "exact"})
+
 #: The last admitted length of recent (host, policy, header) triples: a server's streams
 #: share a few formats, and the search runs ~40 preflights (about a millisecond). Keyed
 #: by identity (a policy is not hashable), the objects kept to check it; oldest out.
@@ -64,6 +67,13 @@ class StreamAdmission:
         self._header = header
         self._clip_index = clip_index
         self._frame_bytes = header.frame_bytes
+        # What attrs.evolve copies of the header (every init field), but for the fields
+        # :meth:`geometry` sets: one call per plan, not evolve's walk of the fields.
+        self._fixed = {
+            field.alias: getattr(header, field.name)
+            for field in attrs.fields(type(header))
+            if field.init and field.alias not in _AT_LENGTH
+        }
         empty = self.geometry(0)
         check_limits(empty, decode_limits(policy), clip_index=clip_index)
         key = (id(host), id(policy), clip_index, empty)
@@ -79,8 +89,8 @@ class StreamAdmission:
 
     def geometry(self, frames: int) -> ClipGeometry:
         """The header at ``frames`` frames."""
-        return attrs.evolve(
-            self._header,
+        return type(self._header)(
+            **self._fixed,
             frames=frames,
             duration_us=frames * MICROS_PER_SECOND // self._header.rate_hz,
             data_length=frames * self._frame_bytes,
