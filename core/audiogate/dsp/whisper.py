@@ -95,6 +95,11 @@ from audiogate.dsp.whisper_geometry import (
 )
 from audiogate.records import readonly
 
+try:  # scipy's own product routine (private; scipy's ``@`` where it moves)
+    from scipy.sparse._sparsetools import csr_matvecs as _CSR_MATVECS
+except ImportError:  # pragma: no cover
+    _CSR_MATVECS = None
+
 __all__ = [
     "BLOCK_FRAMES",
     "CHUNK_SAMPLES",
@@ -223,13 +228,26 @@ def padded_segment(
 
 def framed(array: npt.NDArray[np.float32], offset: int, count: int) -> Any:
     """``count`` frames of 400 every 160 samples from ``array[offset:]``, a read-only view."""
-    base = array[offset:]
-    return np.lib.stride_tricks.as_strided(
-        base,
-        shape=(count, N_FFT),
-        strides=(HOP * base.itemsize, base.itemsize),
-        writeable=False,
+    if not array.flags.c_contiguous:
+        base = array[offset:]
+        return np.lib.stride_tricks.as_strided(
+            base,
+            shape=(count, N_FFT),
+            strides=(HOP * base.itemsize, base.itemsize),
+            writeable=False,
+        )
+    # The ndarray constructor over the buffer: one C call where as_strided runs a few
+    # Python ones (the streams' finish() frames after a pause, where each call is cold),
+    # and it refuses frames past the array's end.
+    view = np.ndarray(
+        (count, N_FFT),
+        dtype=array.dtype,
+        buffer=array,
+        offset=offset * array.itemsize,
+        strides=(HOP * array.itemsize, array.itemsize),
     )
+    view.flags.writeable = False
+    return view
 
 
 def _frame_sources(
@@ -334,6 +352,29 @@ def _item_log_mel(
         rows[row, :, head_frames:] = constant
 
 
+def _mel_product(bank: Any, bins_by_frames: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+    """``bank @ bins_by_frames`` ``[shape=(n_mels, count)]``, float32: for more than one
+    frame the routine scipy's product runs (``csr_matvecs`` into zeros), called directly
+    (scipy's dispatch is a dozen Python calls, each cold in a stream's ``finish()``); one
+    frame goes through scipy (its ``csr_matvec``)."""
+    rows, count = bank.shape[0], bins_by_frames.shape[1]
+    if _CSR_MATVECS is None or count < 2 or not bins_by_frames.flags.c_contiguous:
+        product: npt.NDArray[np.float32] = bank @ bins_by_frames
+        return product
+    energies = np.zeros((rows, count), dtype=np.float32)
+    _CSR_MATVECS(
+        rows,
+        bank.shape[1],
+        count,
+        bank.indptr,
+        bank.indices,
+        bank.data,
+        bins_by_frames.reshape(-1),
+        energies.reshape(-1),
+    )
+    return energies
+
+
 def log_mel_block(parts: list[Any], out: npt.NDArray[np.float32]) -> np.float32:
     """``(log10(max(mel, 1e-10)) + 4) / 4`` of the frames in ``parts`` (consecutive
     ``[shape=(rows, 400)]`` views) into ``out`` ``[shape=(n_mels, count)]``; returns the
@@ -359,7 +400,7 @@ def log_mel_block(parts: list[Any], out: npt.NDArray[np.float32]) -> np.float32:
     # several times cheaper than writing the sum above transposed.
     bins_by_frames = scratch.bins_by_frames[: _BINS * count].reshape(_BINS, count)
     np.copyto(bins_by_frames, power.T)
-    energies = whisper_mel_matrix(n_mels) @ bins_by_frames
+    energies = _mel_product(whisper_mel_matrix(n_mels), bins_by_frames)
     np.maximum(energies, _ENERGY_FLOOR_ROW[:count], out=energies)
     # Correctly rounded float32 log10, as torch's is in all but ~2e-4 of cases (numpy's
     # float32 log10 is an ulp off in half of them): float64 log10, then one rounding.

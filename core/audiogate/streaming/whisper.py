@@ -40,6 +40,7 @@ no shipped family uses it, and :class:`WhisperLogMelStream` refuses it.
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
@@ -242,6 +243,7 @@ class WhisperLogMelStream:
         # The direct layout's features: windows [0, capacity), of which the items'
         # frames fill what they have computed.
         self._windows = np.empty((0, n_mels, self._window_frames), dtype=np.float32)
+        self._no_windows = self._windows
         #: Frames of the pushes' blocks re-clamped by the last finish (0 when none
         #: needed it).
         self.reclamped_frames = 0
@@ -491,7 +493,7 @@ class WhisperLogMelStream:
         array the items' columns are copied into."""
         if self._windowed:
             features = self._windows
-            self._windows = np.empty((0, *features.shape[1:]), dtype=np.float32)
+            self._windows = self._no_windows
             if features.shape != plan.feature_shape:
                 features.resize(plan.feature_shape, refcheck=False)
             return features
@@ -536,7 +538,6 @@ class WhisperLogMelStream:
             raise RuntimeError(f"planned windows of {plan.window_frames} frames")
         waveform = self._samples.view()
         features = self._features(plan)
-        mask = np.zeros((plan.windows, plan.window_frames), dtype=np.bool_)
         self.reclamped_frames = self.padded_frames = 0
         # The prefilled columns of a window are the features' (the direct layout's).
         prefilled = (self._pad_window, self._pad_from, self._pad_value) if self._windowed else None
@@ -550,10 +551,8 @@ class WhisperLogMelStream:
             self._finish_item(
                 clip, item.padded, item.computed, streamed, rows, plan.window_frames, filled
             )
-            ones = min(item.padded // HOP, -(-item.samples // HOP))
-            mask[item.window : item.window + item.windows].reshape(-1)[:ones] = True
         self._items.clear()
-        return plan, readonly(features), readonly(mask)
+        return plan, readonly(features), _plan_mask(plan)
 
     def _finish_item(
         self,
@@ -586,11 +585,15 @@ class WhisperLogMelStream:
             head = padded_segment(clip, padded, -_PAD, HOP * (lo - 1) + _PAD)
             sources.append((0, lo, framed(head, 0, lo)))
         begin = max(lo, streamed.next)
-        if hi > begin:
+        # The interior frames left (under a block) go with the tail in its short copy:
+        # one source, one window product.
+        joined = computed > hi and hi - begin <= STREAM_BLOCK_FRAMES
+        if hi > begin and not joined:
             sources.append((begin, hi, framed(clip, HOP * begin - _PAD, hi - begin)))
         if computed > hi:
-            tail = _end_segment(clip, padded, HOP * hi - _PAD, HOP * (computed - 1) + _PAD)
-            sources.append((hi, computed, framed(tail, 0, computed - hi)))
+            first = begin if joined else hi
+            tail = _end_segment(clip, padded, HOP * first - _PAD, HOP * (computed - 1) + _PAD)
+            sources.append((first, computed, framed(tail, 0, computed - first)))
         streamed_blocks = len(streamed.blocks)
         start = sources[0][0] if sources else computed
         while start < computed:
@@ -634,6 +637,29 @@ class WhisperLogMelStream:
             if head_frames < stop:
                 rows[row, :, head_frames:stop] = constant
                 self.padded_frames += stop - head_frames
+
+
+def _plan_mask(plan: WhisperPlan) -> npt.NDArray[np.bool_]:
+    """The plan's frame mask ``[shape=(windows, window_frames)]``, read-only, as
+    :func:`~audiogate.dsp.whisper.whisper_log_mel` makes it."""
+    spans = tuple(
+        (item.window, item.windows, min(item.padded // HOP, -(-item.samples // HOP)))
+        for item in plan.items
+    )
+    return _mask(plan.windows, plan.window_frames, spans)
+
+
+@functools.lru_cache(maxsize=16)
+def _mask(
+    windows: int, window_frames: int, spans: tuple[tuple[int, int, int], ...]
+) -> npt.NDArray[np.bool_]:
+    """A read-only mask, shared by the streams of one geometry (its fill is a few cold
+    NumPy calls in ``finish()``): ``ones`` leading frames of each item's
+    ``(window, windows, ones)``."""
+    mask = np.zeros((windows, window_frames), dtype=np.bool_)
+    for window, count, ones in spans:
+        mask[window : window + count].reshape(-1)[:ones] = True
+    return readonly(mask)
 
 
 def _end_segment(
@@ -781,7 +807,9 @@ class WhisperFeatureStream:
                 f"({clip_plan.normalized_samples} of {resample.output_samples} samples), "
                 f"streamed over {resampler.source_frames} frames"
             )
-        mel.push(resampler.finish())
+        rest = resampler.finish()
+        if rest.shape[0]:
+            mel.push(rest)
         extra = resample.output_samples - mel.samples
         # Only "soxr_hq" pads soxr's output with zeros to librosa's length; any other
         # shortfall is a plan the stream did not run.
