@@ -61,6 +61,8 @@ import httpx
 import numpy as np
 from prometheus_client.parser import text_string_to_metric_families
 
+from audiogate.server.protocol import REFUSED_READ_PAUSE_S
+
 REPO = Path(__file__).resolve().parent.parent
 MIB = 1 << 20
 PREPARE = "/v1/audio/prepare"
@@ -613,6 +615,46 @@ SWEEP_ROUNDS = 6
 IDLE_S = 2.0
 
 
+#: The concurrencies of the sweep's short rounds (``--short-rounds``): the two the
+#: targets are read at and every lower one of the sweep.
+SHORT_CONCURRENCY = (1, 8, 32, 64)
+#: Seconds per point of a short round (after a warm-up of at most 0.5 s).
+SHORT_POINT_S = 3.0
+
+
+def short_ratios(
+    server: ServerProcess,
+    bodies: list[bytes],
+    *,
+    rounds: int,
+    duration_s: float,
+    warmup_s: float,
+    processes: int,
+) -> dict[int, list[float]]:
+    """Goodput at c = 32 and 64 over the highest at a lower c, each within one short
+    round of :data:`SHORT_CONCURRENCY` (its points seconds apart, alternately ascending
+    and descending): a drift of the machine's speed over minutes, which moves the
+    sweep's medians by more than the 10 % margin, weighs on each ratio for seconds only.
+    Returns the ratios by concurrency, one per round, sorted."""
+    ratios: dict[int, list[float]] = {32: [], 64: []}
+    for index in range(rounds):
+        order = SHORT_CONCURRENCY if index % 2 == 0 else SHORT_CONCURRENCY[::-1]
+        goodput = {
+            c: sweep_point(
+                server,
+                bodies,
+                c,
+                duration_s=duration_s,
+                warmup_s=warmup_s,
+                processes=processes,
+            )["goodput"]
+            for c in order
+        }
+        for c, found in ratios.items():
+            found.append(goodput[c] / max(goodput[q] for q in SHORT_CONCURRENCY if q < c))
+    return {c: sorted(found) for c, found in ratios.items()}
+
+
 def sweep_order(round_index: int) -> tuple[int, ...]:
     """The concurrencies of one sweep round in the order they run: ascending in even
     rounds, descending in odd ones."""
@@ -673,8 +715,9 @@ def sweep(args: argparse.Namespace) -> int:
     print(
         f"overload sweep: gemma-3n-e4b-it, server on CPU {sorted(SERVER_CPUS)} (--workers "
         f"{args.workers}), raw-socket clients on CPU {sorted(CLIENT_CPUS)} "
-        f"({args.client_processes} processes), {args.duration:.0f} s per point after "
-        f"{args.warmup:.0f} s of warm-up, {RETRY_PAUSE_S * 1e3:g} ms pause after a 429, "
+        f"({args.client_processes} processes), {args.duration:g} s per point after "
+        f"{args.warmup:g} s of warm-up, {RETRY_PAUSE_S * 1e3:g} ms pause after a 429 "
+        f"(the server answers a kept-alive refusal {REFUSED_READ_PAUSE_S:g} s after its head), "
         f"load average {os.getloadavg()[0]:.1f} on "
         f"{os.cpu_count()} CPUs"
     )
@@ -717,6 +760,16 @@ def sweep(args: argparse.Namespace) -> int:
                 }
                 rounds.append([measured[c] for c in SWEEP_CONCURRENCY])
             points = [_median_point([r[i] for r in rounds]) for i in range(len(SWEEP_CONCURRENCY))]
+            short = None
+            if args.short_rounds:
+                short = short_ratios(
+                    server,
+                    bodies,
+                    rounds=args.short_rounds,
+                    duration_s=SHORT_POINT_S,
+                    warmup_s=min(args.warmup, 0.5),
+                    processes=args.client_processes,
+                )
             with httpx.Client(base_url=server.url, timeout=30.0) as client:
                 deadline = time.monotonic() + 10
                 while True:
@@ -756,14 +809,23 @@ def sweep(args: argparse.Namespace) -> int:
         # The knee: the highest concurrency below 32 within 90 % of the peak below 32.
         peak_low = max(p["goodput"] for p in points if p["c"] < 32)
         knee = [p for p in points if p["c"] < 32 and p["goodput"] >= 0.9 * peak_low][-1]
+        goodput_on = "the medians above"
+        if args.short_rounds:
+            goodput_on = "the short rounds' median within-round ratio"
         print(
-            "targets (issue #33), read on the medians above: goodput at c = 32 and 64 at "
-            "least 90 % of the highest at a lower c; p99 at most 2x the knee's"
+            "targets (issue #33): goodput at c = 32 and 64 at least 90 % of the highest at a "
+            f"lower c (read on {goodput_on}); p99 at most 2x the knee's (read on the medians "
+            "above)"
         )
         for i, p in enumerate(points):
             if p["c"] in (32, 64):
                 lower = max(q["goodput"] for q in points if q["c"] < p["c"])
                 held = p["goodput"] >= 0.9 * lower
+                read_on = "ratio of the medians"
+                if short is not None:
+                    # The short rounds' median ratio: the estimate the drift moves least.
+                    held = statistics.median(short[p["c"]]) >= 0.9
+                    read_on = "short rounds"
                 tail = p["p99_ms"] <= 2 * knee["p99_ms"]
                 # The same ratio within each round (its points minutes apart at most):
                 # their spread says how far the verdict stands from the noise.
@@ -775,12 +837,23 @@ def sweep(args: argparse.Namespace) -> int:
                 )
                 print(
                     f"c={p['c']:.0f}: goodput {p['goodput'] / lower:.0%} of the peak below "
-                    f"(ratio of the medians: {'held' if held else 'MISSED'}), p99 "
+                    f"(ratio of the medians), p99 "
                     f"{p['p99_ms'] / knee['p99_ms']:.2f}x the knee's (c={knee['c']:.0f}) "
                     f"({'held' if tail else 'MISSED'}); within each round "
                     f"{', '.join(f'{x:.0%}' for x in ratios)} (median of the within-round "
                     f"ratios {statistics.median(ratios):.0%}); per server CPU second "
                     f"{per_cpu:.0%}"
+                )
+                if short is not None:
+                    print(
+                        f"  short rounds ({len(short[p['c']])} of {SHORT_POINT_S:g} s points, c = "
+                        f"{', '.join(map(str, SHORT_CONCURRENCY))} alternately up and down): "
+                        f"{', '.join(f'{x:.0%}' for x in short[p['c']])} (median "
+                        f"{statistics.median(short[p['c']]):.0%})"
+                    )
+                print(
+                    f"  c={p['c']:.0f} goodput, read on the {read_on}: "
+                    f"{'held' if held else 'MISSED'}"
                 )
                 failed |= not (held and tail)
         if any(gauges.values()):
@@ -880,7 +953,7 @@ def split(args: argparse.Namespace) -> int:
         f"server cost split: gemma-3n-e4b-it, -c {SPLIT_CONCURRENCY}, server on CPU "
         f"{sorted(SERVER_CPUS)} (--workers {args.workers}, feature cache on), raw-socket "
         f"clients on CPU {sorted(CLIENT_CPUS)} ({args.client_processes} processes), "
-        f"{args.duration:.0f} s per run after {args.warmup:.0f} s of warm-up, best of "
+        f"{args.duration:g} s per run after {args.warmup:g} s of warm-up, best of "
         f"{args.runs} runs; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
     )
     print(
@@ -987,6 +1060,18 @@ def main() -> int:
         type=int,
         default=SWEEP_ROUNDS,
         help="the sweep's rounds of every concurrency in turn (each point: its median)",
+    )
+    parser.add_argument(
+        "--short-rounds",
+        type=int,
+        default=0,
+        metavar="N",
+        help=(
+            "after the sweep's rounds, N short rounds of c = "
+            f"{', '.join(map(str, SHORT_CONCURRENCY))} ({SHORT_POINT_S:g} s points) on the "
+            "same server; the goodput verdict is then read on the median of their "
+            "within-round ratios (default 0: on the ratio of the medians)"
+        ),
     )
     parser.add_argument(
         "--clips",
