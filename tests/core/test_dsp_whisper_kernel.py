@@ -37,3 +37,23 @@ def test_framed_is_the_strided_view() -> None:
     assert samples.flags.writeable
     with pytest.raises(ValueError, match="strides"):
         framed(samples, 5_000 - 399, 2)  # past the end
+
+
+@pytest.mark.parametrize("n_mels", [80, 128])
+@pytest.mark.parametrize("count", [1, 2, 3, 54, 64, 65, 200])
+def test_a_small_block_is_the_large_blocks_columns(n_mels: int, count: int) -> None:
+    """Frames are independent in the kernel: a block of any size (the transposed sum up
+    to 64 frames, the transposed copy above) gives the 256-frame block's columns."""
+    samples = np.random.default_rng(count).standard_normal(160 * 300).astype(np.float32)
+    large = np.empty((n_mels, 256), dtype=np.float32)
+    peak = whisper.log_mel_block([framed(samples, 0, 256)], large)
+    small = np.empty((n_mels, count), dtype=np.float32)
+    first = 256 - count
+    small_peak = whisper.log_mel_block([framed(samples, 160 * first, count)], small)
+    assert np.array_equal(small.view(np.uint32), large[:, first:].view(np.uint32))
+    assert small_peak <= peak
+    windowed = np.asarray(framed(samples, 0, 4) * whisper._WINDOW, dtype=np.float64)
+    expected = np.fft.rfft(windowed, axis=-1)
+    got = np.empty((4, 201), dtype=np.complex128)
+    whisper._rfft(windowed, got)
+    assert np.array_equal(got.view(np.float64), expected.view(np.float64))

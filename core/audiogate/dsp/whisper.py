@@ -99,6 +99,9 @@ try:  # scipy's own product routine (private; scipy's ``@`` where it moves)
     from scipy.sparse._sparsetools import csr_matvecs as _CSR_MATVECS
 except ImportError:  # pragma: no cover
     _CSR_MATVECS = None
+# The ufunc behind ``np.fft.rfft`` for an even length (private; the public call where
+# it moves).
+_RFFT_N_EVEN: Any = getattr(getattr(np.fft, "_pocketfft_umath", None), "rfft_n_even", None)
 
 __all__ = [
     "BLOCK_FRAMES",
@@ -121,6 +124,8 @@ __all__ = [
 
 _PAD: Final = N_FFT // 2
 _BINS: Final = N_FFT // 2 + 1
+#: Up to this many frames the kernel writes the power transposed in one call.
+_TRANSPOSED_SUM_FRAMES: Final = 64
 _MAX_MELS: Final = max(MEL_BINS)
 _F_MAX_HZ: Final = 8000.0
 #: ``log10`` of the reference's float32 clamp floor, correctly rounded: -10.0, the log-mel
@@ -352,6 +357,16 @@ def _item_log_mel(
         rows[row, :, head_frames:] = constant
 
 
+def _rfft(frames: npt.NDArray[np.float64], out: npt.NDArray[np.complex128]) -> None:
+    """``np.fft.rfft(frames, axis=-1, out=out)`` for 400-point frames: the ufunc it
+    calls, called directly (its wrapper's Python steps are cold in a stream's
+    ``finish()``)."""
+    if _RFFT_N_EVEN is None:
+        np.fft.rfft(frames, axis=-1, out=out)
+    else:
+        _RFFT_N_EVEN(frames, 1, axes=[(1,), (), (1,)], out=out)
+
+
 def _mel_product(bank: Any, bins_by_frames: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
     """``bank @ bins_by_frames`` ``[shape=(n_mels, count)]``, float32: for more than one
     frame the routine scipy's product runs (``csr_matvecs`` into zeros), called directly
@@ -391,15 +406,18 @@ def log_mel_block(parts: list[Any], out: npt.NDArray[np.float32]) -> np.float32:
         np.multiply(frames, _WINDOW, out=windowed[first:stop], dtype=np.float32)
         first = stop
     spectrum = scratch.spectrum[:count]
-    np.fft.rfft(windowed, axis=-1, out=spectrum)
+    _rfft(windowed, spectrum)
     components = spectrum.view(np.float64)
     np.square(components, out=components)
-    power = scratch.power[:count]
-    np.add(components[:, 0::2], components[:, 1::2], out=power, casting="same_kind")
-    # Bins by frames, the layout the sparse product reads; a plain transposed copy is
-    # several times cheaper than writing the sum above transposed.
+    # Bins by frames, the layout the sparse product reads; for a large block a plain
+    # transposed copy is several times cheaper than writing the sum transposed, for a
+    # small one (a stream's last frames, run cold) one call fewer is.
     bins_by_frames = scratch.bins_by_frames[: _BINS * count].reshape(_BINS, count)
-    np.copyto(bins_by_frames, power.T)
+    small = count <= _TRANSPOSED_SUM_FRAMES
+    power = bins_by_frames.T if small else scratch.power[:count]
+    np.add(components[:, 0::2], components[:, 1::2], out=power, casting="same_kind")
+    if not small:
+        np.copyto(bins_by_frames, power.T)
     energies = _mel_product(whisper_mel_matrix(n_mels), bins_by_frames)
     np.maximum(energies, _ENERGY_FLOOR_ROW[:count], out=energies)
     # Correctly rounded float32 log10, as torch's is in all but ~2e-4 of cases (numpy's
