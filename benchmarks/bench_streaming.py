@@ -53,6 +53,13 @@ whole clip's CPU:
   transport adds, and the family's tail over it what its frontend's last batch and
   ``finish()`` cost (the admission at the final length included).
 
+``--tail-parts`` prints, per family (and for the no-op frontend, ``(no-op)``), where
+the tail's CPU goes, cold: the CPU of this thread inside each step of the tail (the
+last chunk's admission and hand-over, the last batch decoded and hashed, the
+frontend's last push and ``finish()``, the admission at the final length, the family's
+two plans, the clip's records), inclusive (a step's parts are in it too), medians over
+the faster half of ``2 * --runs`` streams, stamped only after the last chunk.
+
 The last column says which of the issue's targets the family meets at this run
 (``tail``: tail CPU at most 10 % of the whole clip's; ``prep``: prep x at most 1.3).
 Each figure is the best of ``--runs`` (other processes only ever add time); run it
@@ -63,10 +70,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import hashlib
 import os
+import statistics
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -74,9 +83,11 @@ import numpy as np
 from audiogate.acquire.clip import EncodedClip
 from audiogate.decode import inspect
 from audiogate.decode.geometry import SourceFormat
-from audiogate.host import create_host
+from audiogate.host import FamilyHost, create_host
 from audiogate.pipeline.preflight import preflight
 from audiogate.pipeline.process import process_request
+from audiogate.streaming import admission as admission_module
+from audiogate.streaming import frontend as frontend_module
 from audiogate.streaming import transport
 from audiogate.streaming.frontend import IncrementalClipStream, StreamedClip, open_clip_stream
 from audiogate.streaming.transport import prepare_stream
@@ -243,21 +254,102 @@ class _IdleStream:
         pass
 
 
-def _tail_floor_transport(
-    host, policy, data: bytes, fmt: SourceFormat, chunk: int, pause_s: float, runs: int
-) -> tuple[float, float]:
-    """``(wall, CPU)`` of the tail of :func:`prepare_stream` over a frontend that computes
-    nothing (best of ``runs``; the transport's own decode, hash and hops remain)."""
+@contextlib.contextmanager
+def _idle_frontend(host, policy, data: bytes, fmt: SourceFormat) -> Iterator[None]:
+    """:func:`prepare_stream` over :class:`_IdleStream` (finishing with ``data``'s clip)."""
     stream = open_clip_stream(host, policy, inspect(data, clip_index=0, source_format=fmt))
     stream.push(np.frombuffer(data, "<i2").astype(np.float32) / np.float32(32768))
     done = stream.finish()
     opened = transport.open_clip_stream
     transport.open_clip_stream = lambda *args, **kwargs: _IdleStream(done)
     try:
-        tails = [_streamed(host, policy, data, fmt, chunk, 0.0, pause_s) for _ in range(runs + 1)]
+        yield
     finally:
         transport.open_clip_stream = opened
+
+
+def _tail_floor_transport(
+    host, policy, data: bytes, fmt: SourceFormat, chunk: int, pause_s: float, runs: int
+) -> tuple[float, float]:
+    """``(wall, CPU)`` of the tail of :func:`prepare_stream` over a frontend that computes
+    nothing (best of ``runs``; the transport's own decode, hash and hops remain)."""
+    with _idle_frontend(host, policy, data, fmt):
+        tails = [_streamed(host, policy, data, fmt, chunk, 0.0, pause_s) for _ in range(runs + 1)]
     return min(t for t, _, _ in tails[1:]), min(c for _, c, _ in tails[1:])
+
+
+#: The tail's steps :func:`_tail_parts` stamps: (label, owner, attribute).
+_TAIL_STEPS: tuple[tuple[str, object, str], ...] = (
+    ("last chunk admitted", transport._Receiver, "arrived"),
+    ("last batch handed over", transport._Receiver, "hand_over"),
+    ("finish (transport)", transport._Receiver, "finish"),
+    ("batch decoded+hashed+pushed", transport._Receiver, "_decode"),
+    ("frontend push", IncrementalClipStream, "push"),
+    ("frontend finish", frontend_module._BaseStream, "finish"),
+    ("final plan", admission_module.StreamAdmission, "plan"),
+    ("family plan_resample", FamilyHost, "plan_resample"),
+    ("family plan_features", FamilyHost, "plan_features"),
+    ("check_features", FamilyHost, "check_features"),
+    ("PreparedClip", transport, "streamed_prepared_clip"),
+)
+
+
+def _tail_parts(
+    host, policy, data: bytes, fmt: SourceFormat, chunk: int, pause_s: float, runs: int
+) -> list[tuple[str, float]]:
+    """``(step, median µs of this thread's CPU inside it)`` of the tail's steps
+    (:data:`_TAIL_STEPS`), over the faster half of ``2 * runs`` streams."""
+    on = [False]
+    spent: dict[str, int] = {}
+
+    def stamped(label: str, function):
+        def step(*args, **kwargs):
+            if not on[0]:
+                return function(*args, **kwargs)
+            start = time.thread_time_ns()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                spent[label] = spent.get(label, 0) + time.thread_time_ns() - start
+
+        return step
+
+    saved = [(owner, name, getattr(owner, name)) for _, owner, name in _TAIL_STEPS]
+    for label, owner, name in _TAIL_STEPS:
+        setattr(owner, name, stamped(label, getattr(owner, name)))
+    chunks = _chunks
+
+    def stamping(*args) -> AsyncIterator[bytes]:
+        last: list[float] = args[-1]
+
+        async def chunks_on() -> AsyncIterator[bytes]:
+            async for piece in chunks(*args):
+                on[0] = bool(last)  # (stamped: the last chunk handed over)
+                yield piece
+
+        return chunks_on()
+
+    found: list[tuple[float, dict[str, int]]] = []
+    globals()["_chunks"] = stamping
+    try:
+        for _ in range(2 * runs + 1):
+            spent = {}
+            _, tail_cpu, _ = _streamed(host, policy, data, fmt, chunk, 0.0, pause_s)
+            on[0] = False
+            found.append((tail_cpu, spent))
+    finally:
+        globals()["_chunks"] = chunks
+        for owner, name, function in saved:
+            setattr(owner, name, function)
+    fastest = sorted(found[1:], key=lambda run: run[0])[:runs]
+    parts = [("tail (process CPU)", statistics.median(t for t, _ in fastest) * 1e6)]
+    for label, _, _ in _TAIL_STEPS:
+        parts.append((label, statistics.median(d.get(label, 0) for _, d in fastest) / 1e3))
+    return parts
+
+
+def _print_tail_parts(name: str, parts: list[tuple[str, float]]) -> None:
+    print(f"{name} tail, cold (µs): " + "; ".join(f"{label} {us:.0f}" for label, us in parts))
 
 
 def _met(tail_share: float, prep: float) -> str:
@@ -285,6 +377,9 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--families", default="")
     parser.add_argument("--floor", action="store_true", help="add the floor (see above)")
+    parser.add_argument(
+        "--tail-parts", action="store_true", help="add the tail's cold breakdown (see above)"
+    )
     args = parser.parse_args()
     host = create_host()
     families = [f for f in args.families.split(",") if f] or sorted(host.families)
@@ -353,6 +448,16 @@ def main() -> None:
             + (f" {floor / whole_cpu:7.1%} {tail_floor / whole_cpu:8.1%}" if args.floor else "")
             + f"  {_met(tail_cpu / whole_cpu, (stream_cpu - producer) / whole_cpu)}"
         )
+    if args.tail_parts:
+        policy = host.default_policy(families[0])
+        with _idle_frontend(host, policy, data, fmt):
+            _print_tail_parts(
+                "(no-op)", _tail_parts(host, policy, data, fmt, chunk, pause_s, args.runs)
+            )
+        for family in families:
+            policy = host.default_policy(family)
+            parts = _tail_parts(host, policy, data, fmt, chunk, pause_s, args.runs)
+            _print_tail_parts(family, parts)
     print(
         f"Targets (issue #34): tail CPU <= {TAIL_TARGET:.0%} of the whole clip's CPU (read on "
         f"'cpu %'), streamed CPU less the producer's <= {PREP_TARGET}x the whole clip's (read "
