@@ -41,6 +41,7 @@ no shipped family uses it, and :class:`WhisperLogMelStream` refuses it.
 from __future__ import annotations
 
 import functools
+import heapq
 from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
@@ -124,23 +125,28 @@ class _Item:
     was clamped with, its smallest value before the clamp)``: a push that raises the
     floor, and ``finish``, re-clamp only the blocks that hold a value under it and were
     clamped with a lower one (``max(max(x, a), b) == max(x, b)`` for ``b >= a``);
-    ``blocks[:sound]`` are clamped as the floor ``settled`` asks.
+    after a push the blocks are clamped as the floor ``settled`` asks. So that a rise of the
+    floor looks only at the blocks it may change (not all of them), the blocks are
+    split by their minimum: ``low`` (positions; ``low_frames`` frames) hold a value
+    under a floor seen so far, ``above`` (a heap of ``(minimum, position)``) none.
 
     ``columns`` (the buffered layout only): the frames ``[shape=(n_mels, capacity)]``,
     column ``t`` frame ``t``, grown four times at each step up to ``limit`` columns.
     """
 
     __slots__ = (
+        "above",
         "blocks",
         "columns",
         "floor",
         "head",
         "limit",
+        "low",
+        "low_frames",
         "next",
         "peak",
         "settled",
         "settled_at",
-        "sound",
     )
 
     def __init__(self, n_mels: int, limit: int | None) -> None:
@@ -149,13 +155,32 @@ class _Item:
         self.peak = _NO_FLOOR
         self.floor = _NO_FLOOR  # the scaled floor of ``peak``
         self.blocks: list[tuple[int, int, np.float32, np.float32]] = []
-        # Every block of ``blocks[:sound]`` is clamped as the floor ``settled`` asks
-        # (re-clamped in the pushes when the running floor rises).
+        # Every block is clamped as the floor ``settled`` asks after a push (re-clamped
+        # in the pushes when the running floor rises), unless ``settled < floor``.
         self.settled = _NO_FLOOR
-        self.sound = 0
         self.settled_at = FIRST_INTERIOR_FRAME  # ``next`` at the last re-clamp in a push
+        self.low: list[int] = []
+        self.low_frames = 0
+        self.above: list[tuple[float, int]] = []
         self.columns = np.empty((n_mels, 0), dtype=np.float32)
         self.limit = limit
+
+    def add_block(self, first: int, count: int, used: np.float32, minimum: np.float32) -> None:
+        """Record a computed block (clamped with ``used``; ``minimum`` before the clamp)."""
+        position = len(self.blocks)
+        self.blocks.append((first, count, used, minimum))
+        if minimum >= self.floor:
+            heapq.heappush(self.above, (float(minimum), position))
+        else:  # under the floor, or NaN
+            self.low.append(position)
+            self.low_frames += count
+
+    def sink(self, floor: np.float32) -> None:
+        """Move the blocks holding a value under ``floor`` from ``above`` to ``low``."""
+        while self.above and self.above[0][0] < floor:
+            _, position = heapq.heappop(self.above)
+            self.low.append(position)
+            self.low_frames += self.blocks[position][1]
 
     @property
     def done(self) -> int:
@@ -336,8 +361,6 @@ class WhisperLogMelStream:
         for index, item in enumerate(self._items):
             if item.floor > item.settled:
                 self._settle(index, item)
-            else:
-                item.sound = len(item.blocks)
         if self._windowed and self._window_frames > DIRECT_WINDOW_FRAMES:
             self._prefill(len(self._items) - 1, self._items[-1])
 
@@ -366,14 +389,12 @@ class WhisperLogMelStream:
         one that hold a value under it, unless they span more than
         :data:`SETTLE_FRAMES` (then ``finish`` does, once the floor is final)."""
         floor = item.floor
-        stale = [
-            position
-            for position, (_, _, used, minimum) in enumerate(item.blocks)
-            if used < floor and not minimum >= floor
-        ]
+        item.sink(floor)
         calm = item.next - item.settled_at
-        if sum(item.blocks[position][1] for position in stale) > max(SETTLE_FRAMES, 4 * calm):
+        # (``low_frames`` bounds the stale blocks' frames: checked before any scan.)
+        if item.low_frames > max(SETTLE_FRAMES, 4 * calm):
             return
+        stale = [position for position in item.low if item.blocks[position][2] < floor]
         if stale:
             if self._windowed:
                 base = index if self._padding == "windows" else 0
@@ -388,7 +409,6 @@ class WhisperLogMelStream:
                 self.settled_frames += count
             item.settled_at = item.next
         item.settled = floor
-        item.sound = len(item.blocks)
 
     def _room(self, first: int) -> int:
         """Frames from ``first`` a block may span: up to the window's end where frames
@@ -449,7 +469,7 @@ class WhisperLogMelStream:
         if not minimum >= floor:  # NaN too
             np.maximum(out, np.full(count, floor), out=out)  # a row: see _ENERGY_FLOOR_ROW
             used = floor
-        item.blocks.append((first, count, used, minimum))
+        item.add_block(first, count, used, minimum)
 
     def _advance(self) -> None:
         """Compute the complete blocks of interior frames the items' samples allow."""
@@ -594,7 +614,7 @@ class WhisperLogMelStream:
             first = begin if joined else hi
             tail = _end_segment(clip, padded, HOP * first - _PAD, HOP * (computed - 1) + _PAD)
             sources.append((first, computed, framed(tail, 0, computed - first)))
-        streamed_blocks = len(streamed.blocks)
+        made: list[int] = []  # the blocks made here (positions)
         start = sources[0][0] if sources else computed
         while start < computed:
             row, column = divmod(start, window_frames)
@@ -609,6 +629,7 @@ class WhisperLogMelStream:
             peak = log_mel_block(parts, out)
             streamed.peak = max(streamed.peak, peak)
             # Clamped below with the final floor, with every block that needs it.
+            made.append(len(streamed.blocks))
             streamed.blocks.append((start, stop - start, _NO_FLOOR, np.float32(out.min())))
             start = stop
         peak = streamed.peak
@@ -620,14 +641,21 @@ class WhisperLogMelStream:
         floor = _scaled_floor(peak)
         constant = max(_PAD_CONSTANT, floor)
         floor_row: npt.NDArray[np.float32] | None = None
-        checked = streamed.sound if floor == streamed.settled else 0
-        for position in range(checked, len(streamed.blocks)):
+        # The pushes' blocks that may hold a value under the final floor: none where it
+        # is the floor they settled (every push ends settled, or with its floor under
+        # the item's), else ``low`` and those under it in ``above``.
+        pushed: list[int] = []
+        first_made = made[0] if made else len(streamed.blocks)
+        if floor != streamed.settled:
+            streamed.sink(floor)
+            pushed = streamed.low
+        for position in (*pushed, *made):
             first, count, used, minimum = streamed.blocks[position]
             if used < floor and not minimum >= floor:
                 if floor_row is None:
                     floor_row = np.full(min(window_frames, BLOCK_FRAMES), floor)
                 _clamp(rows, window_frames, first, count, floor_row)
-                if position < streamed_blocks:  # (not one made here)
+                if position < first_made:  # (not one made here)
                     self.reclamped_frames += count
         for row in range(rows.shape[0]):
             head_frames = min(window_frames, max(0, computed - row * window_frames))
