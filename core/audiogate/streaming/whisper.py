@@ -17,18 +17,22 @@ a), b) == max(x, b)`` for ``b >= a`` and the floor is monotone in the maximum, o
 blocks that hold a value under a risen floor and were clamped with a lower one need a
 re-clamp: the push that raised the floor re-clamps them (up to :data:`SETTLE_FRAMES`),
 and ``finish`` those the last batch's (or its own frames') maximum changes, or that a
-push left (none, for a clip whose maximum stops rising early). Where the window is at
-most 30 s (every mode but ``"longest"``, and windows up to :data:`DIRECT_WINDOW_FRAMES`),
-the frames are written straight into the features array, grown by whole windows, once an
-item passes :data:`BUFFERED_FRAMES` frames: no copy at ``finish``.
+push left (none, for a clip whose maximum stops rising early); a rise looks only at the
+blocks holding a value under it (:class:`_Item`). Where the window is at most 30 s, or
+is the one window of ``"max_length"`` (Qwen2.5-Omni's 300 s), the frames are written
+straight into the features array, grown by whole windows, once an item passes
+:data:`BUFFERED_FRAMES` frames: no copy at ``finish``; a wider window's padding is filled
+by the pushes once the running maximum has held :data:`PREFILL_STEADY_FRAMES` frames.
 
 What remains for :meth:`WhisperLogMelStream.finish`: the frames the pushes left, in as
 few kernel calls as blocks allow (one, at most :data:`~audiogate.dsp.whisper.BLOCK_FRAMES`
-frames, for the usual tail): the interior frames of the last incomplete block, the last
-frames whose window reaches past the clip's end (zero padding, or the end reflection,
-copied by slices) and a short clip's head frames; the copy of the buffered frames
-(``"longest"`` and Qwen2.5-Omni's 300 s window); the re-clamp of the blocks the final
-maximum changes; the constant frames of the padding; and the mask.
+frames, for the usual tail): the interior frames of the last incomplete block and the
+last frames whose window reaches past the clip's end, framed from one short copy (zero
+padding, or the end reflection, copied by slices), and a short clip's head frames; the
+copy of the buffered frames (``"longest"``, and a clip of at most
+:data:`BUFFERED_FRAMES` frames); the re-clamp of the blocks the final maximum changes;
+the constant frames of the padding the pushes did not fill; and the mask (a cached
+read-only array per geometry).
 Every frame's value is computed by the same kernel
 (:func:`audiogate.dsp.whisper.log_mel_block`) on the same samples as the whole-clip
 path, and the kernel treats frames independently, so the result is bit-identical
