@@ -2,7 +2,8 @@
 one kernel call on the reflected end's samples) equal :func:`~audiogate_granitespeech.
 logmel.batch_frames` of the clip alone, bit for bit, at every length around the hop and
 the window; where a window also reads the clip's start it declines (``batch_frames``
-then runs, as before)."""
+then runs, as before). The frames' view (``_framed``) reads every hop and refuses a
+buffer too short for its frames."""
 
 from __future__ import annotations
 
@@ -39,3 +40,16 @@ def test_windows_reading_the_start_are_left_to_batch_frames(samples: int) -> Non
     assert geometry.interior < 2
     assert not _end_frames(x, geometry.interior, out)
     assert (out == 7.0).all()  # nothing written
+
+
+def test_framed_views_every_hop_and_refuses_a_short_buffer() -> None:
+    from audiogate_granitespeech.logmel import _framed
+
+    x = np.arange(160 * 4 + 400, dtype=np.float32)
+    frames = _framed(x, 5)
+    expected = np.lib.stride_tricks.sliding_window_view(x, 400)[::160]
+    np.testing.assert_array_equal(frames, expected)
+    assert not frames.flags.writeable
+    assert np.shares_memory(frames, x)
+    with pytest.raises(ValueError, match="size of buffer"):  # a 6th frame: past the end
+        _framed(x, 6)
