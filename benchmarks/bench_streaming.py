@@ -54,11 +54,13 @@ whole clip's CPU:
   ``finish()`` cost (the admission at the final length included).
 
 ``--tail-parts`` prints, per family (and for the no-op frontend, ``(no-op)``), where
-the tail's CPU goes, cold: the CPU of this thread inside each step of the tail (the
+the tail's CPU goes, cold: the CPU of the thread running each step of the tail (the
 last chunk's admission and hand-over, the last batch decoded and hashed, the
 frontend's last push and ``finish()``, the admission at the final length, the family's
 two plans, the clip's records), inclusive (a step's parts are in it too), medians over
-the faster half of ``2 * --runs`` streams, stamped only after the last chunk.
+the faster half of ``2 * --runs`` streams, stamped only after the last chunk: a stream
+whose thread has not caught up by then (a loaded machine) counts the batches it still
+decodes and pushes there too.
 
 The last column says which of the issue's targets the family meets at this run
 (``tail``: tail CPU at most 10 % of the whole clip's; ``prep``: prep x at most 1.3).
@@ -297,7 +299,7 @@ _TAIL_STEPS: tuple[tuple[str, object, str], ...] = (
 def _tail_parts(
     host, policy, data: bytes, fmt: SourceFormat, chunk: int, pause_s: float, runs: int
 ) -> list[tuple[str, float]]:
-    """``(step, median µs of this thread's CPU inside it)`` of the tail's steps
+    """``(step, median µs of CPU inside it, by the thread running it)`` of the tail's steps
     (:data:`_TAIL_STEPS`), over the faster half of ``2 * runs`` streams."""
     on = [False]
     spent: dict[str, int] = {}
@@ -330,6 +332,7 @@ def _tail_parts(
         return chunks_on()
 
     found: list[tuple[float, dict[str, int]]] = []
+    _whole(host, policy, data, fmt)  # warm, as the table's runs are
     globals()["_chunks"] = stamping
     try:
         for _ in range(2 * runs + 1):
