@@ -132,6 +132,16 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _refusal_delay(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 <= value <= 1:  # at most the answer's Retry-After (nan compares false)
+        raise argparse.ArgumentTypeError(f"{text!r} is not a delay in seconds from 0 to 1")
+    return value
+
+
 def _port(text: str) -> int:
     try:
         value = int(text)
@@ -305,6 +315,18 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
             "address; the default)"
         ),
     )
+    refusal_delay = _default(ServerLimits, "refusal_delay_s")
+    p.add_argument(
+        "--refusal-delay",
+        type=_refusal_delay,
+        default=refusal_delay,
+        metavar="SECONDS",
+        help=(
+            "how long a request refused from its head (429) on a kept-alive connection "
+            "waits for its answer, its body skipped: a client retrying at once then sends "
+            f"one request per delay (0 to 1; default {refusal_delay:g})"
+        ),
+    )
     p.add_argument(
         "--trusted-proxy",
         type=_network,
@@ -452,6 +474,7 @@ def serve_options(args: argparse.Namespace) -> ServeOptions:
             max_connections_per_client=args.max_connections_per_client,
             max_requests_per_client=args.max_requests_per_client,
             fair_share_by=args.fair_share_by,
+            refusal_delay_s=args.refusal_delay,
             trusted_proxies=tuple(args.trusted_proxy),
             client_address_header=args.client_address_header,
         ),

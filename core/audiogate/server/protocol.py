@@ -47,6 +47,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from audiogate.budget import BudgetHold
 from audiogate.errors import AudioGateError, MemoryLimitError
 from audiogate.server.admission import ClientAddresses, ConnectionTable, HeadAdmission
+from audiogate.server.budgets import REFUSAL_DELAY_S
 from audiogate.server.drain import Drain
 from audiogate.server.errors import RETRY_AFTER_SECONDS, error_payload
 from audiogate.server.fast_refusal import plain_head
@@ -79,10 +80,10 @@ _LINGER_S: Final = 1.0
 #: Bytes of a refused request's body dropped unread (while its client reads the 429)
 #: before the connection is aborted.
 DRAIN_BYTES: Final = 256 * 1024
-#: How long after a refusal on a kept-alive connection its 429 is written (its body is
-#: skipped meanwhile; the connection's next head is read from then on). Its answer says
-#: ``Retry-After: 1``.
-REFUSED_READ_PAUSE_S: Final = 0.1
+#: How long after a refusal on a kept-alive connection its 429 is written by default
+#: (its body is skipped meanwhile; the connection's next head is read from then on):
+#: ``ServerLimits.refusal_delay_s``. Its answer says ``Retry-After: 1``.
+REFUSED_READ_PAUSE_S: Final = REFUSAL_DELAY_S
 #: Below this soft file limit, start-up warns (and says how to raise it).
 _LOW_FILE_LIMIT: Final = 4096
 #: How long an admitted request's body is collected before the app sees any of it (at
@@ -230,6 +231,7 @@ def guarded_h11(
     max_connections_per_client: int | None = None,
     admission: HeadAdmission | None = None,
     addresses: ClientAddresses | None = None,
+    refusal_delay_s: float = REFUSED_READ_PAUSE_S,
 ) -> type[H11Protocol]:
     """uvicorn's h11 protocol with the guards of this module (pass it as
     ``uvicorn.Config(http=...)``).
@@ -238,6 +240,8 @@ def guarded_h11(
         the total cap).
     :param admission: refuses requests from their heads; ``None``: the app decides.
     :param addresses: who the client is (the trusted proxies; default: the peer).
+    :param refusal_delay_s: how long after its head a request refused on a kept-alive
+        connection is answered (``ServerLimits.refusal_delay_s``).
     """
     per_client = max_connections_per_client or max_connections
     table: ConnectionTable[GuardedH11Protocol] = ConnectionTable(max_connections, per_client)
@@ -261,7 +265,7 @@ def guarded_h11(
         _skip = 0
         _skipping = False
         _skip_from: bytes | None = None
-        #: A refused request's 429, written :data:`REFUSED_READ_PAUSE_S` after its head.
+        #: A refused request's 429, written ``refusal_delay_s`` after its head.
         _answer_due: bytes | None = None
         #: What followed the skipped body (a pipelined request), read once answered.
         _after_skip: bytes | None = None
@@ -607,13 +611,13 @@ def guarded_h11(
                 return
             # A small body on a kept-alive connection: its bytes are skipped unparsed as
             # they arrive (the client may reuse the connection, and a refusal costs no
-            # new connection), and it is answered REFUSED_READ_PAUSE_S later. A client
-            # that sends again at once after its 429 then costs the loop one refusal per
-            # pause and connection, not one per round trip; and its next request, read
+            # new connection), and it is answered refusal_delay_s later. A client that
+            # sends again at once after its 429 then costs the loop one refusal per
+            # delay and connection, not one per round trip; and its next request, read
             # as soon as it arrives, waits in no pause (admitted, its latency is its
             # own).
             self._answer_due = refusal_answer(error, close=False)
-            self.loop.call_later(REFUSED_READ_PAUSE_S, self._answer_refusal)
+            self.loop.call_later(refusal_delay_s, self._answer_refusal)
             self._skip = skip
             self._skipping = True
             if parsed:

@@ -134,6 +134,7 @@ def _guarded_protocol(limits: ServerLimits, app: Any = None) -> type[asyncio.Pro
         max_connections_per_client=limits.max_connections_per_client,
         admission=None if server is None else HeadAdmission(server, limits, addresses),
         addresses=addresses,
+        refusal_delay_s=limits.refusal_delay_s,
     )
 
 
