@@ -29,7 +29,7 @@ zero-padded to a longer clip (:mod:`~audiogate_granitespeech.collate`).
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Any, Final
 
 import attrs
 import numpy as np
@@ -113,6 +113,9 @@ _WINDOW: Final = readonly(hann_window_torch())
 _BANK: Final = htk_mel_bank()
 #: The bank as float32 CSR ``[shape=(80, 257)]``: 502 of its 20,560 weights are non-zero.
 _SPARSE_BANK: Final = sparse_projection(_BANK, trim=False).matrix
+# The ufunc behind ``np.fft.rfft`` for an even length (private; the public call where it
+# moves), as audiogate.dsp.whisper calls it.
+_RFFT_N_EVEN: Any = getattr(getattr(np.fft, "_pocketfft_umath", None), "rfft_n_even", None)
 
 
 class _BlockScratch:
@@ -153,6 +156,15 @@ def result_bytes(geometry: GraniteGeometry) -> int:
     return geometry.frames * N_MELS * 4
 
 
+def _rfft(padded: npt.NDArray[np.float64], out: npt.NDArray[np.complex128]) -> None:
+    """``np.fft.rfft(padded, axis=-1, out=out)`` of 512-point rows: the ufunc it calls,
+    called directly (its wrapper's Python steps run cold in a stream's ``finish()``)."""
+    if _RFFT_N_EVEN is None:
+        np.fft.rfft(padded, axis=-1, out=out)
+    else:
+        _RFFT_N_EVEN(padded, 1, axes=[(1,), (), (1,)], out=out)
+
+
 def log_mel_block(frames: npt.NDArray[np.float32], out: npt.NDArray[np.float32]) -> None:
     """Unclamped float32 ``log10(max(mel, 1e-10))`` of ``frames`` ``[shape=(count, 400)]``
     into ``out`` ``[shape=(count, 80)]``."""
@@ -162,7 +174,7 @@ def log_mel_block(frames: npt.NDArray[np.float32], out: npt.NDArray[np.float32])
     # The window product in float32, as torch.stft forms it; the FFT in float64.
     np.multiply(frames, _WINDOW, out=padded[:, :WIN_LENGTH], dtype=np.float32)
     spectrum = scratch.spectrum[:count]
-    np.fft.rfft(padded, axis=-1, out=spectrum)
+    _rfft(padded, spectrum)
     parts = spectrum.view(np.float64)
     np.square(parts, out=parts)
     power = scratch.power[:count]

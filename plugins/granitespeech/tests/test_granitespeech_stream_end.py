@@ -53,3 +53,13 @@ def test_framed_views_every_hop_and_refuses_a_short_buffer() -> None:
     assert np.shares_memory(frames, x)
     with pytest.raises(ValueError, match="size of buffer"):  # a 6th frame: past the end
         _framed(x, 6)
+
+
+def test_the_kernels_rfft_is_numpys() -> None:
+    from audiogate_granitespeech.logmel import _rfft
+
+    rows = np.random.default_rng(3).standard_normal((7, 512))
+    out = np.empty((7, 257), dtype=np.complex128)
+    _rfft(rows, out)
+    expected = np.fft.rfft(rows, axis=-1)
+    np.testing.assert_array_equal(out.view(np.uint64), expected.view(np.uint64))
