@@ -76,6 +76,7 @@ import numpy.typing as npt
 
 from audiogate.cancel import CancelToken, Checkpoint
 from audiogate.dsp.blocks import run_blocks
+from audiogate.dsp.direct import csr_product_into, rfft_rows
 from audiogate.dsp.melbank import sparse_projection
 from audiogate.dsp.scratch import thread_scratch
 from audiogate.dsp.slaney import slaney_mel_filters
@@ -94,14 +95,6 @@ from audiogate.dsp.whisper_geometry import (
     whisper_plan,
 )
 from audiogate.records import readonly
-
-try:  # scipy's own product routine (private; scipy's ``@`` where it moves)
-    from scipy.sparse._sparsetools import csr_matvecs as _CSR_MATVECS
-except ImportError:  # pragma: no cover
-    _CSR_MATVECS = None
-# The ufunc behind ``np.fft.rfft`` for an even length (private; the public call where
-# it moves).
-_RFFT_N_EVEN: Any = getattr(getattr(np.fft, "_pocketfft_umath", None), "rfft_n_even", None)
 
 __all__ = [
     "BLOCK_FRAMES",
@@ -361,10 +354,7 @@ def _rfft(frames: npt.NDArray[np.float64], out: npt.NDArray[np.complex128]) -> N
     """``np.fft.rfft(frames, axis=-1, out=out)`` for 400-point frames: the ufunc it
     calls, called directly (its wrapper's Python steps are cold in a stream's
     ``finish()``)."""
-    if _RFFT_N_EVEN is None:
-        np.fft.rfft(frames, axis=-1, out=out)
-    else:
-        _RFFT_N_EVEN(frames, 1, axes=[(1,), (), (1,)], out=out)
+    rfft_rows(frames, out)
 
 
 def _mel_product(bank: Any, bins_by_frames: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
@@ -373,21 +363,12 @@ def _mel_product(bank: Any, bins_by_frames: npt.NDArray[np.float32]) -> npt.NDAr
     (scipy's dispatch is a dozen Python calls, each cold in a stream's ``finish()``); one
     frame goes through scipy (its ``csr_matvec``)."""
     rows, count = bank.shape[0], bins_by_frames.shape[1]
-    if _CSR_MATVECS is None or count < 2 or not bins_by_frames.flags.c_contiguous:
-        product: npt.NDArray[np.float32] = bank @ bins_by_frames
-        return product
-    energies = np.zeros((rows, count), dtype=np.float32)
-    _CSR_MATVECS(
-        rows,
-        bank.shape[1],
-        count,
-        bank.indptr,
-        bank.indices,
-        bank.data,
-        bins_by_frames.reshape(-1),
-        energies.reshape(-1),
-    )
-    return energies
+    if count > 1 and bins_by_frames.flags.c_contiguous:
+        energies = np.zeros((rows, count), dtype=np.float32)
+        if csr_product_into(bank, bins_by_frames, energies):
+            return energies
+    product: npt.NDArray[np.float32] = bank @ bins_by_frames
+    return product
 
 
 def log_mel_block(parts: list[Any], out: npt.NDArray[np.float32]) -> np.float32:

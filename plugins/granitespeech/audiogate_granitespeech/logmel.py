@@ -29,7 +29,7 @@ zero-padded to a longer clip (:mod:`~audiogate_granitespeech.collate`).
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Final
 
 import attrs
 import numpy as np
@@ -37,6 +37,7 @@ import numpy.typing as npt
 
 from audiogate.cancel import CancelToken, Checkpoint
 from audiogate.dsp.blocks import block_threads, run_blocks
+from audiogate.dsp.direct import rfft_rows
 from audiogate.dsp.melbank import sparse_projection
 from audiogate.dsp.scratch import thread_scratch
 from audiogate.records import readonly
@@ -113,9 +114,6 @@ _WINDOW: Final = readonly(hann_window_torch())
 _BANK: Final = htk_mel_bank()
 #: The bank as float32 CSR ``[shape=(80, 257)]``: 502 of its 20,560 weights are non-zero.
 _SPARSE_BANK: Final = sparse_projection(_BANK, trim=False).matrix
-# The ufunc behind ``np.fft.rfft`` for an even length (private; the public call where it
-# moves), as audiogate.dsp.whisper calls it.
-_RFFT_N_EVEN: Any = getattr(getattr(np.fft, "_pocketfft_umath", None), "rfft_n_even", None)
 
 
 class _BlockScratch:
@@ -159,10 +157,7 @@ def result_bytes(geometry: GraniteGeometry) -> int:
 def _rfft(padded: npt.NDArray[np.float64], out: npt.NDArray[np.complex128]) -> None:
     """``np.fft.rfft(padded, axis=-1, out=out)`` of 512-point rows: the ufunc it calls,
     called directly (its wrapper's Python steps run cold in a stream's ``finish()``)."""
-    if _RFFT_N_EVEN is None:
-        np.fft.rfft(padded, axis=-1, out=out)
-    else:
-        _RFFT_N_EVEN(padded, 1, axes=[(1,), (), (1,)], out=out)
+    rfft_rows(padded, out)
 
 
 def log_mel_block(frames: npt.NDArray[np.float32], out: npt.NDArray[np.float32]) -> None:
