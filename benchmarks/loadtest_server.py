@@ -598,11 +598,8 @@ def _flood_process(
     return asyncio.run(_refusal_flood(port, body, count, concurrency, keep_alive=keep_alive))
 
 
-#: Connections of the refusal flood by whether they are kept alive, each sending again as
-#: soon as it is answered: a kept-alive refusal is answered the server's refusal delay
-#: after its head (0.5 s: 3000 refusals on 64 connections take ~24 s), one on a
-#: connection of its own at once.
-FLOOD_CONNECTIONS = {True: 64, False: 16}
+#: Connections of the refusal flood, each sending again as soon as it is answered.
+FLOOD_CONNECTIONS = 16
 #: How long after a flood's last answer its server CPU is read.
 FLOOD_SETTLE_S = 0.3
 #: The sweep's rounds by default (each point: its median). At 8 s per point one
@@ -699,7 +696,7 @@ def refusal_cost(
                 started = time.perf_counter()
                 with concurrent.futures.ProcessPoolExecutor(1) as pool:
                     statuses = pool.submit(
-                        _flood_process, port, body, count, FLOOD_CONNECTIONS[keep_alive], keep_alive
+                        _flood_process, port, body, count, FLOOD_CONNECTIONS, keep_alive
                     ).result()
                 time.sleep(FLOOD_SETTLE_S)  # the last connections' closing counted too
                 cpu = server.exact_cpu_seconds() - cpu

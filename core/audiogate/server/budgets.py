@@ -36,9 +36,11 @@ FAIR_SHARE_KEYS: Final = ("auto", "address", "token")
 #: How long a request refused from its head on a kept-alive connection waits for its 429
 #: by default (``ServerLimits.refusal_delay_s``; at most the answer's ``Retry-After``, 1 s).
 #: At 0.1 s, 5 s clips at c = 64 (55 clients beyond the worker's 9 places, retrying 10 ms
-#: after each 429) drew ~480 refusals/s, each ~0.3 ms of server CPU in the mix (3-4x a
-#: refusal alone: cold caches between refusals and the worker's DSP); at 0.5 s ~105/s.
-REFUSAL_DELAY_S: Final = 0.5
+#: after each 429) drew ~480 refusals/s, each ~0.35 ms of server CPU in the mix; 0.5 s
+#: drew ~105/s, but the clients it keeps out leave the server idle at times: a loaded
+#: 6-round sweep at 0.5 s read c = 32 at 88 % of the peak (98 % at 0.1 s), c = 64 at 92 %
+#: (93 %), so the default stays 0.1 s (docs/server.md).
+REFUSAL_DELAY_S: Final = 0.1
 #: The longest delay: the ``Retry-After`` of a refusal (seconds).
 _MAX_REFUSAL_DELAY_S: Final = 1.0
 
