@@ -813,3 +813,42 @@ def test_every_close_with_wait_waits_for_the_threads() -> None:
     second.join(timeout=5)
     assert not second.is_alive()
     job.result(timeout=5)
+
+
+def test_a_thread_whose_result_is_out_takes_the_next_job_so_the_queue_is_not_full() -> None:
+    # The event loop may answer a job (and its client send again) before the thread that
+    # published the result runs again: that thread is idle, the queued job is its next,
+    # and a request then is not refused for a full queue (#33: at c = places, clients
+    # were refused in that instant and kept out for the refusal delay).
+    gate, hold, published = threading.Event(), threading.Event(), threading.Event()
+    worker, _ = make_worker(ToyFamily(gate=gate), threads=1, queue_depth=1, result_depth=4)
+
+    def stall(_future: object) -> None:  # runs on the worker thread, the result out
+        published.set()
+        hold.wait(5)
+
+    with worker:
+        first = worker.submit(toy_policy(), [clip()])
+        wait_until(lambda: worker.queued_jobs == 0)  # running, blocked on the gate
+        first.future.add_done_callback(stall)
+        queued = worker.submit(toy_policy(), [clip()])
+        assert worker.waiting_jobs == 1
+        assert worker.queue_full
+        with pytest.raises(QueueFullError):
+            worker.submit(toy_policy(), [clip()])
+        gate.set()
+        assert published.wait(5)
+        assert worker.queued_jobs == 1  # the thread has not come back for it
+        assert worker.waiting_jobs == 0
+        assert not worker.queue_full
+        extra = worker.submit(toy_policy(), [clip()])  # admitted
+        assert worker.waiting_jobs == 1
+        assert worker.queue_full
+        with pytest.raises(QueueFullError):
+            worker.submit(toy_policy(), [clip()])
+        hold.set()
+        for job in (first, queued, extra):
+            job.result(timeout=5)
+        wait_until(lambda: worker.waiting_jobs == 0 and not worker.queue_full)
+        assert rejections(worker, "queue_full") == 2
+        assert gauges_are_zero(worker)

@@ -270,7 +270,7 @@ class HeadAdmission:
 
     def _pressure(self, path: str, headers: Sequence[tuple[bytes, bytes]]) -> AudioGateError | None:
         worker = self.server.worker
-        if path in QUEUED_PATHS and worker.queued_jobs >= worker.limits.queue_depth:
+        if path in QUEUED_PATHS and worker.queue_full:
             depth = worker.limits.queue_depth
             return QueueFullError(f"the audio queue is full ({depth} jobs waiting); retry later")
         bodies = self.server.bodies

@@ -416,7 +416,7 @@ class AudioServer:
         )
 
     def _queue_full(self) -> bool:
-        return self.worker.queued_jobs >= self.worker.limits.queue_depth
+        return self.worker.queue_full
 
     async def _refuse_at_the_door(self, request: Request, ticket: _Ticket) -> None:
         """429 at the door while the worker's queue is full: the body is read and dropped

@@ -83,8 +83,10 @@ class AudioWorker:
         self._lock = threading.Lock()
         self._pending: collections.deque[AudioJob[Any]] = collections.deque()
         self._job_ready = threading.Condition(self._lock)
+        #: The job each thread took (set under the lock when taken, ``None`` after).
+        self._current: list[AudioJob[Any] | None] = [None] * self.limits.threads
         self._threads = [
-            threading.Thread(target=self._run, name=f"{name}-{i}", daemon=True)
+            threading.Thread(target=self._run, args=(i,), name=f"{name}-{i}", daemon=True)
             for i in range(self.limits.threads)
         ]
         for thread in self._threads:
@@ -101,6 +103,23 @@ class AudioWorker:
     def queued_jobs(self) -> int:
         """Live jobs waiting for a worker thread (at most ``queue_depth``)."""
         return len(self._pending)
+
+    @property
+    def waiting_jobs(self) -> int:
+        """Queued jobs that no idle thread is about to take: what the queue's
+        ``queue_depth`` bounds. A thread whose job's result is out (the event loop may
+        answer it before the thread runs again, holding the CPU) or that waits for a job
+        is idle, and a queued job is its next, not a waiting one: so the queue is not
+        "full" in the instant between one job and the next, and at most ``threads +
+        queue_depth`` jobs are live (queued or running) either way."""
+        busy = sum(1 for job in self._current if job is not None and not job.future.done())
+        return max(0, len(self._pending) - (self.limits.threads - busy))
+
+    @property
+    def queue_full(self) -> bool:
+        """Whether a job submitted now is refused for a full queue (:attr:`waiting_jobs`
+        at ``queue_depth``)."""
+        return self.waiting_jobs >= self.limits.queue_depth
 
     @property
     def queued_encoded_bytes(self) -> int:
@@ -311,7 +330,7 @@ class AudioWorker:
         with self._lock:
             if self._closed.is_set():
                 return WorkerUnavailableError("the audio worker is shut down")
-            if len(self._pending) >= self.limits.queue_depth:
+            if self.queue_full:
                 return QueueFullError(
                     f"the audio queue is full ({self.limits.queue_depth} jobs waiting); retry later"
                 )
@@ -324,8 +343,9 @@ class AudioWorker:
         self._pending.append(job)
         self._job_ready.notify()
 
-    def _dequeue(self) -> AudioJob[Any] | None:
-        """Wait for the oldest live job and take it; ``None`` once the worker is closed."""
+    def _dequeue(self, index: int) -> AudioJob[Any] | None:
+        """Wait for the oldest live job and take it for thread ``index``; ``None`` once
+        the worker is closed."""
         with self._lock:
             while not self._pending:
                 if self._closed.is_set():
@@ -333,6 +353,7 @@ class AudioWorker:
                 self._job_ready.wait()
             job = self._pending.popleft()
             job._queued = False
+            self._current[index] = job
             return job
 
     def _withdraw_ref(self, ref: weakref.ref[AudioJob[Any]]) -> None:
@@ -368,7 +389,7 @@ class AudioWorker:
 
     # --- processing ------------------------------------------------------------------
 
-    def _run(self) -> None:
+    def _run(self, index: int) -> None:
         # A thread takes a result slot *before* it takes a job, so slots are granted in
         # queue order: a newer job can never hold the slot an older one waits for (which
         # would deadlock a consumer that takes results in order).
@@ -376,31 +397,34 @@ class AudioWorker:
             slot = self._acquire_slot()
             if slot is None:
                 return
-            job = self._dequeue()
+            job = self._dequeue(index)
             if job is None:
                 slot.release()
                 return
-            if job._unwatch is not None:
-                job._unwatch()  # running now: a cancel stops it at its next checkpoint
-            job._hold_slot(slot)
-            try:
-                self._process(job)
-            except BaseException as error:
-                # A failure outside the job's own error handling (metrics, a callback):
-                # the job still ends, releases what it holds, and the thread goes on.
-                job._hand_off()
-                if not job.future.done():
-                    failure = PluginError(
-                        f"the audio worker failed while finishing a {job.policy.family!r} "
-                        f"job: {type(error).__name__}: {error}"
-                    )
-                    if job.counted_by_worker:
-                        with contextlib.suppress(Exception):  # counted once, if at all
-                            self.record_failure(job.policy.family, failure)
-                    with contextlib.suppress(concurrent.futures.InvalidStateError):
-                        job.future.set_exception(failure)
+            try:  # this thread's job from _dequeue until here, on every path
+                if job._unwatch is not None:
+                    job._unwatch()  # running now: a cancel stops it at its next checkpoint
+                job._hold_slot(slot)
+                try:
+                    self._process(job)
+                except BaseException as error:
+                    # A failure outside the job's own error handling (metrics, a callback):
+                    # the job still ends, releases what it holds, and the thread goes on.
+                    job._hand_off()
+                    if not job.future.done():
+                        failure = PluginError(
+                            f"the audio worker failed while finishing a {job.policy.family!r} "
+                            f"job: {type(error).__name__}: {error}"
+                        )
+                        if job.counted_by_worker:
+                            with contextlib.suppress(Exception):  # counted once, if at all
+                                self.record_failure(job.policy.family, failure)
+                        with contextlib.suppress(concurrent.futures.InvalidStateError):
+                            job.future.set_exception(failure)
+                finally:
+                    del job
             finally:
-                del job
+                self._current[index] = None
 
     def _acquire_slot(self) -> threading.Semaphore | None:
         while not self._results.acquire(timeout=_POLL_SECONDS):
