@@ -26,7 +26,11 @@ import numpy.typing as npt
 from audiogate.cancel import NEVER, CancelToken, Checkpoint
 from audiogate.errors import PluginError
 from audiogate.records import ClipFeatures, ResamplePlan
-from audiogate.streaming.buffer import GrowingArray
+from audiogate.streaming.buffer import (
+    GrowingArray,
+    capacity_bound,
+    planned_capacity,
+)
 from audiogate.streaming.stage import SourceResampler, batch_frames, open_source_resampler
 
 if TYPE_CHECKING:  # the host imports this module; the pipeline imports the host
@@ -175,18 +179,21 @@ class FrameRows:
     computed: rows ``0 .. done`` hold values.
 
     The buffer grows to at least 256 rows and at least doubles, so a stream copies its
-    frames a logarithmic number of times; :meth:`take` hands the buffer itself over,
-    cut in place to the clip's rows.
+    frames a logarithmic number of times, and a batch ahead
+    (:func:`~audiogate.streaming.buffer.planned_capacity`): a stream's last, partial
+    batch and ``finish()`` do not grow and copy it; :meth:`take` hands the buffer
+    itself over, cut in place to the clip's rows.
 
     :param width: values per row (mel bands).
     """
 
-    __slots__ = ("_rows", "done", "width")
+    __slots__ = ("_margin", "_rows", "done", "width")
 
     def __init__(self, width: int) -> None:
         self.width = width
         self._rows = np.empty((0, width), dtype=np.float32)
         self.done = 0  # rows computed
+        self._margin = 0  # the most rows one grow() added
 
     @property
     def nbytes(self) -> int:
@@ -194,9 +201,18 @@ class FrameRows:
         return int(self._rows.nbytes)
 
     def capacity_for(self, rows: int) -> int:
-        """The buffer's rows once it holds ``rows`` rows."""
+        """The buffer's rows once it holds ``rows`` rows (a bound)."""
         capacity = self._rows.shape[0]
-        return capacity if rows <= capacity else max(rows, 2 * capacity, 256)
+        if rows <= self.done:
+            return capacity
+        return capacity_bound(
+            capacity=capacity,
+            size=self.done,
+            stop=rows,
+            margin=self._margin,
+            minimum=256,
+            first_ahead=256,
+        )
 
     def planned_nbytes(self, rows: int) -> int:
         """:attr:`nbytes` once the buffer holds ``rows`` rows."""
@@ -205,9 +221,20 @@ class FrameRows:
     def grow(self, stop: int) -> npt.NDArray[np.float32]:
         """The buffer, grown to hold rows ``0 .. stop`` (rows ``0 .. done`` kept), for
         the caller to write rows into."""
-        if stop > self._rows.shape[0]:
-            grown = np.empty((self.capacity_for(stop), self.width), dtype=np.float32)
-            grown[: self.done] = self._rows[: self.done]
+        done = self.done
+        if stop <= done:
+            return self._rows
+        capacity, self._margin = planned_capacity(
+            capacity=self._rows.shape[0],
+            size=done,
+            stop=stop,
+            margin=self._margin,
+            minimum=256,
+            first_ahead=256,
+        )
+        if capacity > self._rows.shape[0]:
+            grown = np.empty((capacity, self.width), dtype=np.float32)
+            grown[:done] = self._rows[:done]
             self._rows = grown
         return self._rows
 
@@ -217,6 +244,7 @@ class FrameRows:
         rows', with no spare capacity kept alive); the buffer is dropped."""
         rows = self._rows
         self._rows = np.empty((0, self.width), dtype=np.float32)
+        self._margin = 0
         if count < rows.shape[0]:
             if rows.flags.owndata and rows.flags.c_contiguous:
                 # No view of the buffer outlives a grow() caller's block.
