@@ -29,6 +29,7 @@ from audiogate.acquire import AcquisitionPolicy
 from audiogate.api import AudioGate, load_tokenizer
 from audiogate.budget import ByteBudget
 from audiogate.cancel import CancelToken
+from audiogate.errors import QueueFullError
 from audiogate.metrics import REJECTION_REASONS, AudioMetrics
 from audiogate.server import ServerLimits, ServerThread, ServerWorker, create_app
 from audiogate.server.run import server_registry
@@ -129,6 +130,34 @@ class GuardServer:
     bodies: ByteBudget = attrs.Factory(lambda: ByteBudget(64 << 20, limit="inflight_body_bytes"))
     max_body_bytes: int = 8 << 20
     body_idle_timeout_s: float = 30.0
+
+
+#: A plain request that a :class:`RefusingAdmission` refuses from its head.
+REFUSED_BODY = b"{" + b"a" * 2000 + b"}"
+REFUSED_REQUEST = (
+    f"POST {PREPARE} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    f"Content-Length: {len(REFUSED_BODY)}\r\n\r\n"
+).encode() + REFUSED_BODY
+
+
+@attrs.define
+class RefusingAdmission:
+    """Refuses every request from its head (a full queue)."""
+
+    server: GuardServer = attrs.Factory(GuardServer)
+
+    def refusal(self, method: bytes, target: bytes, headers: Any, peer: str) -> QueueFullError:
+        return QueueFullError("the audio queue is full (8 jobs waiting); retry later")
+
+    def admit(self, method: bytes, target: bytes, headers: Any, peer: str) -> Any:
+        return None, self.refusal(method, target, headers, peer)
+
+    def release(self, client: str) -> None:
+        raise AssertionError("nothing is admitted")
+
+
+async def never_app(scope: Any, receive: Any, send: Any) -> None:
+    raise AssertionError("every request is refused from its head")
 
 
 def metric_samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

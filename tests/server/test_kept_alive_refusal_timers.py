@@ -8,40 +8,16 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import attrs
-from serverkit import GuardServer, LoopbackTransport
+from serverkit import (
+    REFUSED_REQUEST,
+    LoopbackTransport,
+    RefusingAdmission,
+    never_app,
+)
 from uvicorn.config import Config
 from uvicorn.server import ServerState
 
-from audiogate.errors import QueueFullError
 from audiogate.server.protocol import REFUSED_READ_PAUSE_S, guarded_h11
-
-PREPARE = "/v1/audio/prepare"
-BODY = b"{" + b"a" * 2000 + b"}"
-REQUEST = (
-    f"POST {PREPARE} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-    f"Content-Length: {len(BODY)}\r\n\r\n"
-).encode() + BODY
-
-
-@attrs.define
-class Refusing:
-    """Refuses every request from its head (a full queue)."""
-
-    server: GuardServer = attrs.Factory(GuardServer)
-
-    def refusal(self, method: bytes, target: bytes, headers: Any, peer: str) -> QueueFullError:
-        return QueueFullError("the audio queue is full (8 jobs waiting); retry later")
-
-    def admit(self, method: bytes, target: bytes, headers: Any, peer: str) -> Any:
-        return None, self.refusal(method, target, headers, peer)
-
-    def release(self, client: str) -> None:
-        raise AssertionError("nothing is admitted")
-
-
-async def _never(scope: Any, receive: Any, send: Any) -> None:
-    raise AssertionError("every request is refused from its head")
 
 
 async def _connection() -> tuple[Any, LoopbackTransport, list[str]]:
@@ -56,11 +32,11 @@ async def _connection() -> tuple[Any, LoopbackTransport, list[str]]:
         return call_at(when, callback, *args, **kw)
 
     loop.call_at = at  # type: ignore[method-assign]  # asyncio's call_later calls it too
-    config = Config(app=_never, lifespan="off", access_log=False)
+    config = Config(app=never_app, lifespan="off", access_log=False)
     protocol_class = guarded_h11(
         header_timeout_s=5.0,
         max_connections=16,
-        admission=Refusing(),  # type: ignore[arg-type]
+        admission=RefusingAdmission(),  # type: ignore[arg-type]
     )
     protocol = protocol_class(config=config, server_state=ServerState(), app_state={})
     transport = LoopbackTransport()
@@ -77,7 +53,7 @@ def test_refusals_on_a_kept_alive_connection_set_one_head_timer_and_never_pause(
     async def main() -> tuple[LoopbackTransport, list[str]]:
         protocol, transport, timed = await _connection()
         for count in range(1, 4):
-            protocol.data_received(REQUEST)
+            protocol.data_received(REFUSED_REQUEST)
             await _answered(transport, count)
         assert not transport.closing  # kept alive
         protocol.connection_lost(None)
@@ -93,8 +69,8 @@ def test_refusals_on_a_kept_alive_connection_set_one_head_timer_and_never_pause(
 def test_bytes_before_the_answer_pause_reading_and_are_read_after_it() -> None:
     async def main() -> LoopbackTransport:
         protocol, transport, _ = await _connection()
-        protocol.data_received(REQUEST)
-        protocol.data_received(REQUEST)  # sent again before the 429: kept, reading paused
+        protocol.data_received(REFUSED_REQUEST)
+        protocol.data_received(REFUSED_REQUEST)  # sent again before the 429: kept, reading paused
         assert (transport.pauses, transport.resumes) == (1, 0)
         assert not transport.written
         await _answered(transport, 2)  # the second, read once the first was answered

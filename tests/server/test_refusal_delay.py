@@ -9,45 +9,21 @@ import asyncio
 import math
 from typing import Any
 
-import attrs
 import pytest
-from serverkit import GuardServer, LoopbackTransport
+from serverkit import (
+    REFUSED_REQUEST,
+    LoopbackTransport,
+    RefusingAdmission,
+    never_app,
+)
 from uvicorn.config import Config
 from uvicorn.server import ServerState
 
 from audiogate.cli import build_parser, main
-from audiogate.errors import QueueFullError
 from audiogate.server import ServerLimits
 from audiogate.server.budgets import REFUSAL_DELAY_S
 from audiogate.server.options import serve_options
 from audiogate.server.protocol import guarded_h11
-
-PREPARE = "/v1/audio/prepare"
-BODY = b"{" + b"a" * 2000 + b"}"
-REQUEST = (
-    f"POST {PREPARE} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-    f"Content-Length: {len(BODY)}\r\n\r\n"
-).encode() + BODY
-
-
-@attrs.define
-class Refusing:
-    """Refuses every request from its head (a full queue)."""
-
-    server: GuardServer = attrs.Factory(GuardServer)
-
-    def refusal(self, method: bytes, target: bytes, headers: Any, peer: str) -> QueueFullError:
-        return QueueFullError("the audio queue is full (8 jobs waiting); retry later")
-
-    def admit(self, method: bytes, target: bytes, headers: Any, peer: str) -> Any:
-        return None, self.refusal(method, target, headers, peer)
-
-    def release(self, client: str) -> None:
-        raise AssertionError("nothing is admitted")
-
-
-async def _never(scope: Any, receive: Any, send: Any) -> None:
-    raise AssertionError("every request is refused from its head")
 
 
 async def _refused_once(**kw: Any) -> tuple[list[float], LoopbackTransport, Any]:
@@ -63,17 +39,17 @@ async def _refused_once(**kw: Any) -> tuple[list[float], LoopbackTransport, Any]
         return call_at(when, callback, *args, **kwargs)
 
     loop.call_at = at  # type: ignore[method-assign]  # asyncio's call_later calls it too
-    config = Config(app=_never, lifespan="off", access_log=False)
+    config = Config(app=never_app, lifespan="off", access_log=False)
     protocol_class = guarded_h11(
         header_timeout_s=5.0,
         max_connections=16,
-        admission=Refusing(),  # type: ignore[arg-type]
+        admission=RefusingAdmission(),  # type: ignore[arg-type]
         **kw,
     )
     protocol = protocol_class(config=config, server_state=ServerState(), app_state={})
     transport = LoopbackTransport()
     protocol.connection_made(transport)
-    protocol.data_received(REQUEST)
+    protocol.data_received(REFUSED_REQUEST)
     return delays, transport, protocol
 
 
@@ -83,7 +59,7 @@ def test_a_kept_alive_refusal_is_answered_after_the_delay_and_reads_nothing_befo
 ) -> None:
     async def run() -> tuple[list[float], bytes, tuple[int, int], bytes]:
         delays, transport, protocol = await _refused_once(refusal_delay_s=delay_s)
-        protocol.data_received(REQUEST)  # sent again before the answer: kept, not read
+        protocol.data_received(REFUSED_REQUEST)  # sent again before the answer: kept, not read
         before = bytes(transport.written)
         paused = (transport.pauses, transport.resumes)
         while transport.written.count(b"HTTP/1.1 429") < 2:
