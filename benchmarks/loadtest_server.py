@@ -835,6 +835,11 @@ def sweep(args: argparse.Namespace) -> int:
             f"  * less the refusals at the kept-alive refusal cost measured above for "
             f"{seconds:g} s clips ({refusal_s * 1e3:.3f} ms)"
         )
+        print(
+            "  goodput/s above: the 200s within each point's duration; over the run's wall "
+            "time instead (its tail of refused clients waiting for their 429s counted): "
+            + ", ".join(f"c={p['c']:.0f}: {p['goodput_run']:.1f}" for p in points)
+        )
         if args.rounds > 1:
             print(
                 "  goodput by round: "
