@@ -568,10 +568,11 @@ def window_rates(window: Counter[int], duration_s: float) -> tuple[float, float]
     sending, and past saturation a client refused just before that waits for its 429,
     which the server writes its refusal delay after the head (0.1 s by default), while
     the admitted ones are already answered; the server idles through that tail, which
-    counted in the wall time took 2 to 4 % off goodput at c >= 32 and none at c <= 8
-    (8 s points; more with a longer refusal delay). Measured in session 42 (issue #33):
-    CPU 0 never idle during a c = 64 point's middle seconds (``perf sched`` events), yet
-    0.96 to 0.98 busy over its wall time against 0.99 to 1.00 at c = 8."""
+    counted in the wall time took 2 to 3 % off goodput at c >= 32 in 4 s points and 1 to
+    1.5 % in 8 s ones, none at c <= 8 (more with a longer refusal delay). Measured in
+    session 42 (issue #33): CPU 0 never idle during a c = 64 point's middle seconds
+    (scheduler events), yet 0.96 to 0.98 busy over its 4 s points' wall time against 0.99
+    to 1.00 at c = 8."""
     refused = window.get(429, 0) + window.get(503, 0)
     return window.get(200, 0) / duration_s, refused / duration_s
 
