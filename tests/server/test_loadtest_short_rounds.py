@@ -4,24 +4,9 @@ read within its round (goodput at c over the highest at a lower c of the same ro
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
-
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "loadtest_server.py"
-
-
-@pytest.fixture
-def loadtest() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("loadtest_server_under_test", SCRIPT)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_short_rounds_alternate_and_read_each_ratio_within_its_round(loadtest, monkeypatch) -> None:

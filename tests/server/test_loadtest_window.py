@@ -6,25 +6,11 @@ idles and which, counted in the wall time, took goodput off every point past sat
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import time
 from collections import Counter
-from pathlib import Path
 from types import ModuleType
 
 import pytest
-
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "loadtest_server.py"
-
-
-@pytest.fixture
-def loadtest() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("loadtest_server_window_under_test", SCRIPT)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_window_rates_count_the_answers_within_the_window(loadtest: ModuleType) -> None:
