@@ -40,27 +40,17 @@ import statistics
 import time
 
 import numpy as np
+from bench_streaming import pcm16, prepare_whole
 
-from audiogate.acquire.clip import EncodedClip
 from audiogate.decode.geometry import SourceFormat
 from audiogate.decode.raw import inspect_raw
 from audiogate.host import FamilyHost, create_host
-from audiogate.pipeline.preflight import preflight
-from audiogate.pipeline.process import process_request
 from audiogate.streaming import frontend
 from audiogate.streaming.stage import batch_frames
 
 #: The largest batch cost over warm (a fraction of the whole clip's CPU) with which some
 #: batching meets both targets (the module docstring's derivation).
 FLOOR_SHARE = 0.0375
-
-
-def _pcm16(seconds: float, rate_hz: int) -> np.ndarray:
-    rng = np.random.default_rng(0)
-    n = round(seconds * rate_hz)
-    t = np.arange(n) / rate_hz
-    x = 0.3 * (1 + 0.5 * np.sin(2 * np.pi * 3 * t)) * np.sin(2 * np.pi * 440 * t)
-    return np.clip((x + 0.05 * rng.standard_normal(n)) * 32767, -32768, 32767).astype("<i2")
 
 
 def _pushes(
@@ -89,8 +79,7 @@ def _whole_after_pause(host: FamilyHost, policy, data: bytes, fmt: SourceFormat)
     """Process CPU of the whole clip prepared 20 ms after an idle pause."""
     time.sleep(0.02)
     start = time.process_time()
-    clip = EncodedClip(data=data, source_format=fmt, ordinal=1)
-    process_request(host, preflight(host, policy, [clip]), [clip])
+    prepare_whole(host, policy, data, fmt)
     return time.process_time() - start
 
 
@@ -114,8 +103,8 @@ def main() -> None:
     args = parser.parse_args()
     host = create_host()
     families = [f for f in args.families.split(",") if f] or sorted(host.families)
-    pcm = _pcm16(args.seconds, args.rate)
-    samples = pcm.astype(np.float32) / np.float32(32768)
+    data = pcm16(args.seconds, args.rate)
+    samples = np.frombuffer(data, "<i2").astype(np.float32) / np.float32(32768)
     fmt = SourceFormat.raw("pcm16", rate_hz=args.rate, channels=1)
     header = inspect_raw(2, fmt, clip_index=0)
     size = batch_frames(args.rate)
@@ -134,14 +123,12 @@ def main() -> None:
         policy = host.default_policy(family)
         for _ in range(2):
             _pushes(host, policy, header, batches, 0.0, nap_s)
-            _whole_after_pause(host, policy, pcm.tobytes(), fmt)
+            _whole_after_pause(host, policy, data, fmt)
         warm = statistics.median(
             cost for _ in range(3) for cost in _pushes(host, policy, header, batches, 0.0, nap_s)
         )
         paced = statistics.median(_pushes(host, policy, header, batches, interval_s, nap_s))
-        whole = statistics.median(
-            _whole_after_pause(host, policy, pcm.tobytes(), fmt) for _ in range(7)
-        )
+        whole = statistics.median(_whole_after_pause(host, policy, data, fmt) for _ in range(7))
         c = paced - warm
         print(
             f"{family:15} {paced * 1e6:6.0f} {warm * 1e6:6.0f} {c * 1e6:6.0f} "

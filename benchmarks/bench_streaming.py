@@ -99,7 +99,8 @@ TAIL_TARGET = 0.10
 PREP_TARGET = 1.3
 
 
-def _pcm16(seconds: float, rate_hz: int) -> bytes:
+def pcm16(seconds: float, rate_hz: int) -> bytes:
+    """``seconds`` of a modulated 440 Hz tone and noise at ``rate_hz``, mono PCM16 bytes."""
     rng = np.random.default_rng(0)
     n = round(seconds * rate_hz)
     t = np.arange(n) / rate_hz
@@ -108,10 +109,16 @@ def _pcm16(seconds: float, rate_hz: int) -> bytes:
     return np.clip(x * 32767, -32768, 32767).astype("<i2").tobytes()
 
 
-def _whole(host, policy, data: bytes, fmt: SourceFormat) -> tuple[float, float]:
-    wall, cpu = time.perf_counter(), time.process_time()
+def prepare_whole(host, policy, data: bytes, fmt: SourceFormat) -> None:
+    """The whole clip prepared at once, as a request with it inline: ``preflight`` then
+    ``process_request``."""
     clip = EncodedClip(data=data, source_format=fmt, ordinal=1)
     process_request(host, preflight(host, policy, [clip]), [clip])
+
+
+def _whole(host, policy, data: bytes, fmt: SourceFormat) -> tuple[float, float]:
+    wall, cpu = time.perf_counter(), time.process_time()
+    prepare_whole(host, policy, data, fmt)
     return time.perf_counter() - wall, time.process_time() - cpu
 
 
@@ -192,8 +199,7 @@ def _after_the_fact(
 
     async def run() -> tuple[float, float]:
         pieces = [piece async for piece in chunks]
-        clip = EncodedClip(data=b"".join(pieces), source_format=fmt, ordinal=1)
-        process_request(host, preflight(host, policy, [clip]), [clip])
+        prepare_whole(host, policy, b"".join(pieces), fmt)
         return time.perf_counter() - last[0], time.process_time() - last[1]
 
     return asyncio.run(run())
@@ -437,7 +443,7 @@ def main() -> None:
     args = parser.parse_args()
     host = create_host()
     families = [f for f in args.families.split(",") if f] or sorted(host.families)
-    data = _pcm16(args.seconds, args.rate)
+    data = pcm16(args.seconds, args.rate)
     fmt = SourceFormat.raw("pcm16", rate_hz=args.rate, channels=1)
     chunk = args.rate * args.chunk_ms // 1000 * 2
     pacing = (
