@@ -157,6 +157,9 @@ def record(family: str, vllm_python: Path, log_dir: Path) -> dict[str, Any]:
         "model_dir": str(model_dir.relative_to(ROOT)),
         "served_model_name": served,
         "startup_s": round(startup_s, 1),
+        # The day the chat templates' strftime_now saw (Granite's names it in the system
+        # prompt): the fixture tests render on it (tests/vllm/test_vllm_fixtures.py).
+        "recorded_on": time.strftime("%Y-%m-%d"),
         "requests": answers,
     }
 

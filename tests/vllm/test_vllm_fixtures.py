@@ -10,11 +10,13 @@ torchaudio sinc), so only the layout is exact and the values are bounded loosely
 
 from __future__ import annotations
 
+import datetime
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
+from transformers.utils import chat_template_utils
 from vllmkit import RenderApp, compare_answer
 
 from audiogate.vllm import TESTED_VLLM
@@ -29,6 +31,25 @@ def _recorded(family: str) -> dict[str, Any]:
     return recorded
 
 
+def _render_on(day: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Chat templates' ``strftime_now`` (transformers' clock, read when a template renders)
+    answers ``day`` (ISO), so a template that names today (Granite's system prompt) renders
+    as on the day the fixture was recorded."""
+    recorded = datetime.date.fromisoformat(day)
+
+    class RecordedDay(datetime.datetime):
+        @classmethod
+        def now(cls, tz: datetime.tzinfo | None = None) -> datetime.datetime:
+            return datetime.datetime.combine(recorded, datetime.time(12), tz)
+
+    monkeypatch.setattr(chat_template_utils, "datetime", RecordedDay)
+
+
 @pytest.mark.parametrize("case", RENDER_REQUESTS, ids=lambda case: case.name)
-def test_render_matches_vllm(app: RenderApp, case: RenderCase) -> None:
-    compare_answer(app, case, _recorded(app.family)["requests"][case.name])
+def test_render_matches_vllm(
+    app: RenderApp, case: RenderCase, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    recorded = _recorded(app.family)
+    if "recorded_on" in recorded:
+        _render_on(recorded["recorded_on"], monkeypatch)
+    compare_answer(app, case, recorded["requests"][case.name])
