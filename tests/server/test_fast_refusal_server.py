@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from serverkit import PREPARE, Running, serving, wait_until
 
-from audiogate.server import ServerLimits, fast_refusal, protocol
+from audiogate.server import ServerLimits, drain, fast_refusal, protocol
 from audiogate.server.routes import AudioServer
 
 HELD = "127.0.0.2"
@@ -208,3 +208,60 @@ def test_a_request_pipelined_after_a_refused_body_is_answered_after_the_refusal(
     assert reply.startswith(b"HTTP/1.1 429 Too Many Requests\r\n")
     assert reply.index(b"HTTP/1.1 200 OK\r\n") > 0
     assert paths["reads"] == 1
+
+
+@pytest.fixture
+def skips(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The bytes left to each :class:`~audiogate.server.drain.BodySkip` the server made."""
+    made: list[int] = []
+
+    class Recorded(drain.BodySkip):
+        def __init__(self, transport: Any, owner: Any, left: int) -> None:
+            made.append(left)
+            super().__init__(transport, owner, left)
+
+    monkeypatch.setattr(protocol, "BodySkip", Recorded)
+    return made
+
+
+@pytest.mark.slow
+def test_a_large_refused_body_is_read_into_the_shared_buffer_and_the_next_request_served(
+    server: Running, paths: dict[str, int], skips: list[int]
+) -> None:
+    body = b"{" * 200_000  # a 5 s clip's body is 214 kB
+
+    def exchange(running: Running) -> tuple[bytes, bytes]:
+        with _connect(running) as sock:
+            # The head and a little of its body; the rest after the answer, with the next
+            # request right behind it (the skip reads no byte of it).
+            sock.sendall(_head(len(body)) + body[:1000])
+            refused = _one_answer(sock)
+            sock.sendall(body[1000:] + b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            served = _one_answer(sock)
+            return refused, served.partition(b"\r\n")[0]
+
+    results = _both_paths(server, paths, exchange)
+    assert results["plain"] == results["h11"]
+    (refused, served), change = results["plain"]
+    assert refused.startswith(b"HTTP/1.1 429 Too Many Requests\r\n")
+    assert served == b"HTTP/1.1 200 OK"
+    assert change["audiogate_server_head_refusals_total{'reason': 'queue_full'}"] == 1
+    assert skips == [len(body) - 1000] * 2  # each path handed the rest to a BodySkip
+    assert paths["reads"] == 1
+
+
+@pytest.mark.slow
+def test_a_client_gone_while_its_refused_body_is_skipped_leaves_nothing_held(
+    server: Running, paths: dict[str, int], skips: list[int]
+) -> None:
+    with _connect(server) as sock:
+        sock.sendall(_head(200_000) + b"{" * 1000)
+        assert _one_answer(sock).startswith(b"HTTP/1.1 429 ")
+        sock.sendall(b"{" * 50_000)  # and it leaves mid-body
+    assert skips == [199_000]
+    # Its connection is gone from the table (the skip handed the loss back): a new one
+    # from the same address is served.
+    wait_until(lambda: server.client.get("/healthz").status_code == 200)
+    with _connect(server) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert _one_answer(sock).startswith(b"HTTP/1.1 200 OK\r\n")

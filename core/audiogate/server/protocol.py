@@ -48,7 +48,7 @@ from audiogate.budget import BudgetHold
 from audiogate.errors import AudioGateError, MemoryLimitError
 from audiogate.server.admission import ClientAddresses, ConnectionTable, HeadAdmission
 from audiogate.server.budgets import REFUSAL_DELAY_S
-from audiogate.server.drain import Drain
+from audiogate.server.drain import BodySkip, Drain
 from audiogate.server.errors import RETRY_AFTER_SECONDS, error_payload
 from audiogate.server.fast_refusal import plain_head
 from audiogate.server.requests import LARGE_BODY_BYTES
@@ -63,6 +63,7 @@ __all__ = [
     "FD_RESERVE",
     "OVERFLOW_CONNECTIONS",
     "REFUSED_READ_PAUSE_S",
+    "SKIP_BUFFERED_BYTES",
     "connection_cap",
     "guarded_h11",
     "raw_error",
@@ -80,6 +81,9 @@ _LINGER_S: Final = 1.0
 #: Bytes of a refused request's body dropped unread (while its client reads the 429)
 #: before the connection is aborted.
 DRAIN_BYTES: Final = 256 * 1024
+#: A refused body on a kept-alive connection with at least this much left after a read is
+#: read on by :class:`~audiogate.server.drain.BodySkip` into one shared buffer.
+SKIP_BUFFERED_BYTES: Final = 16 * 1024
 #: How long after a refusal on a kept-alive connection its 429 is written by default
 #: (its body is skipped meanwhile; the connection's next head is read from then on):
 #: ``ServerLimits.refusal_delay_s``. Its answer says ``Retry-After: 1``.
@@ -634,6 +638,10 @@ def guarded_h11(
             taken = min(len(data) - start, self._skip)
             self._skip -= taken
             if self._skip:
+                if self._skip >= SKIP_BUFFERED_BYTES:
+                    # The rest is read into the drains' shared buffer, not into a
+                    # ``bytes`` object per read (body_skipped hands the connection back).
+                    self.transport.set_protocol(BodySkip(self.transport, self, self._skip))
                 return
             # The body is skipped. The connection's next request is read once the refusal
             # is answered. Reading goes on meanwhile (its client waits for the answer:
@@ -649,6 +657,12 @@ def guarded_h11(
                 self.transport.pause_reading()
                 self._paused = True
             self._after_skip = (self._after_skip or b"") + rest
+
+        def body_skipped(self) -> None:
+            """:class:`~audiogate.server.drain.BodySkip` read the rest of the refused
+            body: the connection is this protocol's again."""
+            self._skip = 0
+            self._skip_body(b"")
 
         def _answer_refusal(self) -> None:
             answer, self._answer_due = self._answer_due, None
