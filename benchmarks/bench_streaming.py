@@ -373,11 +373,11 @@ def _tail_parts(
         setattr(owner, name, stamped(label, getattr(owner, name)))
     chunks = _chunks
 
-    def stamping(*args) -> AsyncIterator[bytes]:
+    def stamping(*args, **kwargs) -> AsyncIterator[bytes]:
         last: list[float] = args[-1]
 
         async def chunks_on() -> AsyncIterator[bytes]:
-            async for piece in chunks(*args):
+            async for piece in chunks(*args, **kwargs):
                 on[0] = bool(last)  # (stamped: the last chunk handed over)
                 yield piece
 
