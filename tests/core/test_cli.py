@@ -273,6 +273,37 @@ def test_ctrl_c_during_a_long_prepare_exits_130_without_a_traceback(tmp_path) ->
     assert sorted(p.name for p in tmp_path.iterdir()) == ["long.wav", "started"]
 
 
+# ENDLESS_PREPARE with a finaliser that runs first and sleeps: the signal lands in its
+# ``__del__``, where Python prints a KeyboardInterrupt as "Exception ignored" and drops it.
+ENDLESS_PREPARE_FROM_A_FINALISER = ENDLESS_PREPARE.replace(
+    "def endless(*args, **kwargs):\n    pathlib.Path(sys.argv[1]).touch()\n",
+    """
+import time
+
+class Finaliser:
+    def __del__(self):
+        pathlib.Path(sys.argv[1]).touch()
+        time.sleep(1.0)
+
+def endless(*args, **kwargs):
+    Finaliser()
+""",
+)
+
+
+def test_ctrl_c_that_lands_in_a_finaliser_still_stops_the_prepare(tmp_path) -> None:
+    assert "Finaliser()" in ENDLESS_PREPARE_FROM_A_FINALISER
+    started, target = tmp_path / "started", tmp_path / "out.npz"
+    argv = ["prepare", "--family", "gemma3n", "--audio", str(SPEECH), "--out", str(target)]
+    code, out, err = signalled_once_started(
+        ENDLESS_PREPARE_FROM_A_FINALISER, started, argv, signal.SIGINT, 0.3
+    )
+    assert code == 130, err
+    assert err == "audiogate: cancelled (interrupted)\n"  # nothing "ignored"
+    assert out == ""
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["started"]
+
+
 # The model load, made endless: SIGTERM arrives before uvicorn handles signals.
 ENDLESS_LOAD = """
 import pathlib, sys, time

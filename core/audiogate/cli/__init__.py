@@ -3,7 +3,8 @@
 Exit codes: 0 success (``serve``: a graceful shutdown on SIGINT or SIGTERM); 2 usage or
 bad input (bad audio, bad config, an output file that cannot be written, a server address
 that cannot be bound); 3 a limit was exceeded; 4 a plugin or internal error; 130 cancelled
-(Ctrl-C).
+(Ctrl-C). In ``prepare`` a first Ctrl-C stops the work at its next checkpoint (within a
+block of decode, resample or features), so it is never lost; a second stops it at once.
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Final, TextIO
 
 from audiogate.cli.common import EXIT_OK, UsageError, table
+from audiogate.cli.interrupt import interrupt_cancels
 from audiogate.host import FamilyHost
 
 __all__ = [
@@ -227,12 +228,14 @@ def run(args: argparse.Namespace, host: FamilyHost, out: TextIO) -> int:
     seconds = sum(len(c.data) for c in clips) / 32_000  # rough: 16 kHz PCM16 mono
     bar = ProgressBar(sys.stderr, enabled=sys.stderr.isatty() and seconds > 5)
     try:
-        if args.prompt is not None:
-            # One user turn of the checkpoint's template: the clips as audio parts before
-            # the prompt, or where the prompt's own placeholders put them.
-            result = gate.prepare_user_turn(args.prompt, clips, progress=bar)
-        else:
-            result = gate.prepare(clips=clips, progress=bar)
+        # Ctrl-C stops the work at its next checkpoint (interrupt.py says why).
+        with interrupt_cancels() as cancel:
+            if args.prompt is not None:
+                # One user turn of the checkpoint's template: the clips as audio parts
+                # before the prompt, or where the prompt's own placeholders put them.
+                result = gate.prepare_user_turn(args.prompt, clips, cancel=cancel, progress=bar)
+            else:
+                result = gate.prepare(clips=clips, cancel=cancel, progress=bar)
     finally:
         bar.clear()
     summary = result.summary(policy_source=gate.policy_source)
