@@ -218,21 +218,36 @@ def _graceful_signals(server: uvicorn.Server) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _interrupt_on_sigterm() -> Iterator[None]:
-    """SIGTERM interrupts like Ctrl-C (``KeyboardInterrupt``) meanwhile: while the model
-    loads, before uvicorn handles signals, it would otherwise kill the process outright."""
+def _interrupt_on_stop_signals() -> Iterator[None]:
+    """SIGTERM, and SIGINT where Python handles it, interrupt meanwhile
+    (``KeyboardInterrupt``), and neither is lost.
+
+    While the model loads, before uvicorn handles signals, SIGTERM would otherwise kill
+    the process outright. An interrupt raised in a finaliser or an import's module-lock
+    callback is printed as "Exception ignored" and dropped: a signal that came is raised
+    again once the body is done.
+    """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    came = False
 
     def interrupt(signum: int, frame: object) -> None:
+        nonlocal came
+        came = True
         raise KeyboardInterrupt
 
-    previous = signal.signal(signal.SIGTERM, interrupt)
+    stops = [signal.SIGTERM]
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        stops.append(signal.SIGINT)  # not where it is ignored (``nohup``, ``&``)
+    previous = {sig: signal.signal(sig, interrupt) for sig in stops}
     try:
         yield
+        if came:
+            raise KeyboardInterrupt
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def freeze_start_up_objects() -> int:
@@ -257,7 +272,7 @@ def serve(options: ServeOptions, *, host: FamilyHost | None = None) -> int:
         does not resolve), after logging why in one line.
     :raises KeyboardInterrupt: SIGINT or SIGTERM while the model loads (the CLI exits 130).
     """
-    with _interrupt_on_sigterm():
+    with _interrupt_on_stop_signals():
         app = build_app(options, host=host)
     sys.setswitchinterval(SERVER_SWITCH_INTERVAL_S)  # why: see the constant
     keep_freed_memory()  # why: see audiogate.server.malloc
