@@ -273,21 +273,21 @@ def test_ctrl_c_during_a_long_prepare_exits_130_without_a_traceback(tmp_path) ->
     assert sorted(p.name for p in tmp_path.iterdir()) == ["long.wav", "started"]
 
 
-# ENDLESS_PREPARE with a finaliser that runs first and sleeps: the signal lands in its
-# ``__del__``, where Python prints a KeyboardInterrupt as "Exception ignored" and drops it.
-ENDLESS_PREPARE_FROM_A_FINALISER = ENDLESS_PREPARE.replace(
-    "def endless(*args, **kwargs):\n    pathlib.Path(sys.argv[1]).touch()\n",
-    """
-import time
-
+# An object whose finaliser says the work has started, then sleeps: a signal sent then
+# lands in ``__del__``, where Python prints a KeyboardInterrupt as "Exception ignored" and
+# drops it.
+FINALISER = """
 class Finaliser:
     def __del__(self):
+        import pathlib, sys, time
         pathlib.Path(sys.argv[1]).touch()
         time.sleep(1.0)
+"""
 
-def endless(*args, **kwargs):
-    Finaliser()
-""",
+# ENDLESS_PREPARE with the finaliser run first.
+ENDLESS_PREPARE_FROM_A_FINALISER = ENDLESS_PREPARE.replace(
+    "def endless(*args, **kwargs):\n    pathlib.Path(sys.argv[1]).touch()\n",
+    FINALISER + "\ndef endless(*args, **kwargs):\n    Finaliser()\n",
 )
 
 
@@ -331,20 +331,18 @@ def test_sigterm_while_the_server_loads_its_model_exits_130_in_one_line(tmp_path
     assert out == ""
 
 
-# A model load that a finaliser slows, then finishes: the signal lands in the finaliser,
+# A model load that the finaliser slows, then finishes: the signal lands in the finaliser,
 # where Python drops the KeyboardInterrupt, and the server must not start anyway.
-LOAD_PAST_A_DROPPED_SIGNAL = """
-import pathlib, sys, time
+LOAD_PAST_A_DROPPED_SIGNAL = (
+    """
+import sys
 import audiogate.api
 from audiogate.cli import main
 
 real = audiogate.api.AudioGate.from_model_dir
-
-class Finaliser:
-    def __del__(self):
-        pathlib.Path(sys.argv[1]).touch()
-        time.sleep(1.0)
-
+"""
+    + FINALISER
+    + """
 def loading(*args, **kwargs):
     Finaliser()
     return real(*args, **kwargs)
@@ -352,6 +350,7 @@ def loading(*args, **kwargs):
 audiogate.api.AudioGate.from_model_dir = loading
 sys.exit(main(sys.argv[2:]))
 """
+)
 
 
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
