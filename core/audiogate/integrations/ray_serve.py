@@ -22,14 +22,13 @@ Ray is the ``ray`` extra, imported when first used.
 from __future__ import annotations
 
 import logging
-import signal
-import time
 from collections.abc import Mapping
 from typing import Any, Final
 
 from audiogate.errors import MissingExtraError
 from audiogate.extras import require_module
 from audiogate.server.options import ServeOptions
+from audiogate.server.stop_signals import wait_for_a_stop_signal
 
 __all__ = [
     "DEFAULT_NAME",
@@ -162,17 +161,9 @@ def serve_on_ray(
     if not block:
         return 0
 
-    def interrupt(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, interrupt)  # kill: the same as Ctrl-C
     try:
-        while True:
-            time.sleep(1.0)
-    except KeyboardInterrupt:
-        pass
+        wait_for_a_stop_signal()  # kill (SIGTERM): the same as Ctrl-C
     finally:
-        signal.signal(signal.SIGTERM, previous)
         serve.delete(DEFAULT_NAME)
         serve.shutdown()
     return 0

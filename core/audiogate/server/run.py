@@ -39,6 +39,7 @@ from audiogate.server.options import ServeOptions, parse_size
 from audiogate.server.protocol import connection_cap, guarded_h11
 from audiogate.server.requests import SERVER_SWITCH_INTERVAL_S
 from audiogate.server.sources import load_auth_tokens
+from audiogate.server.stop_signals import interrupt_on_stop_signals
 from audiogate.store import SourceStore
 
 __all__ = [
@@ -217,39 +218,6 @@ def _graceful_signals(server: uvicorn.Server) -> Iterator[None]:
             signal.signal(sig, handler)
 
 
-@contextlib.contextmanager
-def _interrupt_on_stop_signals() -> Iterator[None]:
-    """SIGTERM, and SIGINT where Python handles it, interrupt meanwhile
-    (``KeyboardInterrupt``), and neither is lost.
-
-    While the model loads, before uvicorn handles signals, SIGTERM would otherwise kill
-    the process outright. An interrupt raised in a finaliser or an import's module-lock
-    callback is printed as "Exception ignored" and dropped: a signal that came is raised
-    again once the body is done.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    came = False
-
-    def interrupt(signum: int, frame: object) -> None:
-        nonlocal came
-        came = True
-        raise KeyboardInterrupt
-
-    stops = [signal.SIGTERM]
-    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-        stops.append(signal.SIGINT)  # not where it is ignored (``nohup``, ``&``)
-    previous = {sig: signal.signal(sig, interrupt) for sig in stops}
-    try:
-        yield
-        if came:
-            raise KeyboardInterrupt
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-
-
 def freeze_start_up_objects() -> int:
     """Collect, then move every object alive now (the model's policy, its tokenizer,
     modules) out of the garbage collector's reach for the process's life (``gc.freeze``);
@@ -272,7 +240,7 @@ def serve(options: ServeOptions, *, host: FamilyHost | None = None) -> int:
         does not resolve), after logging why in one line.
     :raises KeyboardInterrupt: SIGINT or SIGTERM while the model loads (the CLI exits 130).
     """
-    with _interrupt_on_stop_signals():
+    with interrupt_on_stop_signals():
         app = build_app(options, host=host)
     sys.setswitchinterval(SERVER_SWITCH_INTERVAL_S)  # why: see the constant
     keep_freed_memory()  # why: see audiogate.server.malloc
