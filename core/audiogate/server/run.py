@@ -240,12 +240,14 @@ def serve(options: ServeOptions, *, host: FamilyHost | None = None) -> int:
         does not resolve), after logging why in one line.
     :raises KeyboardInterrupt: SIGINT or SIGTERM while the model loads (the CLI exits 130).
     """
+    # Until uvicorn's handlers are in place (the collection below runs finalisers, where
+    # Python would drop an interrupt).
     with interrupt_on_stop_signals():
         app = build_app(options, host=host)
-    sys.setswitchinterval(SERVER_SWITCH_INTERVAL_S)  # why: see the constant
-    keep_freed_memory()  # why: see audiogate.server.malloc
-    freeze_start_up_objects()  # why: see its docstring
-    server = uvicorn.Server(_config(app, options))
+        sys.setswitchinterval(SERVER_SWITCH_INTERVAL_S)  # why: see the constant
+        keep_freed_memory()  # why: see audiogate.server.malloc
+        freeze_start_up_objects()  # why: see its docstring
+        server = uvicorn.Server(_config(app, options))
     # After uvicorn.Config, which configures uvicorn's loggers.
     bind = _BindErrors(server)
     uvicorn_log = logging.getLogger("uvicorn.error")
