@@ -16,13 +16,14 @@ import signal
 import threading
 from collections.abc import Iterator
 from types import FrameType
+from typing import Final
 
 from audiogate.cancel import CancelToken
 from audiogate.errors import PreprocessCancelled
 
 __all__ = ["interrupt_cancels"]
 
-_CANCEL, _DONE = b"c", b"d"
+_CANCEL: Final = b"c"
 
 
 @contextlib.contextmanager
@@ -35,7 +36,8 @@ def interrupt_cancels() -> Iterator[CancelToken]:
     thread; elsewhere (ignored, someone else's handler) the token is yielded as it is.
 
     The handler writes one byte to a pipe and a watcher thread cancels the token:
-    cancelling takes the token's lock, which the interrupted thread may hold.
+    cancelling takes the token's lock, which the interrupted thread may hold. Closing the
+    pipe's write end lets a watcher that got nothing go.
     """
     token = CancelToken()
     if (
@@ -55,7 +57,7 @@ def interrupt_cancels() -> Iterator[CancelToken]:
         os.write(write_end, _CANCEL)
 
     def watch() -> None:
-        if os.read(read_end, 1) == _CANCEL:
+        if os.read(read_end, 1) == _CANCEL:  # b"": the pipe was closed
             token.cancel()
 
     watcher = threading.Thread(target=watch, name="audiogate-interrupt", daemon=True)
@@ -72,8 +74,6 @@ def interrupt_cancels() -> Iterator[CancelToken]:
             raise KeyboardInterrupt
     finally:
         signal.signal(signal.SIGINT, previous)
-        if not signals:
-            os.write(write_end, _DONE)
+        os.close(write_end)
         watcher.join()
         os.close(read_end)
-        os.close(write_end)
